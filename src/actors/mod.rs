@@ -1,0 +1,1 @@
+//! The operator: supervision tree and per-object actors.

@@ -1,0 +1,145 @@
+//! Condition types and reasons, and the pure helper that merges a condition into a list.
+//!
+//! Reasons are part of the API: users alert on them and the docs explain each one
+//! (`docs/operations.md`). Every error enum in the operator maps its variants to one of these.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+/// Condition types.
+pub mod types {
+    /// The object is usable (bundle: consumers may clone it; instance: guest handed off).
+    pub const READY: &str = "Ready";
+    // CRCBundle build stages (mission §5), one condition each.
+    pub const PREPARED: &str = "Prepared";
+    pub const INSTALLED: &str = "Installed";
+    pub const CUSTOMIZED: &str = "Customized";
+    pub const SEALED: &str = "Sealed";
+    pub const PUBLISHED: &str = "Published";
+    pub const VALIDATED: &str = "Validated";
+    // ClusterInstance.
+    pub const VERSION_MISMATCH: &str = "VersionMismatch";
+    pub const GUEST_API_REACHABLE: &str = "GuestAPIReachable";
+    pub const CRC_AGENT: &str = "CRCAgent";
+    pub const TERMINATING: &str = "Terminating";
+    pub const PROVISIONING_ALLOWED: &str = "ProvisioningAllowed";
+    pub const HYPER_CONVERGED_READY: &str = "HyperConvergedReady";
+    pub const MULTI_CLUSTER_ENGINE_READY: &str = "MultiClusterEngineReady";
+    // ClusterPool.
+    pub const CAPACITY_AVAILABLE: &str = "CapacityAvailable";
+    // ClusterLease.
+    pub const BOUND: &str = "Bound";
+}
+
+/// Condition reasons.
+pub mod reasons {
+    // CRCBundle (download source, upstream §2.2).
+    /// Observed, no source work has started yet.
+    pub const PENDING: &str = "Pending";
+    pub const PREPARING: &str = "Preparing";
+    pub const PREP_JOB_FAILED: &str = "PrepJobFailed";
+    pub const BUNDLE_READY: &str = "BundleReady";
+    pub const REPROVISIONING: &str = "Reprovisioning";
+    // ClusterInstance (upstream §3.9) and topology.
+    pub const TOPOLOGY_UNSUPPORTED: &str = "TopologyUnsupported";
+    pub const INVALID_PULL_SECRET: &str = "InvalidPullSecret";
+    pub const MISSING_BUNDLE_SSH_KEY: &str = "MissingBundleSSHKey";
+    pub const BOOT_KEY_UNAVAILABLE: &str = "BootKeyUnavailable";
+    pub const API_ENDPOINT_CONFLICT: &str = "APIEndpointConflict";
+    pub const AGENT_JOB_FAILED: &str = "AgentJobFailed";
+    pub const RECONCILE_ERROR: &str = "ReconcileError";
+    pub const RESOURCE_OWNERSHIP_CONFLICT: &str = "ResourceOwnershipConflict";
+    pub const CRC_BACKING_PENDING: &str = "CRCBackingPending";
+    pub const GUEST_API_UNAVAILABLE: &str = "GuestAPIUnavailable";
+    pub const KUBECONFIG_UNAVAILABLE: &str = "KubeconfigUnavailable";
+    pub const VMI_UNAVAILABLE: &str = "VMIUnavailable";
+    pub const VMI_REPLACED: &str = "VMIReplaced";
+    pub const VMI_IDENTITY_UNKNOWN: &str = "VMIIdentityUnknown";
+    // Build source (mission §5).
+    pub const RESOURCE_REPLACED: &str = "ResourceReplaced";
+    pub const RESOURCE_LOST: &str = "ResourceLost";
+}
+
+/// `status` value of a condition.
+pub fn status_str(status: bool) -> &'static str {
+    if status { "True" } else { "False" }
+}
+
+/// A condition stamped with the generation it describes.
+pub fn new(
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: impl Into<String>,
+    observed_generation: Option<i64>,
+    now: Time,
+) -> Condition {
+    Condition {
+        type_: type_.to_owned(),
+        status: status_str(status).to_owned(),
+        reason: reason.to_owned(),
+        message: message.into(),
+        observed_generation,
+        last_transition_time: now,
+    }
+}
+
+/// Puts `cond` into `conditions`, replacing the one of the same type.
+///
+/// `lastTransitionTime` only moves when the status flips, as Kubernetes API conventions require;
+/// a changed reason or message alone is not a transition.
+pub fn set(conditions: &mut Vec<Condition>, mut cond: Condition) {
+    match conditions.iter_mut().find(|c| c.type_ == cond.type_) {
+        Some(existing) => {
+            if existing.status == cond.status {
+                cond.last_transition_time = existing.last_transition_time.clone();
+            }
+            *existing = cond;
+        }
+        None => conditions.push(cond),
+    }
+}
+
+/// The condition of the given type, if present.
+pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// Whether the condition of the given type is present with status `True`.
+pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
+    find(conditions, type_).is_some_and(|c| c.status == "True")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn at(secs: i64) -> Time {
+        Time(Timestamp::from_second(secs).unwrap())
+    }
+
+    #[test]
+    fn transition_time_moves_only_when_status_flips() {
+        let mut conds = vec![];
+        set(&mut conds, new(types::READY, false, reasons::PENDING, "a", Some(1), at(10)));
+        set(&mut conds, new(types::READY, false, reasons::PREPARING, "b", Some(2), at(20)));
+        assert_eq!(conds.len(), 1);
+        assert_eq!(conds[0].reason, reasons::PREPARING);
+        assert_eq!(conds[0].observed_generation, Some(2));
+        assert_eq!(conds[0].last_transition_time, at(10));
+
+        set(&mut conds, new(types::READY, true, reasons::BUNDLE_READY, "c", Some(2), at(30)));
+        assert_eq!(conds[0].last_transition_time, at(30));
+        assert!(is_true(&conds, types::READY));
+        assert!(!is_true(&conds, types::VALIDATED));
+    }
+
+    #[test]
+    fn other_types_are_kept() {
+        let mut conds = vec![];
+        set(&mut conds, new(types::READY, false, reasons::PENDING, "", None, at(1)));
+        set(&mut conds, new(types::PREPARED, true, "Done", "", None, at(2)));
+        assert_eq!(conds.len(), 2);
+        assert_eq!(find(&conds, types::PREPARED).map(|c| c.reason.as_str()), Some("Done"));
+    }
+}

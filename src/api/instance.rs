@@ -1,0 +1,142 @@
+//! `ClusterInstance`: one guest cluster, standalone or owned by a pool.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{ClusterType, LocalRef};
+use super::template::ClusterTemplate;
+
+/// Desired state of a ClusterInstance.
+#[derive(CustomResource, KubeSchema, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "guestcluster.opdev.io",
+    version = "v1alpha1",
+    kind = "ClusterInstance",
+    plural = "clusterinstances",
+    shortname = "cinst",
+    namespaced,
+    status = "ClusterInstanceStatus",
+    doc = "ClusterInstance is one guest OpenShift cluster: for type crc, a single-node OpenShift Local VM cloned from a CRCBundle.",
+    printcolumn(name = "Type", type_ = "string", json_path = ".spec.type"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Version", type_ = "string", json_path = ".status.ocpVersion"),
+    printcolumn(name = "Topology", type_ = "string", json_path = ".status.topology"),
+    printcolumn(name = "Lease", type_ = "string", json_path = ".status.leaseRef.name"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterInstanceSpec {
+    /// Topology: `crc` or `hcp` (accepted, reported as TopologyUnsupported).
+    #[serde(rename = "type")]
+    pub type_: ClusterType,
+    /// The pool that owns this instance; empty for a standalone instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_ref: Option<LocalRef>,
+    /// What the guest cluster looks like.
+    pub template: ClusterTemplate,
+}
+
+/// Observed state of a ClusterInstance.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterInstanceStatus {
+    /// Provisioning, Ready, Failed or Terminating. Leasing is shown by `leaseRef`, not a phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<InstancePhase>,
+    /// OpenShift version observed in the guest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ocp_version: Option<String>,
+    /// Topology, echoed from spec.type once Ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<ClusterType>,
+    /// The guest API URL, `https://<route host>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_endpoint: Option<String>,
+    /// Secret `<instance>-kubeconfig` with the key `kubeconfig` for the guest API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig_secret_ref: Option<LocalRef>,
+    /// The lease that claims this instance (read-only projection of ClusterLease.status.instanceRef).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ref: Option<LocalRef>,
+    /// CRC backing objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crc: Option<CRCBackingStatus>,
+    /// Durable record that provisioning was authorized by the namespace policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisioning: Option<ProvisioningStatus>,
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Ready, VersionMismatch, GuestAPIReachable, CRCAgent, Terminating, ProvisioningAllowed,
+    /// HyperConvergedReady.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// Lifecycle phase of a ClusterInstance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum InstancePhase {
+    Provisioning,
+    Ready,
+    Failed,
+    Terminating,
+}
+
+/// Identities of a CRC instance's backing objects.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CRCBackingStatus {
+    /// Address of the guest's SSH server (the VMI IP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh_endpoint: Option<String>,
+    /// The VMI for which the published handoff is valid.
+    #[serde(default, rename = "vmiUID", skip_serializing_if = "Option::is_none")]
+    pub vmi_uid: Option<String>,
+    /// UID of the VirtualMachine, kept for dependent cleanup.
+    #[serde(default, rename = "vmUID", skip_serializing_if = "Option::is_none")]
+    pub vm_uid: Option<String>,
+    /// UID of the root DataVolume, kept for dependent cleanup.
+    #[serde(default, rename = "dataVolumeUID", skip_serializing_if = "Option::is_none")]
+    pub data_volume_uid: Option<String>,
+    /// The bundle and key this instance was bound to before any disk existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_key: Option<CRCBootKeyStatus>,
+}
+
+/// Binding of an instance to the bundle disk and SSH key it boots with. Recovery of the key copy
+/// refuses when the bundle's recorded digest differs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CRCBootKeyStatus {
+    #[serde(rename = "bundleUID")]
+    pub bundle_uid: String,
+    /// Archive SHA-256 of a downloaded bundle (empty for built bundles).
+    #[serde(rename = "bundleSHA256")]
+    pub bundle_sha256: String,
+    /// Raw disk SHA-256 of a built bundle; built bundles bind to it.
+    #[serde(default, rename = "diskSHA256", skip_serializing_if = "Option::is_none")]
+    pub disk_sha256: Option<String>,
+    pub pvc_namespace: String,
+    pub pvc_name: String,
+    #[serde(rename = "pvcUID")]
+    pub pvc_uid: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+    pub secret_namespace: String,
+    pub secret_name: String,
+    #[serde(rename = "secretUID")]
+    pub secret_uid: String,
+    /// SHA-256 of the private key.
+    #[serde(rename = "keySHA256")]
+    pub key_sha256: String,
+}
+
+/// When provisioning was authorized.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProvisioningStatus {
+    pub started_at: Time,
+}

@@ -1,0 +1,34 @@
+//! Label, annotation and finalizer keys. These strings are the compatibility contract with the
+//! existing Go operator: users and tooling select on them.
+
+/// Marks every object the operator creates; value [`MANAGED_BY_OPERATOR`].
+pub const MANAGED_BY: &str = "opdev.io/managed-by";
+/// Value of [`MANAGED_BY`] on operator-created objects.
+pub const MANAGED_BY_OPERATOR: &str = "guestcluster-operator";
+/// Value of [`MANAGED_BY`] on the handoff Secret written by the crc-agent.
+pub const MANAGED_BY_AGENT: &str = "crc-agent";
+/// Name of the ClusterInstance an object belongs to.
+pub const CLUSTER_INSTANCE: &str = "opdev.io/cluster-instance";
+/// Namespace of the ClusterInstance an object belongs to (for objects in other namespaces).
+pub const CLUSTER_INSTANCE_NAMESPACE: &str = "opdev.io/cluster-instance-namespace";
+/// Name of the ClusterPool an instance belongs to.
+pub const POOL: &str = "opdev.io/pool";
+/// Name of the CRCBundle an object belongs to.
+pub const CRC_BUNDLE: &str = "opdev.io/crc-bundle";
+/// Attempt id of the bundle build that created a temporary object.
+pub const BUILD_ATTEMPT: &str = "guestcluster.opdev.io/build-attempt";
+
+/// Namespace label that allows pools and instances in the namespace (value `"true"`).
+pub const NAMESPACE_ENABLED: &str = "guestcluster.opdev.io/enabled";
+/// Annotation on a CRCBundle: any new value requests a new build attempt of the same recipe.
+pub const RETRY_ANNOTATION: &str = "guestcluster.opdev.io/retry";
+
+/// Finalizer on ClusterInstances: ordered teardown of the backing objects.
+pub const FINALIZER_CLEANUP: &str = "guestcluster.opdev.io/cleanup";
+/// Finalizer on ClusterLeases: release of the bound instance.
+pub const FINALIZER_RELEASE: &str = "guestcluster.opdev.io/release";
+/// Finalizer on build-sourced CRCBundles: stop Jobs and VMs before storage is deleted.
+pub const FINALIZER_BUILD: &str = "guestcluster.opdev.io/build-cleanup";
+
+/// Field manager for every server-side apply the operator performs.
+pub const FIELD_MANAGER: &str = "guestcluster-operator";

@@ -1,0 +1,79 @@
+//! `ClusterLease`: a claim on one instance of a pool, optionally for a limited time.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{ClusterType, LocalRef};
+
+/// Desired state of a ClusterLease.
+#[derive(CustomResource, KubeSchema, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "guestcluster.opdev.io",
+    version = "v1alpha1",
+    kind = "ClusterLease",
+    plural = "clusterleases",
+    shortname = "clease",
+    namespaced,
+    status = "ClusterLeaseStatus",
+    doc = "ClusterLease claims one Ready instance of a ClusterPool in the same namespace; deleting the lease (or its TTL expiring) releases the instance, which is then replaced.",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Instance", type_ = "string", json_path = ".status.instanceRef.name"),
+    printcolumn(name = "Version", type_ = "string", json_path = ".status.ocpVersion"),
+    printcolumn(name = "Topology", type_ = "string", json_path = ".status.topology"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterLeaseSpec {
+    /// The pool (same namespace) to take an instance from.
+    pub pool_ref: LocalRef,
+    /// How long the lease lasts once bound, a duration such as `2h`. Empty or zero: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == '' || self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$')").message("ttl must be a duration such as 2h or 90m"))]
+    pub ttl: Option<String>,
+    /// Free text: who or what asked for the lease (a CI job URL, a person).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
+}
+
+/// Observed state of a ClusterLease.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterLeaseStatus {
+    /// Pending, Bound, Releasing, Released or Failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<LeasePhase>,
+    /// The bound instance: the single source of truth for the binding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_ref: Option<LocalRef>,
+    /// Secret `<lease>-kubeconfig` with the key `kubeconfig` for the bound guest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig_secret_ref: Option<LocalRef>,
+    /// OpenShift version of the bound guest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ocp_version: Option<String>,
+    /// Topology of the bound guest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<ClusterType>,
+    /// The bound guest's API URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_endpoint: Option<String>,
+    /// When the lease was bound; the TTL counts from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound_time: Option<Time>,
+    /// `Bound`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// Lifecycle phase of a ClusterLease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum LeasePhase {
+    Pending,
+    Bound,
+    Releasing,
+    Released,
+    Failed,
+}

@@ -1,0 +1,12 @@
+//! guestcluster: runs OpenShift Local (CRC) single-node clusters as KubeVirt VMs and builds CRC
+//! golden disks inside the management cluster.
+//!
+//! Layout (see `docs/architecture.md`):
+//! - [`api`]: the CRD types, their admission rules and the condition vocabulary (no I/O).
+//! - [`actors`]: the operator's supervision tree on a level-triggered core.
+//! - [`testenv`]: an embedded kube-apiserver + etcd for tests, `make demo` and `guestcluster dev up`.
+
+pub mod actors;
+pub mod api;
+pub mod crdgen;
+pub mod testenv;
