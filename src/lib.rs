@@ -8,5 +8,10 @@
 
 pub mod actors;
 pub mod api;
+pub mod apidocs;
 pub mod crdgen;
+pub mod demo;
+pub mod manifests;
+pub mod metrics;
+pub mod operator;
 pub mod testenv;

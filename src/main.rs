@@ -1,3 +1,4 @@
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -13,18 +14,152 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the operator: leader election, controllers, probes and metrics.
+    Operator(OperatorArgs),
+    /// Run the whole flow on an embedded control plane with progress output.
+    Demo {
+        /// Keep everything running after the flow until Ctrl-C (default: when stdout is a terminal).
+        #[arg(long)]
+        keep_running: Option<bool>,
+    },
+    /// Developer tools.
+    #[command(subcommand)]
+    Dev(DevCommand),
     /// Print the CRDs as YAML, or write one file per CRD into a directory.
     Crdgen {
         /// Write `<group>_<plural>.yaml` files here instead of printing to stdout.
         #[arg(long)]
         out_dir: Option<PathBuf>,
+        /// Also write the Markdown API reference (e.g. `docs/api.md`) to this file.
+        #[arg(long)]
+        api_docs: Option<PathBuf>,
     },
+}
+
+#[derive(Subcommand)]
+enum DevCommand {
+    /// Start the embedded control plane (etcd, kube-apiserver, kube-controller-manager) with our
+    /// CRDs installed, print its kubeconfig path, and run until Ctrl-C.
+    Up,
+}
+
+#[derive(clap::Args)]
+struct OperatorArgs {
+    /// Namespace of the operator: golden PVCs, key Secrets, Jobs and the leader Lease live here.
+    /// Defaults to $OPERATOR_NAMESPACE, then the pod's namespace, then `default`.
+    #[arg(long)]
+    namespace: Option<String>,
+    /// Take part in leader election (keep on when more than one replica may run).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    leader_elect: bool,
+    /// Address of `/healthz` and `/readyz`; `0` disables them.
+    #[arg(long, default_value = "0.0.0.0:8081")]
+    health_probe_bind_address: String,
+    /// Address of `/metrics`; `0` disables it.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    metrics_bind_address: String,
+    #[command(flatten)]
+    log: LogArgs,
+}
+
+#[derive(clap::Args)]
+struct LogArgs {
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn init_logging(args: &LogArgs) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match args.log_format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+/// `0` (as the Go operator accepts) or an empty value disables a listener.
+fn listen_addr(value: &str) -> Result<Option<SocketAddr>, Box<dyn std::error::Error>> {
+    if value.is_empty() || value == "0" {
+        return Ok(None);
+    }
+    // Accept Go-style `:8081` as all interfaces.
+    let full = if value.starts_with(':') {
+        format!("0.0.0.0{value}")
+    } else {
+        value.to_owned()
+    };
+    Ok(Some(full.parse().map_err(|e| {
+        format!("invalid listen address {value:?}: {e}")
+    })?))
+}
+
+fn operator(args: OperatorArgs) -> Result<(), Box<dyn std::error::Error>> {
+    init_logging(&args.log);
+    let options = guestcluster::operator::Options {
+        namespace: args
+            .namespace
+            .unwrap_or_else(guestcluster::operator::namespace_from_env),
+        leader_elect: args.leader_elect,
+        identity: guestcluster::operator::default_identity(),
+        health_addr: listen_addr(&args.health_probe_bind_address)?,
+        metrics_addr: listen_addr(&args.metrics_bind_address)?,
+        tree: Default::default(),
+    };
+    tokio::runtime::Runtime::new()?.block_on(async {
+        let client = kube::Client::try_default().await?;
+        tracing::info!(namespace = %options.namespace, leader_elect = options.leader_elect, "starting operator");
+        guestcluster::operator::run(
+            client,
+            options,
+            guestcluster::metrics::Metrics::default(),
+            guestcluster::operator::shutdown_signal(),
+            |bound| tracing::info!(health = ?bound.health, metrics = ?bound.metrics, "listening"),
+        )
+        .await?;
+        Ok(())
+    })
+}
+
+fn demo(keep_running: Option<bool>) -> Result<(), Box<dyn std::error::Error>> {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let options = guestcluster::demo::Options {
+        keep_running,
+        ..Default::default()
+    };
+    tokio::runtime::Runtime::new()?.block_on(guestcluster::demo::run(options))?;
+    Ok(())
+}
+
+fn dev_up() -> Result<(), Box<dyn std::error::Error>> {
+    init_logging(&LogArgs {
+        log_format: LogFormat::Text,
+    });
+    tokio::runtime::Runtime::new()?.block_on(guestcluster::testenv::dev_up(Default::default()))?;
+    Ok(())
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Crdgen { out_dir } => crdgen(out_dir),
+        Command::Operator(args) => operator(args),
+        Command::Demo { keep_running } => demo(keep_running),
+        Command::Dev(DevCommand::Up) => dev_up(),
+        Command::Crdgen { out_dir, api_docs } => crdgen(out_dir, api_docs),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -35,7 +170,10 @@ fn main() -> ExitCode {
     }
 }
 
-fn crdgen(out_dir: Option<PathBuf>) -> Result<(), Box<dyn std::error::Error>> {
+fn crdgen(
+    out_dir: Option<PathBuf>,
+    api_docs: Option<PathBuf>,
+) -> Result<(), Box<dyn std::error::Error>> {
     match out_dir {
         Some(dir) => {
             for file in guestcluster::crdgen::write_all(&dir)? {
@@ -47,6 +185,12 @@ fn crdgen(out_dir: Option<PathBuf>) -> Result<(), Box<dyn std::error::Error>> {
                 print!("---\n{}", file.contents);
             }
         }
+    }
+    if let Some(path) = api_docs {
+        let markdown = guestcluster::apidocs::render(&guestcluster::api::crds());
+        std::fs::write(&path, markdown)
+            .map_err(|err| format!("writing {}: {err}", path.display()))?;
+        eprintln!("wrote {}", path.display());
     }
     Ok(())
 }

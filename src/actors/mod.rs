@@ -1,1 +1,31 @@
-//! The operator: supervision tree and per-object actors.
+//! The operator's supervision tree (ractor) on a level-triggered core.
+//!
+//! ```text
+//! root
+//! └── supervisor/crcbundle        one watcher + reflector for CRCBundles
+//!     └── crcbundle/<uid>         one actor per bundle
+//! ```
+//!
+//! Truth lives in the API server: messages are only triggers ("object X changed"), and on every
+//! trigger an actor re-reads its object from the watch cache and takes the next step. Losing or
+//! duplicating a message is harmless, and so is killing any actor or the whole process.
+
+pub mod backoff;
+pub mod bundle;
+pub mod context;
+pub mod kind_supervisor;
+pub mod root;
+
+pub use context::Context;
+pub use kind_supervisor::{ObjectActor, ObjectArgs, Trigger};
+pub use root::{Root, RootMsg};
+
+/// Registered name of the actor for the object with `uid` of `kind` (e.g. `crcbundle/<uid>`).
+pub fn object_actor_name(kind: &str, uid: &str) -> String {
+    format!("{kind}/{uid}")
+}
+
+/// Registered name of the supervisor of `kind`.
+pub fn supervisor_name(kind: &str) -> String {
+    format!("supervisor/{kind}")
+}

@@ -30,9 +30,21 @@ pub const DEFAULT_GOLDEN_VOLUME_SIZE: &str = "35Gi";
     printcolumn(name = "Source", type_ = "string", json_path = ".status.source"),
     printcolumn(name = "Stage", type_ = "string", json_path = ".status.build.stage"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "OCPVersion", type_ = "string", json_path = ".status.ocpVersion"),
-    printcolumn(name = "Disk SHA256", type_ = "string", json_path = ".status.diskSHA256Short"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "OCPVersion",
+        type_ = "string",
+        json_path = ".status.ocpVersion"
+    ),
+    printcolumn(
+        name = "Disk SHA256",
+        type_ = "string",
+        json_path = ".status.diskSHA256Short"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(
     validation = Rule::new("has(self.version) != has(self.build)")
@@ -244,11 +256,19 @@ pub struct CRCBundleStatus {
 
     /// The golden PVC, set once Ready. Its `/disk.img` is a **raw** disk image: the field name is
     /// historical and kept for compatibility.
-    #[serde(default, rename = "qcow2PVCRef", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "qcow2PVCRef",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub qcow2_pvc_ref: Option<LocalRef>,
 
     /// Namespace of the golden PVC and key Secret (the operator namespace).
-    #[serde(default, rename = "qcow2PVCNamespace", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "qcow2PVCNamespace",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub qcow2_pvc_namespace: Option<String>,
 
     /// Secret holding the bundle's SSH private key under the key `id_ecdsa`.
@@ -265,11 +285,19 @@ pub struct CRCBundleStatus {
     pub sha256: Option<String>,
 
     /// Hex SHA-256 of the raw golden `/disk.img`.
-    #[serde(default, rename = "diskSHA256", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "diskSHA256",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub disk_sha256: Option<String>,
 
     /// First 12 hex digits of `diskSHA256`, for the printer column (JSONPath cannot shorten).
-    #[serde(default, rename = "diskSHA256Short", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "diskSHA256Short",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub disk_sha256_short: Option<String>,
 
     /// Virtual size of the golden disk in bytes; instance root disks are at least this big.
@@ -336,7 +364,11 @@ pub struct ReleaseStatus {
 #[serde(rename_all = "camelCase")]
 pub struct BuildInputs {
     /// SHA-256 of the pull secret's `.dockerconfigjson`.
-    #[serde(default, rename = "pullSecretSHA256", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "pullSecretSHA256",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub pull_secret_sha256: Option<String>,
     /// Installation manifest sources with the SHA-256 of their data.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -353,8 +385,11 @@ pub struct BuildInputs {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ManifestDigest {
+    /// Name of the ConfigMap or Secret.
     pub name: String,
+    /// `ConfigMap` or `Secret`.
     pub kind: String,
+    /// SHA-256 over the object's data keys and values, in key order.
     pub sha256: String,
 }
 
@@ -370,9 +405,11 @@ pub struct BuildStatus {
     pub stage: Option<BuildStage>,
     /// When the attempt started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(description = "When the attempt started.")]
     pub started_at: Option<Time>,
     /// When the attempt ended (Ready or Failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(description = "When the attempt ended (Ready or Failed).")]
     pub finished_at: Option<Time>,
     /// Name and UID of every temporary object of the attempt, recorded before or with creation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -386,7 +423,9 @@ pub struct BuildStatus {
 }
 
 /// Stages of a bundle build, in order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 pub enum BuildStage {
     Admit,
     Prepare,
@@ -421,7 +460,11 @@ pub struct BuildResources {
     pub disk_job: Option<ObjectIdentity>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub validation_data_volume: Option<ObjectIdentity>,
-    #[serde(default, rename = "validationVM", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "validationVM",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub validation_vm: Option<ObjectIdentity>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub validation_job: Option<ObjectIdentity>,

@@ -121,14 +121,37 @@ mod tests {
     #[test]
     fn transition_time_moves_only_when_status_flips() {
         let mut conds = vec![];
-        set(&mut conds, new(types::READY, false, reasons::PENDING, "a", Some(1), at(10)));
-        set(&mut conds, new(types::READY, false, reasons::PREPARING, "b", Some(2), at(20)));
+        set(
+            &mut conds,
+            new(types::READY, false, reasons::PENDING, "a", Some(1), at(10)),
+        );
+        set(
+            &mut conds,
+            new(
+                types::READY,
+                false,
+                reasons::PREPARING,
+                "b",
+                Some(2),
+                at(20),
+            ),
+        );
         assert_eq!(conds.len(), 1);
         assert_eq!(conds[0].reason, reasons::PREPARING);
         assert_eq!(conds[0].observed_generation, Some(2));
         assert_eq!(conds[0].last_transition_time, at(10));
 
-        set(&mut conds, new(types::READY, true, reasons::BUNDLE_READY, "c", Some(2), at(30)));
+        set(
+            &mut conds,
+            new(
+                types::READY,
+                true,
+                reasons::BUNDLE_READY,
+                "c",
+                Some(2),
+                at(30),
+            ),
+        );
         assert_eq!(conds[0].last_transition_time, at(30));
         assert!(is_true(&conds, types::READY));
         assert!(!is_true(&conds, types::VALIDATED));
@@ -137,9 +160,18 @@ mod tests {
     #[test]
     fn other_types_are_kept() {
         let mut conds = vec![];
-        set(&mut conds, new(types::READY, false, reasons::PENDING, "", None, at(1)));
-        set(&mut conds, new(types::PREPARED, true, "Done", "", None, at(2)));
+        set(
+            &mut conds,
+            new(types::READY, false, reasons::PENDING, "", None, at(1)),
+        );
+        set(
+            &mut conds,
+            new(types::PREPARED, true, "Done", "", None, at(2)),
+        );
         assert_eq!(conds.len(), 2);
-        assert_eq!(find(&conds, types::PREPARED).map(|c| c.reason.as_str()), Some("Done"));
+        assert_eq!(
+            find(&conds, types::PREPARED).map(|c| c.reason.as_str()),
+            Some("Done")
+        );
     }
 }

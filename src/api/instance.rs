@@ -24,7 +24,11 @@ use super::template::ClusterTemplate;
     printcolumn(name = "Version", type_ = "string", json_path = ".status.ocpVersion"),
     printcolumn(name = "Topology", type_ = "string", json_path = ".status.topology"),
     printcolumn(name = "Lease", type_ = "string", json_path = ".status.leaseRef.name"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterInstanceSpec {
@@ -99,7 +103,11 @@ pub struct CRCBackingStatus {
     #[serde(default, rename = "vmUID", skip_serializing_if = "Option::is_none")]
     pub vm_uid: Option<String>,
     /// UID of the root DataVolume, kept for dependent cleanup.
-    #[serde(default, rename = "dataVolumeUID", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "dataVolumeUID",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub data_volume_uid: Option<String>,
     /// The bundle and key this instance was bound to before any disk existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -111,22 +119,34 @@ pub struct CRCBackingStatus {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CRCBootKeyStatus {
+    /// UID of the CRCBundle the instance was bound to.
     #[serde(rename = "bundleUID")]
     pub bundle_uid: String,
     /// Archive SHA-256 of a downloaded bundle (empty for built bundles).
     #[serde(rename = "bundleSHA256")]
     pub bundle_sha256: String,
     /// Raw disk SHA-256 of a built bundle; built bundles bind to it.
-    #[serde(default, rename = "diskSHA256", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "diskSHA256",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub disk_sha256: Option<String>,
+    /// Namespace of the golden PVC the root disk is cloned from.
     pub pvc_namespace: String,
+    /// Name of the golden PVC.
     pub pvc_name: String,
+    /// UID of the golden PVC; a different UID means the disk was replaced.
     #[serde(rename = "pvcUID")]
     pub pvc_uid: String,
+    /// StorageClass of the golden PVC.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_class_name: Option<String>,
+    /// Namespace of the bundle's SSH key Secret.
     pub secret_namespace: String,
+    /// Name of the bundle's SSH key Secret.
     pub secret_name: String,
+    /// UID of the bundle's SSH key Secret; a different UID means the key was replaced.
     #[serde(rename = "secretUID")]
     pub secret_uid: String,
     /// SHA-256 of the private key.
@@ -138,5 +158,9 @@ pub struct CRCBootKeyStatus {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProvisioningStatus {
+    /// When the namespace policy first allowed provisioning this instance.
+    #[schemars(
+        description = "When the namespace policy first allowed provisioning this instance."
+    )]
     pub started_at: Time,
 }

@@ -19,10 +19,18 @@ use super::common::{ClusterType, LocalRef};
     status = "ClusterLeaseStatus",
     doc = "ClusterLease claims one Ready instance of a ClusterPool in the same namespace; deleting the lease (or its TTL expiring) releases the instance, which is then replaced.",
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "Instance", type_ = "string", json_path = ".status.instanceRef.name"),
+    printcolumn(
+        name = "Instance",
+        type_ = "string",
+        json_path = ".status.instanceRef.name"
+    ),
     printcolumn(name = "Version", type_ = "string", json_path = ".status.ocpVersion"),
     printcolumn(name = "Topology", type_ = "string", json_path = ".status.topology"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterLeaseSpec {
@@ -61,6 +69,7 @@ pub struct ClusterLeaseStatus {
     pub api_endpoint: Option<String>,
     /// When the lease was bound; the TTL counts from here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(description = "When the lease was bound; the TTL counts from here.")]
     pub bound_time: Option<Time>,
     /// `Bound`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

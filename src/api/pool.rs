@@ -20,12 +20,36 @@ use super::template::ClusterTemplate;
     doc = "ClusterPool keeps guest clusters of one template provisioned so that ClusterLeases can bind them quickly.",
     printcolumn(name = "Type", type_ = "string", json_path = ".spec.type"),
     printcolumn(name = "Max", type_ = "integer", json_path = ".spec.maxSize"),
-    printcolumn(name = "Total", type_ = "integer", json_path = ".status.totalInstances"),
-    printcolumn(name = "Terminating", type_ = "integer", json_path = ".status.terminatingInstances"),
-    printcolumn(name = "Available", type_ = "integer", json_path = ".status.availableInstances"),
-    printcolumn(name = "Leased", type_ = "integer", json_path = ".status.leasedInstances"),
-    printcolumn(name = "Capacity", type_ = "string", json_path = ".status.conditions[?(@.type==\"CapacityAvailable\")].reason"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Total",
+        type_ = "integer",
+        json_path = ".status.totalInstances"
+    ),
+    printcolumn(
+        name = "Terminating",
+        type_ = "integer",
+        json_path = ".status.terminatingInstances"
+    ),
+    printcolumn(
+        name = "Available",
+        type_ = "integer",
+        json_path = ".status.availableInstances"
+    ),
+    printcolumn(
+        name = "Leased",
+        type_ = "integer",
+        json_path = ".status.leasedInstances"
+    ),
+    printcolumn(
+        name = "Capacity",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"CapacityAvailable\")].reason"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(
     validation = Rule::new("self.maxSize >= self.minSize").message("maxSize must be greater than or equal to minSize"),

@@ -83,11 +83,19 @@ pub struct ClusterTemplate {
 
     /// CRC manual path: Secret in the instance namespace with the disk's SSH private key under
     /// `id_ecdsa`, `ssh-privatekey` or `id_rsa` (first found wins).
-    #[serde(default, rename = "bundleSSHKeyRef", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "bundleSSHKeyRef",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub bundle_ssh_key_ref: Option<LocalRef>,
 
     /// HCP only: Secret with an `id_rsa.pub` key authorized on the workers.
-    #[serde(default, rename = "hcpWorkerSSHKeyRef", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "hcpWorkerSSHKeyRef",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub hcp_worker_ssh_key_ref: Option<LocalRef>,
 
     /// Node labels the guest VM (CRC) or NodePool (HCP) must be scheduled on.

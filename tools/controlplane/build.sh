@@ -9,8 +9,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cache=${GUESTCLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/guestcluster}
-key=$(cat "$here"/kube/go.mod "$here"/kube/go.sum "$here"/etcd/go.mod "$here"/etcd/go.sum "$here"/etcd/main.go \
-  | sha256sum | cut -c1-16)
+key=$(cat "$here"/build.sh "$here"/kube/go.mod "$here"/kube/go.sum "$here"/etcd/go.mod "$here"/etcd/go.sum \
+  "$here"/etcd/main.go | sha256sum | cut -c1-16)
 out="$cache/controlplane/$key"
 bins=(kube-apiserver kube-controller-manager kubectl etcd)
 
@@ -35,8 +35,15 @@ export CGO_ENABLED=0 GOFLAGS=-mod=mod
 start=$(date +%s)
 echo "building etcd ($(grep -oE 'etcd/server/v3 v[0-9.]+' "$here/etcd/go.mod" | head -1))..." >&2
 (cd "$here/etcd" && go build -trimpath -ldflags='-s -w' -o "$tmp/etcd" .)
-echo "building kube-apiserver, kube-controller-manager and kubectl ($(grep -oE 'k8s.io/kubernetes v[0-9.]+' "$here/kube/go.mod" | head -1))..." >&2
-(cd "$here/kube" && go build -trimpath -ldflags='-s -w' -o "$tmp/" \
+k8s_version=$(grep -oE 'k8s.io/kubernetes v[0-9.]+' "$here/kube/go.mod" | head -1 | cut -d' ' -f2)
+echo "building kube-apiserver, kube-controller-manager and kubectl (k8s.io/kubernetes $k8s_version)..." >&2
+# Stamp the version the way upstream release builds do, so /version and kubectl report it.
+minor=$(echo "$k8s_version" | cut -d. -f2)
+stamp="-X k8s.io/component-base/version.gitVersion=$k8s_version -X k8s.io/component-base/version.gitMajor=1"
+stamp+=" -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
+stamp+=" -X k8s.io/client-go/pkg/version.gitVersion=$k8s_version -X k8s.io/client-go/pkg/version.gitMajor=1"
+stamp+=" -X k8s.io/client-go/pkg/version.gitMinor=$minor"
+(cd "$here/kube" && go build -trimpath -ldflags="-s -w $stamp" -o "$tmp/" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kubectl)
 # Move into place only when everything built, so an interrupted build is redone.

@@ -1,0 +1,336 @@
+//! A supervisor per kind: one watcher + reflector for the kind, one child actor per object (by
+//! UID), restarts with backoff when a child fails.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource, ResourceExt};
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
+use serde::de::DeserializeOwned;
+use tokio::task::JoinHandle;
+
+use super::backoff::{Backoff, Failures};
+use super::context::Context;
+use super::{object_actor_name, supervisor_name};
+
+/// The only message an object actor receives: "look at your object again".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    Reconcile,
+}
+
+/// What an object actor starts with: which object it serves and where to read it.
+pub struct ObjectArgs<K: Resource<DynamicType = ()> + Clone + 'static> {
+    pub key: ObjectRef<K>,
+    pub uid: String,
+    pub store: Store<K>,
+    pub ctx: Arc<Context>,
+}
+
+/// An actor that owns one object of kind [`ObjectActor::Object`].
+pub trait ObjectActor:
+    Actor<Msg = Trigger, Arguments = ObjectArgs<Self::Object>> + Default
+{
+    type Object: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static;
+    /// Lower-case kind, used in actor names, logs and metrics.
+    const KIND: &'static str;
+}
+
+/// Messages of a kind supervisor; all of them come from its own watch task or timers.
+#[derive(Debug)]
+pub enum SupervisorMsg<K: Resource<DynamicType = ()>> {
+    /// An object was created or changed.
+    Applied { uid: String, key: ObjectRef<K> },
+    /// An object was deleted.
+    Deleted { uid: String },
+    /// A full re-list finished; objects not in it are gone.
+    Relisted { uids: HashSet<String> },
+    /// Restart the actor of `uid` after a failure.
+    Respawn { uid: String },
+    /// Periodic resync: trigger every child, covering any missed event.
+    Resync,
+}
+
+/// Supervisor of all actors of one kind.
+pub struct KindSupervisor<A>(PhantomData<fn() -> A>);
+
+impl<A> Default for KindSupervisor<A> {
+    fn default() -> Self {
+        Self(PhantomData)
+    }
+}
+
+/// Startup arguments of a kind supervisor.
+pub struct SupervisorArgs {
+    pub ctx: Arc<Context>,
+    pub backoff: Backoff,
+    pub resync: Duration,
+}
+
+pub struct SupervisorState<A: ObjectActor> {
+    ctx: Arc<Context>,
+    store: Store<A::Object>,
+    backoff: Backoff,
+    children: HashMap<String, Child<A>>,
+    by_actor: HashMap<ActorId, String>,
+    watch: JoinHandle<()>,
+    resync: JoinHandle<()>,
+}
+
+struct Child<A: ObjectActor> {
+    key: ObjectRef<A::Object>,
+    actor: Option<ActorRef<Trigger>>,
+    failures: Failures,
+}
+
+impl<A> Actor for KindSupervisor<A>
+where
+    A: ObjectActor,
+    ObjectRef<A::Object>: Hash + Eq + Clone + Send + Sync,
+{
+    type Msg = SupervisorMsg<A::Object>;
+    type State = SupervisorState<A>;
+    type Arguments = SupervisorArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: SupervisorArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let (store, writer) = reflector::store::<A::Object>();
+        let api = Api::<A::Object>::all(args.ctx.client.clone());
+        let watch = tokio::spawn(forward_events::<A>(
+            api,
+            writer,
+            myself.clone(),
+            args.ctx.clone(),
+        ));
+        let resync = myself.send_interval(args.resync, || SupervisorMsg::Resync);
+        args.ctx.metrics.init_kind(A::KIND);
+        args.ctx.metrics.init_kind("supervisor");
+        args.ctx.metrics.actor_started("supervisor");
+        Ok(SupervisorState {
+            ctx: args.ctx,
+            store,
+            backoff: args.backoff,
+            children: HashMap::new(),
+            by_actor: HashMap::new(),
+            watch,
+            resync,
+        })
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        state.watch.abort();
+        state.resync.abort();
+        state.ctx.metrics.actor_stopped("supervisor");
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            SupervisorMsg::Applied { uid, key } => {
+                let child = state.children.entry(uid.clone()).or_insert_with(|| Child {
+                    key: key.clone(),
+                    actor: None,
+                    failures: Failures::default(),
+                });
+                child.key = key;
+                match &child.actor {
+                    Some(actor) => trigger(actor),
+                    None if child.failures.consecutive == 0 => {
+                        spawn_child(&myself, state, &uid).await
+                    }
+                    // A restart is already scheduled; it reconciles on start.
+                    None => {}
+                }
+            }
+            SupervisorMsg::Deleted { uid } => stop_child(state, &uid),
+            SupervisorMsg::Relisted { uids } => {
+                let gone: Vec<String> = state
+                    .children
+                    .keys()
+                    .filter(|u| !uids.contains(*u))
+                    .cloned()
+                    .collect();
+                for uid in gone {
+                    stop_child(state, &uid);
+                }
+            }
+            SupervisorMsg::Respawn { uid } => {
+                let wanted = state.children.get(&uid).is_some_and(|c| c.actor.is_none());
+                if wanted {
+                    spawn_child(&myself, state, &uid).await;
+                }
+            }
+            SupervisorMsg::Resync => {
+                for actor in state.children.values().filter_map(|c| c.actor.as_ref()) {
+                    trigger(actor);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let (cell, why) = match &event {
+            SupervisionEvent::ActorFailed(cell, err) => (cell, format!("failed: {err}")),
+            SupervisionEvent::ActorTerminated(cell, _, reason) => (
+                cell,
+                format!("terminated: {}", reason.as_deref().unwrap_or("no reason")),
+            ),
+            _ => return Ok(()),
+        };
+        // Children we stopped on purpose were removed from `by_actor` already.
+        let Some(uid) = state.by_actor.remove(&cell.get_id()) else {
+            return Ok(());
+        };
+        state.ctx.metrics.actor_stopped(A::KIND);
+        let Some(child) = state.children.get_mut(&uid) else {
+            return Ok(());
+        };
+        child.actor = None;
+        let delay = state
+            .backoff
+            .next_delay(&mut child.failures, Instant::now());
+        state.ctx.metrics.actor_restarted(A::KIND);
+        tracing::warn!(kind = A::KIND, %uid, object = %child.key, ?delay, "actor {why}; restarting");
+        myself.send_after(delay, move || SupervisorMsg::Respawn { uid });
+        Ok(())
+    }
+}
+
+fn trigger(actor: &ActorRef<Trigger>) {
+    // A closed mailbox means the actor is stopping; its supervision event handles the rest.
+    let _ = actor.cast(Trigger::Reconcile);
+}
+
+async fn spawn_child<A>(
+    myself: &ActorRef<SupervisorMsg<A::Object>>,
+    state: &mut SupervisorState<A>,
+    uid: &str,
+) where
+    A: ObjectActor,
+{
+    let Some(child) = state.children.get_mut(uid) else {
+        return;
+    };
+    let args = ObjectArgs {
+        key: child.key.clone(),
+        uid: uid.to_owned(),
+        store: state.store.clone(),
+        ctx: state.ctx.clone(),
+    };
+    let name = object_actor_name(A::KIND, uid);
+    match Actor::spawn_linked(Some(name), A::default(), args, myself.get_cell()).await {
+        Ok((actor, _)) => {
+            state.ctx.metrics.actor_started(A::KIND);
+            state.by_actor.insert(actor.get_id(), uid.to_owned());
+            trigger(&actor);
+            child.actor = Some(actor);
+        }
+        Err(err) => {
+            // Typically the name is still registered by a dying predecessor: try again later.
+            let delay = state
+                .backoff
+                .next_delay(&mut child.failures, Instant::now());
+            tracing::warn!(kind = A::KIND, %uid, ?delay, "spawning actor failed: {err}; retrying");
+            let uid = uid.to_owned();
+            myself.send_after(delay, move || SupervisorMsg::Respawn { uid });
+        }
+    }
+}
+
+fn stop_child<A: ObjectActor>(state: &mut SupervisorState<A>, uid: &str) {
+    if let Some(child) = state.children.remove(uid)
+        && let Some(actor) = child.actor
+    {
+        state.by_actor.remove(&actor.get_id());
+        state.ctx.metrics.actor_stopped(A::KIND);
+        actor.stop(Some("object deleted".into()));
+    }
+}
+
+/// Runs the kind's watch (with backoff on errors), feeding the reflector store and turning events
+/// into supervisor messages.
+async fn forward_events<A: ObjectActor>(
+    api: Api<A::Object>,
+    writer: reflector::store::Writer<A::Object>,
+    supervisor: ActorRef<SupervisorMsg<A::Object>>,
+    ctx: Arc<Context>,
+) where
+    ObjectRef<A::Object>: Hash + Eq,
+{
+    let events =
+        reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
+    futures::pin_mut!(events);
+    let mut listed: HashSet<String> = HashSet::new();
+    while let Some(event) = events.next().await {
+        let msg = match event {
+            Ok(watcher::Event::Apply(obj)) => applied(&obj),
+            Ok(watcher::Event::Delete(obj)) => obj.uid().map(|uid| SupervisorMsg::Deleted { uid }),
+            Ok(watcher::Event::Init) => {
+                listed.clear();
+                None
+            }
+            Ok(watcher::Event::InitApply(obj)) => {
+                listed.extend(obj.uid());
+                applied(&obj)
+            }
+            Ok(watcher::Event::InitDone) => {
+                ctx.readiness.mark_synced(A::KIND);
+                Some(SupervisorMsg::Relisted {
+                    uids: std::mem::take(&mut listed),
+                })
+            }
+            Err(err) => {
+                tracing::warn!(kind = A::KIND, "watch error (retrying with backoff): {err}");
+                None
+            }
+        };
+        if let Some(msg) = msg
+            && supervisor.cast(msg).is_err()
+        {
+            return;
+        }
+    }
+}
+
+fn applied<K: Resource<DynamicType = ()>>(obj: &K) -> Option<SupervisorMsg<K>> {
+    obj.uid().map(|uid| SupervisorMsg::Applied {
+        uid,
+        key: ObjectRef::from_obj(obj),
+    })
+}
+
+/// Name under which the supervisor of `A` is registered.
+pub fn name_of<A: ObjectActor>() -> String {
+    supervisor_name(A::KIND)
+}

@@ -1,0 +1,155 @@
+//! The root supervisor: starts one supervisor per kind and restarts it with backoff if it fails.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
+
+use super::ObjectActor;
+use super::backoff::{Backoff, Failures};
+use super::bundle::BundleActor;
+use super::context::Context;
+use super::kind_supervisor::{KindSupervisor, SupervisorArgs, name_of};
+
+/// Name under which the root supervisor is registered.
+pub const ROOT_NAME: &str = "root";
+
+/// The kinds supervised under the root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    CrcBundle,
+}
+
+const KINDS: [Kind; 1] = [Kind::CrcBundle];
+
+/// Kind names (as used by object actors) whose watches the tree runs.
+pub const KIND_NAMES: &[&str] = &[BundleActor::KIND];
+
+#[derive(Debug)]
+pub enum RootMsg {
+    /// Start (again) the supervisor of a kind.
+    Start(Kind),
+}
+
+/// Tuning of the tree, mostly for tests.
+#[derive(Clone, Debug)]
+pub struct TreeConfig {
+    pub backoff: Backoff,
+    /// How often every object actor is triggered even without watch events.
+    pub resync: Duration,
+}
+
+impl Default for TreeConfig {
+    fn default() -> Self {
+        Self {
+            backoff: Backoff::default(),
+            resync: Duration::from_secs(300),
+        }
+    }
+}
+
+pub struct Root;
+
+pub struct RootState {
+    ctx: Arc<Context>,
+    config: TreeConfig,
+    running: HashMap<ActorId, Kind>,
+    failures: HashMap<Kind, Failures>,
+}
+
+impl Actor for Root {
+    type Msg = RootMsg;
+    type State = RootState;
+    type Arguments = (Arc<Context>, TreeConfig);
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<RootMsg>,
+        (ctx, config): Self::Arguments,
+    ) -> Result<RootState, ActorProcessingErr> {
+        for kind in KINDS {
+            myself.cast(RootMsg::Start(kind))?;
+        }
+        Ok(RootState {
+            ctx,
+            config,
+            running: HashMap::new(),
+            failures: HashMap::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<RootMsg>,
+        RootMsg::Start(kind): RootMsg,
+        state: &mut RootState,
+    ) -> Result<(), ActorProcessingErr> {
+        let args = SupervisorArgs {
+            ctx: state.ctx.clone(),
+            backoff: state.config.backoff.clone(),
+            resync: state.config.resync,
+        };
+        let cell = match kind {
+            Kind::CrcBundle => spawn::<BundleActor>(args, myself.get_cell()).await,
+        };
+        match cell {
+            Ok(cell) => {
+                state.running.insert(cell.get_id(), kind);
+            }
+            Err(err) => {
+                tracing::error!(?kind, "starting supervisor failed: {err}");
+                schedule_restart(&myself, state, kind);
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<RootMsg>,
+        event: SupervisionEvent,
+        state: &mut RootState,
+    ) -> Result<(), ActorProcessingErr> {
+        let cell = match &event {
+            SupervisionEvent::ActorFailed(cell, _)
+            | SupervisionEvent::ActorTerminated(cell, _, _) => cell,
+            _ => return Ok(()),
+        };
+        if let Some(kind) = state.running.remove(&cell.get_id()) {
+            tracing::error!(?kind, "supervisor stopped ({event}); restarting");
+            state.ctx.metrics.actor_restarted("supervisor");
+            schedule_restart(&myself, state, kind);
+        }
+        Ok(())
+    }
+}
+
+async fn spawn<A: ObjectActor>(
+    args: SupervisorArgs,
+    root: ActorCell,
+) -> Result<ActorCell, ractor::SpawnErr> {
+    let (actor, _) = Actor::spawn_linked(
+        Some(name_of::<A>()),
+        KindSupervisor::<A>::default(),
+        args,
+        root,
+    )
+    .await?;
+    Ok(actor.get_cell())
+}
+
+fn schedule_restart(myself: &ActorRef<RootMsg>, state: &mut RootState, kind: Kind) {
+    let failures = state.failures.entry(kind).or_default();
+    let delay = state.config.backoff.next_delay(failures, Instant::now());
+    myself.send_after(delay, move || RootMsg::Start(kind));
+}
+
+/// Starts the supervision tree and returns the root.
+pub async fn start(
+    ctx: Arc<Context>,
+    config: TreeConfig,
+) -> Result<ActorRef<RootMsg>, ractor::SpawnErr> {
+    let (root, _) = Actor::spawn(Some(ROOT_NAME.to_owned()), Root, (ctx, config)).await?;
+    Ok(root)
+}

@@ -1,0 +1,194 @@
+//! `guestcluster operator`: leader election, the supervision tree, probes and metrics, and a
+//! graceful shutdown on SIGTERM.
+
+pub mod http;
+pub mod leader;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crate::actors::Context;
+use crate::actors::root::{self, TreeConfig};
+use crate::metrics::Metrics;
+
+/// Errors that end the operator.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("binding {what} listener on {addr}: {source}")]
+    Listen {
+        what: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Leader(#[from] leader::Error),
+    #[error("starting the supervision tree: {0}")]
+    Spawn(#[from] ractor::SpawnErr),
+}
+
+/// How to run the operator.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The operator namespace (bundles' PVCs, Secrets and Jobs; the leader Lease).
+    pub namespace: String,
+    /// Take part in leader election; when false this process acts as leader right away.
+    pub leader_elect: bool,
+    /// Identity written into the Lease.
+    pub identity: String,
+    pub health_addr: Option<SocketAddr>,
+    pub metrics_addr: Option<SocketAddr>,
+    pub tree: TreeConfig,
+}
+
+/// Addresses the HTTP listeners actually bound (port 0 resolves to a free port).
+#[derive(Clone, Debug, Default)]
+pub struct Bound {
+    pub health: Option<SocketAddr>,
+    pub metrics: Option<SocketAddr>,
+}
+
+/// Runs the operator until `shutdown` completes (graceful) or leadership is lost (error).
+/// `on_bound` is told where the listeners are once they are up.
+pub async fn run(
+    client: kube::Client,
+    options: Options,
+    metrics: Metrics,
+    shutdown: impl Future<Output = ()>,
+    on_bound: impl FnOnce(Bound),
+) -> Result<(), Error> {
+    let ctx = Context::new(client.clone(), options.namespace.clone(), metrics);
+    let leading = Arc::new(AtomicBool::new(!options.leader_elect));
+    let mut servers = Vec::new();
+    let mut bound = Bound::default();
+    if let Some(addr) = options.health_addr {
+        let state = http::ProbeState {
+            ctx: ctx.clone(),
+            leading: leading.clone(),
+            kinds: root::KIND_NAMES,
+        };
+        let (at, task) = http::serve(addr, http::probes(state))
+            .await
+            .map_err(|source| Error::Listen {
+                what: "health probe",
+                addr,
+                source,
+            })?;
+        bound.health = Some(at);
+        servers.push(task);
+    }
+    if let Some(addr) = options.metrics_addr {
+        let (at, task) = http::serve(addr, http::metrics(ctx.clone()))
+            .await
+            .map_err(|source| Error::Listen {
+                what: "metrics",
+                addr,
+                source,
+            })?;
+        bound.metrics = Some(at);
+        servers.push(task);
+    }
+    on_bound(bound);
+
+    tokio::pin!(shutdown);
+    let elector = options.leader_elect.then(|| {
+        leader::Elector::new(
+            client,
+            leader::Config::new(&options.namespace, &options.identity),
+        )
+    });
+    if let Some(elector) = &elector {
+        tokio::select! {
+            acquired = elector.acquire() => acquired?,
+            () = &mut shutdown => {
+                stop_servers(servers);
+                return Ok(());
+            }
+        }
+        leading.store(true, Ordering::Relaxed);
+    }
+
+    let tree = root::start(ctx, options.tree).await?;
+    let lost = match &elector {
+        Some(elector) => tokio::select! {
+            lost = elector.hold() => Some(lost),
+            () = &mut shutdown => None,
+        },
+        None => {
+            shutdown.await;
+            None
+        }
+    };
+    tracing::info!("stopping the supervision tree");
+    // Children stop with their supervisor; in-flight API calls are idempotent steps, so cutting
+    // them short is safe.
+    let _ = tree
+        .stop_and_wait(
+            Some("operator shutdown".into()),
+            Some(Duration::from_secs(10)),
+        )
+        .await;
+    stop_servers(servers);
+    match (lost, &elector) {
+        (Some(lost), _) => Err(lost.into()),
+        (None, Some(elector)) => {
+            if let Err(err) = elector.release().await {
+                tracing::warn!("releasing leadership: {err}");
+            }
+            Ok(())
+        }
+        (None, None) => Ok(()),
+    }
+}
+
+fn stop_servers(servers: Vec<tokio::task::JoinHandle<()>>) {
+    for server in servers {
+        server.abort();
+    }
+}
+
+/// Resolves the operator namespace like the Go operator: `OPERATOR_NAMESPACE`, else the pod's
+/// service account namespace, else `default`.
+pub fn namespace_from_env() -> String {
+    std::env::var("OPERATOR_NAMESPACE")
+        .ok()
+        .filter(|ns| !ns.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                .ok()
+                .map(|ns| ns.trim().to_owned())
+        })
+        .unwrap_or_else(|| "default".to_owned())
+}
+
+/// A Lease holder identity unique to this process: the pod name (or host name) plus a suffix, so
+/// a restarted container never mistakes the old holder for itself.
+pub fn default_identity() -> String {
+    let host = std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| "guestcluster-operator".to_owned());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    format!("{host}_{:x}{:08x}", std::process::id(), nanos)
+}
+
+/// Completes on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = ctrl_c => {},
+                _ = term.recv() => {},
+            }
+        }
+        Err(_) => {
+            let _ = ctrl_c.await;
+        }
+    }
+    tracing::info!("shutdown requested");
+}

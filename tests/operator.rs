@@ -1,0 +1,198 @@
+//! The operator skeleton against a real API server: bundle actors start, write status and stop
+//! with their bundles; a killed actor is restarted; the operator process elects a leader, serves
+//! probes and metrics, and shuts down gracefully on SIGTERM.
+
+mod support;
+
+use std::time::Duration;
+
+use guestcluster::actors::bundle::BundleActor;
+use guestcluster::actors::root::{self, TreeConfig};
+use guestcluster::actors::{Context, ObjectActor, object_actor_name};
+use guestcluster::api::conditions::{self, reasons, types};
+use guestcluster::api::{CRCBundle, CRCBundleSpec};
+use guestcluster::metrics::Metrics;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use ractor::registry;
+use serde_json::json;
+use support::wait_for;
+
+fn download_bundle(name: &str) -> CRCBundle {
+    let spec: CRCBundleSpec = serde_json::from_value(json!({"version": "4.16.0"})).unwrap();
+    CRCBundle::new(name, spec)
+}
+
+fn actor_of(uid: &str) -> Option<ractor::ActorCell> {
+    registry::where_is(object_actor_name(BundleActor::KIND, uid))
+}
+
+async fn pending_at_generation(
+    api: &Api<CRCBundle>,
+    name: &str,
+    generation: i64,
+) -> Option<CRCBundle> {
+    let b = api.get(name).await.ok()?;
+    let status = b.status.as_ref()?;
+    let ready = conditions::find(&status.conditions, types::READY)?;
+    (status.observed_generation == Some(generation)
+        && ready.reason == reasons::PENDING
+        && ready.observed_generation == Some(generation))
+    .then_some(b)
+}
+
+/// One tree per test process (actor names are global), so the in-process scenario is one test.
+#[tokio::test]
+async fn bundle_actors_follow_bundles_and_restart_when_killed() {
+    let client = support::client().await;
+    let metrics = Metrics::default();
+    let ctx = Context::new(client.clone(), "default", metrics.clone());
+    let config = TreeConfig {
+        backoff: guestcluster::actors::backoff::Backoff {
+            base: Duration::from_millis(50),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let tree = root::start(ctx, config).await.expect("tree starts");
+    let api: Api<CRCBundle> = Api::all(client.clone());
+
+    // Created: an actor appears and records the honest initial state.
+    let name = support::unique("actor");
+    let created = api
+        .create(&PostParams::default(), &download_bundle(&name))
+        .await
+        .unwrap();
+    let uid = created.uid().unwrap();
+    let bundle = wait_for("bundle status at generation 1", || {
+        pending_at_generation(&api, &name, 1)
+    })
+    .await;
+    assert_eq!(
+        bundle.status.unwrap().source,
+        Some(guestcluster::api::bundle::BundleSource::Download)
+    );
+    let first = wait_for("bundle actor registered", || async { actor_of(&uid) }).await;
+    assert!(metrics.live_actors(BundleActor::KIND) >= 1);
+
+    // Killed: the supervisor restarts it (new actor id) and counts the restart.
+    let restarts = metrics.restarts(BundleActor::KIND);
+    first.kill();
+    let second = wait_for("bundle actor restarted", || async {
+        actor_of(&uid).filter(|a| a.get_id() != first.get_id())
+    })
+    .await;
+    assert_eq!(metrics.restarts(BundleActor::KIND), restarts + 1);
+
+    // The restarted actor works: a spec change is observed at the new generation.
+    api.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"bundleURL": "https://mirror.example/b.crcbundle"}})),
+    )
+    .await
+    .unwrap();
+    wait_for("bundle status at generation 2", || {
+        pending_at_generation(&api, &name, 2)
+    })
+    .await;
+    assert_eq!(actor_of(&uid).map(|a| a.get_id()), Some(second.get_id()));
+
+    // Deleted: the actor stops and is not restarted.
+    let live = metrics.live_actors(BundleActor::KIND);
+    api.delete(&name, &DeleteParams::default()).await.unwrap();
+    wait_for("bundle actor stopped", || async {
+        actor_of(&uid).is_none().then_some(())
+    })
+    .await;
+    assert_eq!(metrics.live_actors(BundleActor::KIND), live - 1);
+    assert_eq!(
+        metrics.restarts(BundleActor::KIND),
+        restarts + 1,
+        "a deleted bundle's actor is not restarted"
+    );
+
+    tree.stop_and_wait(None, Some(Duration::from_secs(10)))
+        .await
+        .unwrap();
+}
+
+async fn lease_holder(api: &Api<Lease>) -> Option<String> {
+    api.get_opt("28494864.opdev.io")
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec?.holder_identity)
+        .filter(|h| !h.is_empty())
+}
+
+#[tokio::test]
+async fn operator_process_elects_a_leader_serves_probes_and_stops_gracefully() {
+    let client = support::client().await;
+    let ns = support::namespace(&client, "operator").await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+
+    let mut first = support::Operator::start(&ns).await;
+    let leader = wait_for("first operator leads", || lease_holder(&leases)).await;
+    assert!(leader.starts_with("first-operator"), "holder {leader}");
+    wait_for("first operator ready", || async {
+        (first.get("/readyz").await.0 == 200).then_some(())
+    })
+    .await;
+    assert_eq!(first.get("/healthz").await, (200, "ok".to_owned()));
+
+    // The leader runs the tree: a bundle gets an actor, visible in /metrics.
+    let api: Api<CRCBundle> = Api::all(client.clone());
+    let name = support::unique("proc");
+    api.create(&PostParams::default(), &download_bundle(&name))
+        .await
+        .unwrap();
+    wait_for("bundle observed by the operator process", || {
+        pending_at_generation(&api, &name, 1)
+    })
+    .await;
+    let (code, metrics) = first.get_metrics().await;
+    assert_eq!(code, 200);
+    assert!(
+        metrics.contains("guestcluster_actors{kind=\"crcbundle\"}"),
+        "metrics:\n{metrics}"
+    );
+    assert!(
+        metrics.contains("guestcluster_actor_restarts_total"),
+        "metrics:\n{metrics}"
+    );
+
+    // A second replica stands by: ready, but not the holder.
+    let mut second = support::Operator::start_named(&ns, "second-operator").await;
+    wait_for("standby ready", || async {
+        (second.get("/readyz").await.0 == 200).then_some(())
+    })
+    .await;
+    assert_eq!(
+        lease_holder(&leases).await.as_deref(),
+        Some(leader.as_str())
+    );
+
+    // SIGTERM: the leader exits 0 and releases the lease, so the standby takes over at once.
+    assert_eq!(
+        first.terminate().await,
+        Some(0),
+        "graceful exit; log:\n{}",
+        first.log()
+    );
+    let next = wait_for("standby takes over", || async {
+        lease_holder(&leases)
+            .await
+            .filter(|h| h.starts_with("second-operator"))
+    })
+    .await;
+    assert_ne!(next, leader);
+    assert_eq!(
+        second.terminate().await,
+        Some(0),
+        "graceful exit; log:\n{}",
+        second.log()
+    );
+    api.delete(&name, &DeleteParams::default()).await.unwrap();
+}

@@ -1,0 +1,217 @@
+//! Helpers shared by the integration tests: the shared control plane, unique names, polling with
+//! a deadline, the samples, kubectl, and the operator as a child process.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::future::Future;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use guestcluster::manifests;
+use guestcluster::testenv::ControlPlane;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DynamicObject, PostParams};
+
+/// How long any single wait in a test may take before it fails with what it observed.
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+async fn control_plane() -> &'static ControlPlane {
+    match ControlPlane::shared().await {
+        Ok(cp) => cp,
+        Err(err) => panic!("the test control plane did not start: {err}"),
+    }
+}
+
+/// A client of the shared control plane, bound to the calling test's runtime.
+pub async fn client() -> kube::Client {
+    control_plane()
+        .await
+        .client()
+        .expect("client for the test control plane")
+}
+
+/// A name unique within this test process run: `<prefix>-<pid>-<n>`.
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Creates a fresh namespace for one test and returns its name.
+pub async fn namespace(client: &kube::Client, prefix: &str) -> String {
+    let name = unique(prefix);
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create test namespace");
+    name
+}
+
+/// Polls `check` until it yields a value; panics after [`DEADLINE`] saying what it waited for.
+pub async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        if start.elapsed() > DEADLINE {
+            panic!("timed out after {DEADLINE:?} waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Project root.
+pub fn project_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Applies every object in `samples/*.yaml` (server-side apply) and returns them as stored.
+pub async fn apply_samples(client: &kube::Client) -> Result<Vec<DynamicObject>, String> {
+    let mut objects = Vec::new();
+    for entry in std::fs::read_dir(project_dir().join("samples")).map_err(|e| e.to_string())? {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        if path.extension().is_some_and(|x| x == "yaml") {
+            let text = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
+            objects
+                .extend(manifests::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?);
+        }
+    }
+    manifests::apply_all(client, objects, "guestcluster-tests")
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Runs the built `kubectl` against the shared control plane; panics with stderr on failure.
+pub async fn kubectl(args: &[&str]) -> String {
+    let cp = control_plane().await;
+    let out = cp.kubectl().args(args).output().expect("run kubectl");
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn free_addr() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local addr")
+}
+
+/// The `guestcluster operator` binary running as a child process against the shared control plane.
+pub struct Operator {
+    child: Child,
+    health: SocketAddr,
+    metrics: SocketAddr,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Operator {
+    pub async fn start(namespace: &str) -> Self {
+        Self::start_named(namespace, "first-operator").await
+    }
+
+    /// Starts an operator whose leader identity begins with `name`.
+    pub async fn start_named(namespace: &str, name: &str) -> Self {
+        let cp = control_plane().await;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let log = dir.path().join("operator.log");
+        let health = free_addr();
+        let metrics = free_addr();
+        let child = Command::new(env!("CARGO_BIN_EXE_guestcluster"))
+            .args(["operator", "--namespace", namespace])
+            .arg(format!("--health-probe-bind-address={health}"))
+            .arg(format!("--metrics-bind-address={metrics}"))
+            .env("KUBECONFIG", cp.kubeconfig_path())
+            .env("POD_NAME", name)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("spawn guestcluster operator");
+        Self {
+            child,
+            health,
+            metrics,
+            log,
+            _dir: dir,
+        }
+    }
+
+    /// `(status, body)` of a GET on the probe listener; `(0, error)` when it does not answer.
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        http_get(self.health, path).await
+    }
+
+    pub async fn get_metrics(&self) -> (u16, String) {
+        http_get(self.metrics, "/metrics").await
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    /// Sends SIGTERM and waits (up to [`DEADLINE`]) for the exit code.
+    pub async fn terminate(&mut self) -> Option<i32> {
+        let pid = libc::pid_t::try_from(self.child.id()).expect("pid fits");
+        // SAFETY: signalling our own child process by pid.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let status = wait_for("operator exit", || {
+            let exited = self.child.try_wait().expect("wait for operator");
+            async move { exited }
+        })
+        .await;
+        status.code()
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let path = path.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let request = || -> std::io::Result<(u16, String)> {
+            let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+            stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+            write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+            let mut response = String::new();
+            stream.read_to_string(&mut response)?;
+            let code = response
+                .split_whitespace()
+                .nth(1)
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0);
+            let body = response
+                .split_once("\r\n\r\n")
+                .map(|(_, b)| b.to_owned())
+                .unwrap_or_default();
+            Ok((code, body))
+        };
+        request().unwrap_or_else(|e| (0, e.to_string()))
+    })
+    .await
+    .expect("http task")
+}
