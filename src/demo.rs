@@ -178,15 +178,19 @@ async fn drive(cp: &ControlPlane, opts: &Options, progress: &Progress) -> Result
         "not yet reconciled in this version: pools, instances, leases, and the download/build sources"
     );
     println!();
-    println!("export KUBECONFIG={}", cp.kubeconfig_path().display());
-    println!("export PATH={}:$PATH", cp.bin_dir().display());
-
     let keep_running = opts
         .keep_running
         .unwrap_or_else(|| std::io::stdout().is_terminal());
     if keep_running {
+        println!("export KUBECONFIG={}", cp.kubeconfig_path().display());
+        println!("export PATH={}:$PATH", cp.bin_dir().display());
         println!("\nThe control plane and operator keep running; press Ctrl-C to stop.");
         operator::shutdown_signal().await;
+    } else {
+        println!(
+            "To keep the control plane and operator up and use kubectl on them, run `make demo`"
+        );
+        println!("in a terminal, or `cargo run -- demo --keep-running true`.");
     }
     let _ = stop_tx.send(());
     match op.await {

@@ -23,7 +23,7 @@ pub struct ReconcileLabels {
 /// Every metric the operator exports. Cloning shares the underlying values.
 #[derive(Clone, Default)]
 pub struct Metrics {
-    /// Live actors per kind.
+    /// Live actors per kind (refreshed from the actor registry on every scrape).
     pub actors: Family<KindLabels, Gauge>,
     /// Actors restarted by their supervisor after a failure, per kind.
     pub actor_restarts: Family<KindLabels, Counter>,
@@ -57,14 +57,6 @@ impl Metrics {
         let _ = self.actor_restarts.get_or_create(&labels);
     }
 
-    pub fn actor_started(&self, kind: &str) {
-        self.actors.get_or_create(&kind_labels(kind)).inc();
-    }
-
-    pub fn actor_stopped(&self, kind: &str) {
-        self.actors.get_or_create(&kind_labels(kind)).dec();
-    }
-
     pub fn actor_restarted(&self, kind: &str) {
         self.actor_restarts.get_or_create(&kind_labels(kind)).inc();
     }
@@ -78,9 +70,12 @@ impl Metrics {
             .inc();
     }
 
-    /// Current number of live actors of `kind` (for tests and the dashboard).
+    /// Current number of live actors of `kind`, from the actor registry.
     pub fn live_actors(&self, kind: &str) -> i64 {
-        self.actors.get_or_create(&kind_labels(kind)).get()
+        crate::actors::live_actor_counts()
+            .get(kind)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Restarts of actors of `kind` so far.
@@ -90,6 +85,11 @@ impl Metrics {
 
     /// The OpenMetrics text exposition of all metrics.
     pub fn encode(&self) -> String {
+        // Live actors are read from the actor registry at scrape time rather than counted on
+        // start/stop: a killed actor skips its own cleanup, and a counter would drift.
+        for (kind, count) in crate::actors::live_actor_counts() {
+            self.actors.get_or_create(&kind_labels(&kind)).set(count);
+        }
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry());

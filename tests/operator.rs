@@ -99,6 +99,26 @@ async fn bundle_actors_follow_bundles_and_restart_when_killed() {
     .await;
     assert_eq!(actor_of(&uid).map(|a| a.get_id()), Some(second.get_id()));
 
+    // A killed kind supervisor is restarted by the root; the new one re-lists and brings the
+    // bundle's actor back.
+    let supervisor_name = guestcluster::actors::supervisor_name(BundleActor::KIND);
+    let supervisor =
+        registry::where_is(supervisor_name.clone()).expect("bundle supervisor registered");
+    supervisor.kill();
+    wait_for("bundle supervisor restarted", || async {
+        registry::where_is(supervisor_name.clone()).filter(|s| s.get_id() != supervisor.get_id())
+    })
+    .await;
+    wait_for("bundle actor respawned by the new supervisor", || async {
+        actor_of(&uid).filter(|a| a.get_id() != second.get_id())
+    })
+    .await;
+    assert_eq!(
+        metrics.live_actors(BundleActor::KIND),
+        1,
+        "the killed supervisor's orphan was stopped"
+    );
+
     // Deleted: the actor stops and is not restarted.
     let live = metrics.live_actors(BundleActor::KIND);
     api.delete(&name, &DeleteParams::default()).await.unwrap();

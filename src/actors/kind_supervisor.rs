@@ -20,6 +20,9 @@ use super::backoff::{Backoff, Failures};
 use super::context::Context;
 use super::{object_actor_name, supervisor_name};
 
+/// How long a stopping supervisor waits for its children.
+pub const CHILD_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The only message an object actor receives: "look at your object again".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Trigger {
@@ -121,7 +124,6 @@ where
         let resync = myself.send_interval(args.resync, || SupervisorMsg::Resync);
         args.ctx.metrics.init_kind(A::KIND);
         args.ctx.metrics.init_kind("supervisor");
-        args.ctx.metrics.actor_started("supervisor");
         Ok(SupervisorState {
             ctx: args.ctx,
             store,
@@ -135,12 +137,15 @@ where
 
     async fn post_stop(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         state.watch.abort();
         state.resync.abort();
-        state.ctx.metrics.actor_stopped("supervisor");
+        // ractor does not stop linked children with their supervisor.
+        myself
+            .stop_children_and_wait(Some("supervisor stopping".into()), Some(CHILD_STOP_TIMEOUT))
+            .await;
         Ok(())
     }
 
@@ -212,7 +217,6 @@ where
         let Some(uid) = state.by_actor.remove(&cell.get_id()) else {
             return Ok(());
         };
-        state.ctx.metrics.actor_stopped(A::KIND);
         let Some(child) = state.children.get_mut(&uid) else {
             return Ok(());
         };
@@ -251,7 +255,6 @@ async fn spawn_child<A>(
     let name = object_actor_name(A::KIND, uid);
     match Actor::spawn_linked(Some(name), A::default(), args, myself.get_cell()).await {
         Ok((actor, _)) => {
-            state.ctx.metrics.actor_started(A::KIND);
             state.by_actor.insert(actor.get_id(), uid.to_owned());
             trigger(&actor);
             child.actor = Some(actor);
@@ -273,7 +276,6 @@ fn stop_child<A: ObjectActor>(state: &mut SupervisorState<A>, uid: &str) {
         && let Some(actor) = child.actor
     {
         state.by_actor.remove(&actor.get_id());
-        state.ctx.metrics.actor_stopped(A::KIND);
         actor.stop(Some("object deleted".into()));
     }
 }

@@ -29,3 +29,18 @@ pub fn object_actor_name(kind: &str, uid: &str) -> String {
 pub fn supervisor_name(kind: &str) -> String {
     format!("supervisor/{kind}")
 }
+
+/// Live actors per kind, from the names actors are registered under (`<kind>/<uid>`,
+/// `supervisor/<kind>`, `root`).
+pub fn live_actor_counts() -> std::collections::BTreeMap<String, i64> {
+    let mut counts = std::collections::BTreeMap::new();
+    for name in ractor::registry::registered() {
+        let kind = match name.split_once('/') {
+            Some(("supervisor", _)) => "supervisor",
+            Some((kind, _)) => kind,
+            None => name.as_str(),
+        };
+        *counts.entry(kind.to_owned()).or_insert(0) += 1;
+    }
+    counts
+}

@@ -10,7 +10,7 @@ use super::ObjectActor;
 use super::backoff::{Backoff, Failures};
 use super::bundle::BundleActor;
 use super::context::Context;
-use super::kind_supervisor::{KindSupervisor, SupervisorArgs, name_of};
+use super::kind_supervisor::{CHILD_STOP_TIMEOUT, KindSupervisor, SupervisorArgs, name_of};
 
 /// Name under which the root supervisor is registered.
 pub const ROOT_NAME: &str = "root";
@@ -79,6 +79,17 @@ impl Actor for Root {
         })
     }
 
+    async fn post_stop(
+        &self,
+        myself: ActorRef<RootMsg>,
+        _state: &mut RootState,
+    ) -> Result<(), ActorProcessingErr> {
+        myself
+            .stop_children_and_wait(Some("operator stopping".into()), Some(CHILD_STOP_TIMEOUT))
+            .await;
+        Ok(())
+    }
+
     async fn handle(
         &self,
         myself: ActorRef<RootMsg>,
@@ -118,6 +129,9 @@ impl Actor for Root {
         };
         if let Some(kind) = state.running.remove(&cell.get_id()) {
             tracing::error!(?kind, "supervisor stopped ({event}); restarting");
+            // A supervisor that panicked skipped its own cleanup: stop its orphans, so that its
+            // successor can register their names again.
+            cell.stop_children(Some("supervisor restarting".into()));
             state.ctx.metrics.actor_restarted("supervisor");
             schedule_restart(&myself, state, kind);
         }

@@ -48,5 +48,9 @@ stamp+=" -X k8s.io/client-go/pkg/version.gitMinor=$minor"
   k8s.io/kubernetes/cmd/kubectl)
 # Move into place only when everything built, so an interrupted build is redone.
 for b in "${bins[@]}"; do mv "$tmp/$b" "$out/bin/$b"; done
+# Builds of older pins are dead weight (hundreds of MB each).
+for old in "$cache"/controlplane/*/; do
+  [ "${old%/}" = "$out" ] || rm -rf "$old"
+done
 echo "control plane built in $(( $(date +%s) - start ))s" >&2
 echo "$out/bin"
