@@ -13,6 +13,7 @@
 pub mod backoff;
 pub mod bundle;
 pub mod context;
+pub mod download;
 pub mod kind_supervisor;
 pub mod root;
 

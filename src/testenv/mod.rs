@@ -23,6 +23,7 @@ mod binaries;
 mod certs;
 mod components;
 mod crds;
+mod extra_apiserver;
 mod fsutil;
 mod kubeconfig;
 mod process;
@@ -40,6 +41,7 @@ use kube::{Api, Client};
 
 pub use binaries::BIN_DIR_ENV;
 pub use crds::FIELD_MANAGER;
+pub use extra_apiserver::{ApiServerLauncher, ExtraApiServer, ExtraApiServerSpec};
 pub use kubeconfig::CONTEXT;
 
 use components::Ports;
@@ -224,12 +226,14 @@ pub struct ControlPlane {
     ca_pem: String,
     config: kube::Config,
     times: StartupTimes,
+    launcher: ApiServerLauncher,
     /// In start order; stopped in reverse so no component outlives what it depends on.
     processes: Mutex<Vec<ManagedProcess>>,
 }
 
 /// What one successful boot produced, before it is owned by a [`ControlPlane`].
 struct Booted {
+    launcher: ApiServerLauncher,
     server_url: String,
     kubeconfig: PathBuf,
     ca_pem: String,
@@ -267,6 +271,7 @@ impl ControlPlane {
             ca_pem: booted.ca_pem,
             config: booted.config,
             times,
+            launcher: booted.launcher,
             processes: Mutex::new(booted.processes),
         })
     }
@@ -328,6 +333,11 @@ impl ControlPlane {
     }
 
     /// How long the start took, per phase.
+    /// Starts more API servers on this control plane's etcd (the simulated guests' APIs).
+    pub fn apiserver_launcher(&self) -> ApiServerLauncher {
+        self.launcher.clone()
+    }
+
     pub fn startup_times(&self) -> StartupTimes {
         self.times
     }
@@ -471,6 +481,12 @@ async fn boot(
     }
 
     Ok(Booted {
+        launcher: ApiServerLauncher {
+            bin_dir: bin_dir.to_path_buf(),
+            etcd_url: ports.etcd_url(),
+            service_account_key: pki.service_account_key.clone(),
+            service_account_public_key: pki.service_account_public_key.clone(),
+        },
         server_url,
         kubeconfig,
         ca_pem,

@@ -1,0 +1,260 @@
+//! Guest operations over SSH, shared by the crc-agent and the build helper.
+//!
+//! Everything the operator does inside a CRC guest goes through the [`Guest`] trait: run a
+//! command, read a file, write a file. Implementations: [`ssh::SshGuest`] (russh, the bundle's
+//! `id_ecdsa` key) and [`fake::ScriptedGuest`] for unit tests of guest steps.
+//!
+//! # Why guest commands are simple
+//!
+//! A [`Command`] is one program with arguments, optionally run through `sudo`, optionally piped
+//! into the next (`echo <b64> | base64 --decode | sudo tee <path>`). Nothing else is ever sent:
+//! no `;`, `&&`, `if`, redirections, `$(…)` or `sh -c` scripts. Decisions — which partition to
+//! grow, whether a certificate is still fresh, whether a unit exists — are made in Rust from
+//! command output. That keeps every step unit-testable against a scripted guest, keeps errors
+//! attributable to one program, and lets the simulated guest (`sim::guest`) execute exactly what
+//! production sends; a shell script would need a shell interpreter in the simulation and would
+//! hide logic from tests.
+//!
+//! Files are written as upstream's crc-agent does (no sftp): `sudo install -m MODE -D /dev/null
+//! PATH` then `echo <base64> | base64 --decode | sudo tee PATH`, in chunks so that no single
+//! argument exceeds the kernel's 128 KiB per-argument limit (the guest's sshd runs the line with
+//! `sh -c`, so the whole line is one argument).
+
+pub mod api;
+pub mod base64;
+pub mod command;
+pub mod fake;
+pub mod keys;
+pub mod ssh;
+
+use std::future::Future;
+
+pub use command::{Command, Stage, quote};
+
+/// What a guest command returned.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Output {
+    /// Exit status of the pipeline (its last program), as sshd reports it.
+    pub status: u32,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+impl Output {
+    /// Exit status 0 with this stdout.
+    pub fn ok(stdout: impl Into<Vec<u8>>) -> Self {
+        Self {
+            status: 0,
+            stdout: stdout.into(),
+            stderr: Vec::new(),
+        }
+    }
+
+    /// A non-zero exit with this stderr.
+    pub fn failed(status: u32, stderr: impl Into<Vec<u8>>) -> Self {
+        Self {
+            status,
+            stdout: Vec::new(),
+            stderr: stderr.into(),
+        }
+    }
+
+    pub fn success(&self) -> bool {
+        self.status == 0
+    }
+
+    pub fn stdout_text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+
+    pub fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+}
+
+/// Failures of guest operations.
+#[derive(Debug, thiserror::Error)]
+pub enum GuestError {
+    #[error("cannot reach guest SSH at {addr}: {reason}")]
+    Connect { addr: String, reason: String },
+    #[error("guest SSH at {addr} not reachable within {seconds}s")]
+    Timeout { addr: String, seconds: u64 },
+    #[error("guest refused public-key authentication for user {user}")]
+    AuthRejected { user: String },
+    #[error("SSH private key: {0}")]
+    Key(String),
+    #[error("SSH session: {0}")]
+    Ssh(String),
+    #[error("`{command}` exited with status {status}: {stderr}")]
+    Failed {
+        command: String,
+        status: u32,
+        stderr: String,
+    },
+    #[error("`{command}` ended without an exit status (connection lost or guest powered off)")]
+    NoExitStatus { command: String },
+    #[error("`{command}` did not finish within {seconds}s")]
+    CommandTimeout { command: String, seconds: u64 },
+    #[error("tunnel to {host}:{port} through the guest refused: {reason}")]
+    Tunnel {
+        host: String,
+        port: u16,
+        reason: String,
+    },
+    #[error("scripted guest: {0}")]
+    Script(String),
+}
+
+/// Largest file chunk sent in one command: 48 KiB raw is 64 KiB of base64, well below the
+/// kernel's 128 KiB limit for one argument (the whole line is one `sh -c` argument in the guest).
+pub const WRITE_CHUNK: usize = 48 * 1024;
+
+/// A guest we can run simple commands in.
+pub trait Guest: Send + Sync {
+    /// Runs one simple command and reports its exit status and output.
+    fn run(&self, command: &Command) -> impl Future<Output = Result<Output, GuestError>> + Send;
+
+    /// Runs a command and turns a non-zero exit into [`GuestError::Failed`].
+    fn run_checked(
+        &self,
+        command: &Command,
+    ) -> impl Future<Output = Result<Output, GuestError>> + Send {
+        async move {
+            let output = self.run(command).await?;
+            if output.success() {
+                Ok(output)
+            } else {
+                Err(GuestError::Failed {
+                    command: command.to_string(),
+                    status: output.status,
+                    stderr: output.stderr_text().trim().to_string(),
+                })
+            }
+        }
+    }
+
+    /// The bytes of a file, read as root (`sudo cat PATH`).
+    fn read_file(&self, path: &str) -> impl Future<Output = Result<Vec<u8>, GuestError>> + Send {
+        async move {
+            let output = self.run_checked(&Command::sudo(["cat", path])).await?;
+            Ok(output.stdout)
+        }
+    }
+
+    /// Whether a path exists (`sudo test -e PATH`: 0 yes, 1 no, anything else an error).
+    fn exists(&self, path: &str) -> impl Future<Output = Result<bool, GuestError>> + Send {
+        async move {
+            let command = Command::sudo(["test", "-e", path]);
+            let output = self.run(&command).await?;
+            match output.status {
+                0 => Ok(true),
+                1 => Ok(false),
+                status => Err(GuestError::Failed {
+                    command: command.to_string(),
+                    status,
+                    stderr: output.stderr_text(),
+                }),
+            }
+        }
+    }
+
+    /// Replaces a file (creating parent directories) with `data` and `mode`, as root:
+    /// `install -m MODE -D /dev/null PATH`, then the data through `base64 --decode | tee`.
+    fn write_file(
+        &self,
+        path: &str,
+        data: &[u8],
+        mode: u32,
+    ) -> impl Future<Output = Result<(), GuestError>> + Send {
+        async move {
+            let mode = format!("{:04o}", mode & 0o7777);
+            self.run_checked(&Command::sudo([
+                "install",
+                "-m",
+                &mode,
+                "-D",
+                "/dev/null",
+                path,
+            ]))
+            .await?;
+            // The first chunk replaces (as upstream), later ones append in order.
+            for (i, chunk) in data.chunks(WRITE_CHUNK).enumerate() {
+                self.run_checked(&write_chunk(path, chunk, i > 0)).await?;
+            }
+            Ok(())
+        }
+    }
+
+    /// Appends `data` to a file as root (`… | sudo tee -a PATH`); the file must exist.
+    fn append_file(
+        &self,
+        path: &str,
+        data: &[u8],
+    ) -> impl Future<Output = Result<(), GuestError>> + Send {
+        async move {
+            for chunk in data.chunks(WRITE_CHUNK) {
+                self.run_checked(&write_chunk(path, chunk, true)).await?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// `echo <b64> | base64 --decode | sudo tee [-a] PATH`.
+pub fn write_chunk(path: &str, chunk: &[u8], append: bool) -> Command {
+    let tee: Vec<&str> = if append {
+        vec!["tee", "-a", path]
+    } else {
+        vec!["tee", path]
+    };
+    Command::new(["echo".to_string(), base64::encode(chunk)])
+        .sensitive()
+        .pipe(Command::new(["base64", "--decode"]))
+        .pipe(Command::sudo(tee))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fake::ScriptedGuest;
+    use super::*;
+
+    #[tokio::test]
+    async fn write_file_installs_then_appends_chunks() {
+        let guest = ScriptedGuest::new();
+        guest.expect("sudo install -m 0600 -D /dev/null /etc/x", Output::ok(""));
+        let data = vec![b'a'; WRITE_CHUNK + 10];
+        guest.expect(
+            write_chunk("/etc/x", &data[..WRITE_CHUNK], false).line(),
+            Output::ok(""),
+        );
+        guest.expect(
+            write_chunk("/etc/x", &data[WRITE_CHUNK..], true).line(),
+            Output::ok(""),
+        );
+        guest.write_file("/etc/x", &data, 0o600).await.unwrap();
+        guest.assert_done();
+    }
+
+    #[tokio::test]
+    async fn run_checked_reports_status_and_stderr() {
+        let guest = ScriptedGuest::new();
+        guest.expect(
+            "sudo cat /missing",
+            Output::failed(1, "cat: /missing: No such file"),
+        );
+        let err = guest.read_file("/missing").await.unwrap_err();
+        assert!(matches!(err, GuestError::Failed { status: 1, .. }), "{err}");
+        assert!(err.to_string().contains("No such file"));
+    }
+
+    #[tokio::test]
+    async fn exists_maps_test_status() {
+        let guest = ScriptedGuest::new();
+        guest.expect("sudo test -e /a", Output::ok(""));
+        guest.expect("sudo test -e /b", Output::failed(1, ""));
+        guest.expect("sudo test -e /c", Output::failed(2, "bad"));
+        assert!(guest.exists("/a").await.unwrap());
+        assert!(!guest.exists("/b").await.unwrap());
+        assert!(guest.exists("/c").await.is_err());
+    }
+}

@@ -1,0 +1,1147 @@
+//! Typed KubeVirt objects (`kubevirt.io/v1`): the fields of `VirtualMachine` and
+//! `VirtualMachineInstance` the operator writes (VM profiles) or reads (status), hand-written
+//! from the upstream API.
+//!
+//! This is **not** the whole upstream API. Deserializing an object drops the fields not modelled
+//! here, so never write back an object you read (use server-side apply or a patch of the fields
+//! you own). The derives set `schema = "disabled"`: these kinds are KubeVirt's, never installed
+//! by us (tests install minimal stand-in CRDs from `src/testenv/external-crds`).
+//!
+//! Enums read from the cluster carry an `Unknown` catch-all, so an unexpected value from a newer
+//! KubeVirt does not make the whole object unreadable; the catch-all is not meant to be written.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Affinity, LocalObjectReference, PodDNSConfig, Toleration};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::CustomResource;
+use serde::{Deserialize, Serialize};
+
+/// API group of VirtualMachine and VirtualMachineInstance.
+pub const GROUP: &str = "kubevirt.io";
+/// API version of VirtualMachine and VirtualMachineInstance.
+pub const VERSION: &str = "v1";
+
+/// Labels and annotations KubeVirt puts on VMIs and virt-launcher pods.
+pub mod labels {
+    /// `kubevirt.io=virt-launcher` marks every virt-launcher pod.
+    pub const APP: &str = "kubevirt.io";
+    /// Value of [`APP`] on virt-launcher pods.
+    pub const VIRT_LAUNCHER: &str = "virt-launcher";
+    /// On a virt-launcher pod: the UID of the VMI it runs.
+    pub const CREATED_BY: &str = "kubevirt.io/created-by";
+    /// On VMIs started from a VirtualMachine and their virt-launcher pods: the VM's name. A
+    /// Service selecting the VM's pod uses this label.
+    pub const VM_NAME: &str = "vm.kubevirt.io/name";
+    /// Annotation on a virt-launcher pod: the name of the VMI (libvirt domain) it runs.
+    pub const DOMAIN_ANNOTATION: &str = "kubevirt.io/domain";
+}
+
+/// Finalizers KubeVirt sets.
+pub mod finalizers {
+    /// On every VMI: removed by virt-controller once the guest is stopped and the virt-launcher
+    /// pod is gone, so a deleted VMI stays visible (and its disks held) until then.
+    pub const VMI_FOREGROUND_DELETE: &str = "foregroundDeleteVirtualMachine";
+    /// On every VirtualMachine: removed once its VMI is gone.
+    pub const VM_CONTROLLER: &str = "kubevirt.io/virtualMachineControllerFinalize";
+}
+
+/// Condition types of VirtualMachines and VMIs.
+pub mod condition_types {
+    /// VMI: the guest runs (KubeVirt copies this onto the VM).
+    pub const READY: &str = "Ready";
+    /// VMI: `False` when virt-controller cannot set the VMI up (e.g. reason `FailedPvcNotFound`).
+    pub const SYNCHRONIZED: &str = "Synchronized";
+    /// VMI: whether every DataVolume it uses is populated.
+    pub const DATA_VOLUMES_READY: &str = "DataVolumesReady";
+    /// VMI: the launcher pod's scheduling, mirrored from the pod.
+    pub const POD_SCHEDULED: &str = "PodScheduled";
+    /// VM: the last start or stop attempt failed.
+    pub const FAILURE: &str = "Failure";
+}
+
+/// Condition reasons KubeVirt uses that the operator may look at.
+pub mod condition_reasons {
+    /// `Synchronized=False`: a volume's PVC (or DataVolume) does not exist.
+    pub const FAILED_PVC_NOT_FOUND: &str = "FailedPvcNotFound";
+    /// VM `Ready=False`: there is no VMI.
+    pub const VMI_NOT_EXISTS: &str = "VMINotExists";
+    /// VM `Ready=False`: the VMI has no Ready condition yet.
+    pub const VMI_CONDITION_MISSING: &str = "VMIConditionMissing";
+    /// `PodScheduled=False`.
+    pub const UNSCHEDULABLE: &str = "Unschedulable";
+}
+
+// ---------------------------------------------------------------------------------------------
+// VirtualMachine
+// ---------------------------------------------------------------------------------------------
+
+/// A VirtualMachine: keeps (or not) a VirtualMachineInstance running from its template.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "kubevirt.io",
+    version = "v1",
+    kind = "VirtualMachine",
+    plural = "virtualmachines",
+    namespaced,
+    status = "VirtualMachineStatus",
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualMachineSpec {
+    /// Whether and when a VMI runs. Takes precedence; set this or `running`, not both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_strategy: Option<RunStrategy>,
+    /// Legacy switch: `true` = `Always`, `false` = `Halted`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<bool>,
+    /// What every VMI of this VM is created from.
+    #[serde(default)]
+    pub template: VirtualMachineInstanceTemplateSpec,
+}
+
+impl VirtualMachineSpec {
+    /// The run strategy in force, as KubeVirt reads it: `runStrategy`, else `running`
+    /// (`true` = `Always`), else `Halted`.
+    pub fn effective_run_strategy(&self) -> RunStrategy {
+        match (self.run_strategy, self.running) {
+            (Some(strategy), _) => strategy,
+            (None, Some(true)) => RunStrategy::Always,
+            (None, Some(false) | None) => RunStrategy::Halted,
+        }
+    }
+}
+
+/// `spec.runStrategy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RunStrategy {
+    /// A VMI always runs; a VMI that ends (or is stopped) is replaced by a new one.
+    Always,
+    /// A VMI runs until it succeeds; a failed VMI is replaced, a succeeded one is not.
+    RerunOnFailure,
+    /// Started and stopped only by requests (`virtctl start/stop`).
+    Manual,
+    /// No VMI runs.
+    Halted,
+    /// One VMI is started; it is not restarted whatever its outcome.
+    Once,
+    /// A value this code does not know (read-only).
+    #[serde(other)]
+    Unknown,
+}
+
+impl RunStrategy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStrategy::Always => "Always",
+            RunStrategy::RerunOnFailure => "RerunOnFailure",
+            RunStrategy::Manual => "Manual",
+            RunStrategy::Halted => "Halted",
+            RunStrategy::Once => "Once",
+            RunStrategy::Unknown => "Unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for RunStrategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `spec.template` of a VirtualMachine.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualMachineInstanceTemplateSpec {
+    /// Labels and annotations copied onto every VMI (and from there onto its launcher pod).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<ObjectMeta>,
+    #[serde(default)]
+    pub spec: VirtualMachineInstanceSpec,
+}
+
+/// Observed state of a VirtualMachine (written by KubeVirt).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualMachineStatus {
+    /// A VMI of this VM exists (in any phase).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub created: bool,
+    /// The VMI runs and is Ready.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ready: bool,
+    /// One-word summary, as `kubectl get vm` prints it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub printable_status: Option<PrintableStatus>,
+    /// The run strategy KubeVirt last acted on. After changing `spec.runStrategy`, wait until
+    /// this equals it before relying on the new behaviour.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_strategy: Option<RunStrategy>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<KubevirtCondition>,
+    /// Pending start/stop requests (what `virtctl start/stop/restart` writes), oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub state_change_requests: Vec<StateChangeRequest>,
+    /// Consecutive VMIs that failed before running; drives the restart back-off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_failure: Option<StartFailure>,
+    /// The `metadata.generation` the current VMI was created from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_generation: Option<i64>,
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// `status.printableStatus` of a VirtualMachine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PrintableStatus {
+    Stopped,
+    Provisioning,
+    Starting,
+    Running,
+    Paused,
+    Stopping,
+    Terminating,
+    CrashLoopBackOff,
+    Migrating,
+    ErrorUnschedulable,
+    ErrImagePull,
+    ImagePullBackOff,
+    ErrorPvcNotFound,
+    DataVolumeError,
+    WaitingForVolumeBinding,
+    WaitingForReceiver,
+    /// KubeVirt's `Unknown`, and any value this code does not know.
+    #[serde(other)]
+    Unknown,
+}
+
+/// A start or stop request in `status.stateChangeRequests`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StateChangeRequest {
+    pub action: StateChangeAction,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub data: BTreeMap<String, String>,
+    /// For `Stop`: the VMI to stop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum StateChangeAction {
+    #[default]
+    Start,
+    Stop,
+    #[serde(other)]
+    Unknown,
+}
+
+/// `status.startFailure` of a VirtualMachine.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StartFailure {
+    #[serde(default)]
+    pub consecutive_fail_count: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failed_vmi_uid: Option<String>,
+    /// No new VMI is started before this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_timestamp: Option<Time>,
+}
+
+/// A condition as KubeVirt writes it (both timestamps may be null, unlike `meta/v1.Condition`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubevirtCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub last_probe_time: Option<Time>,
+    #[serde(default)]
+    pub last_transition_time: Option<Time>,
+}
+
+impl KubevirtCondition {
+    pub fn is_true(&self) -> bool {
+        self.status == "True"
+    }
+}
+
+/// The condition of type `type_`, if present.
+pub fn find_condition<'a>(
+    conditions: &'a [KubevirtCondition],
+    type_: &str,
+) -> Option<&'a KubevirtCondition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+impl VirtualMachine {
+    /// `status.ready`: the VMI runs and is Ready.
+    pub fn is_ready(&self) -> bool {
+        self.status.as_ref().is_some_and(|s| s.ready)
+    }
+
+    /// `status.printableStatus`, if written.
+    pub fn printable_status(&self) -> Option<PrintableStatus> {
+        self.status.as_ref().and_then(|s| s.printable_status)
+    }
+
+    /// `status.runStrategy`: the strategy KubeVirt last acted on.
+    pub fn observed_run_strategy(&self) -> Option<RunStrategy> {
+        self.status.as_ref().and_then(|s| s.run_strategy)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// VirtualMachineInstance
+// ---------------------------------------------------------------------------------------------
+
+/// A VirtualMachineInstance: one run of a guest, in one virt-launcher pod. Every start of a VM
+/// creates a new VMI (new UID, new pod, new pod IP).
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "kubevirt.io",
+    version = "v1",
+    kind = "VirtualMachineInstance",
+    plural = "virtualmachineinstances",
+    namespaced,
+    status = "VirtualMachineInstanceStatus",
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualMachineInstanceSpec {
+    /// The virtual hardware.
+    #[serde(default)]
+    pub domain: DomainSpec,
+    /// Where disk contents come from; each disk names one volume.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<Volume>,
+    /// Networks the interfaces attach to. Empty = the pod network with masquerade binding.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub networks: Vec<Network>,
+    /// Node labels the virt-launcher pod must match.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    /// The guest's hostname (DHCP); default: the VMI name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    /// Seconds a graceful (ACPI) shutdown may take before the guest is killed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination_grace_period_seconds: Option<i64>,
+    /// `None`, `LiveMigrate`, `LiveMigrateIfPossible` or `External`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eviction_strategy: Option<String>,
+    /// DNS policy of the virt-launcher pod (and so of the guest's DHCP-provided resolvers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns_policy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns_config: Option<PodDNSConfig>,
+}
+
+impl VirtualMachineInstanceSpec {
+    /// The volume named `name`.
+    pub fn volume(&self, name: &str) -> Option<&Volume> {
+        self.volumes.iter().find(|v| v.name == name)
+    }
+}
+
+/// `domain`: CPU, memory, devices, firmware, clock, machine type.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DomainSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<Cpu>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Memory>,
+    /// Pod-style resource requests/limits of the domain (e.g. `memory`, `cpu`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<DomainResources>,
+    #[serde(default)]
+    pub devices: Devices,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firmware: Option<Firmware>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<Clock>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<Machine>,
+}
+
+impl DomainSpec {
+    /// The guest RTC's offset from UTC in seconds (`clock.utc.offsetSeconds`, default 0).
+    pub fn clock_offset_seconds(&self) -> i64 {
+        self.clock
+            .as_ref()
+            .and_then(|c| c.utc.as_ref())
+            .and_then(|u| u.offset_seconds)
+            .unwrap_or(0)
+    }
+}
+
+/// `domain.cpu`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Cpu {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cores: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sockets: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<u32>,
+    /// `host-model`, `host-passthrough` or a named model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+}
+
+/// `domain.memory`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Memory {
+    /// Memory the guest sees.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest: Option<Quantity>,
+}
+
+/// `domain.resources`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DomainResources {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub requests: BTreeMap<String, Quantity>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub limits: BTreeMap<String, Quantity>,
+}
+
+/// `domain.devices`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Devices {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disks: Vec<Disk>,
+    /// Empty = one interface on the pod network with masquerade binding.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<Interface>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoattach_serial_console: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoattach_graphics_device: Option<bool>,
+}
+
+/// One disk of the domain, backed by the volume of the same name.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Disk {
+    /// Also the name of the volume behind it.
+    pub name: String,
+    /// Firmware boot priority, 1 first. Devices without one are not tried when any device has
+    /// one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_order: Option<u32>,
+    /// A hard disk. Neither `disk` nor `cdrom` set means a `disk`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<DiskTarget>,
+    /// A CD-ROM drive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cdrom: Option<CdRomTarget>,
+    /// Serial number the guest sees.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<String>,
+}
+
+impl Disk {
+    /// Whether this is a CD-ROM drive.
+    pub fn is_cdrom(&self) -> bool {
+        self.cdrom.is_some()
+    }
+
+    /// The bus the guest sees the device on (KubeVirt's default: virtio for disks, sata for
+    /// CD-ROMs).
+    pub fn bus(&self) -> DiskBus {
+        match (&self.disk, &self.cdrom) {
+            (_, Some(cdrom)) => cdrom.bus.unwrap_or(DiskBus::Sata),
+            (Some(disk), None) => disk.bus.unwrap_or(DiskBus::Virtio),
+            (None, None) => DiskBus::Virtio,
+        }
+    }
+}
+
+/// `disk` of a [`Disk`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiskTarget {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bus: Option<DiskBus>,
+}
+
+/// `cdrom` of a [`Disk`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CdRomTarget {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bus: Option<DiskBus>,
+    /// KubeVirt's default is `true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readonly: Option<bool>,
+}
+
+/// Bus of a disk or CD-ROM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DiskBus {
+    /// `/dev/vdX` in the guest.
+    Virtio,
+    /// `/dev/sdX` in the guest.
+    Sata,
+    /// `/dev/sdX` in the guest.
+    Scsi,
+    Usb,
+    #[serde(other)]
+    Unknown,
+}
+
+/// One network interface of the domain, attached to the network of the same name.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Interface {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac_address: Option<String>,
+    /// NIC model, e.g. `virtio`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// NAT behind the pod IP (the guest sees a private address).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub masquerade: Option<InterfaceMasquerade>,
+    /// Bridged to the network (the guest sees the network's address directly).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bridge: Option<InterfaceBridge>,
+}
+
+/// Marker: masquerade binding (serializes as `{}`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct InterfaceMasquerade {}
+
+/// Marker: bridge binding (serializes as `{}`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct InterfaceBridge {}
+
+/// A network interfaces attach to.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Network {
+    pub name: String,
+    /// The pod network.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodNetwork>,
+    /// A Multus NetworkAttachmentDefinition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multus: Option<MultusNetwork>,
+}
+
+/// `pod` network.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodNetwork {
+    /// The guest-side CIDR of masquerade binding (default `10.0.2.0/24`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm_network_cidr: Option<String>,
+}
+
+/// `multus` network.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MultusNetwork {
+    /// `<namespace>/<name>` or `<name>` of the NetworkAttachmentDefinition.
+    pub network_name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<bool>,
+}
+
+/// `domain.firmware`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Firmware {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootloader: Option<Bootloader>,
+    /// SMBIOS serial number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<String>,
+    /// SMBIOS UUID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+}
+
+/// `firmware.bootloader`: exactly one of `bios`, `efi`. Unset = BIOS.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Bootloader {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bios: Option<Bios>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub efi: Option<Efi>,
+}
+
+/// Legacy BIOS.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Bios {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub use_serial: Option<bool>,
+}
+
+/// UEFI.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Efi {
+    /// KubeVirt's default is `true` (and then needs the SMM feature).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secure_boot: Option<bool>,
+    /// Keep EFI variables (NVRAM) across VMIs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistent: Option<bool>,
+}
+
+/// `domain.clock`: exactly one of `utc`, `timezone`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Clock {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utc: Option<ClockOffsetUtc>,
+    /// The guest RTC runs in this IANA zone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+}
+
+/// `clock.utc`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClockOffsetUtc {
+    /// Seconds the guest RTC is ahead of UTC (negative: behind).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset_seconds: Option<i64>,
+}
+
+/// `domain.machine`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Machine {
+    /// e.g. `q35`; unset = the cluster's default.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
+}
+
+/// A volume: where a disk's contents come from. Exactly one source is set.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Volume {
+    pub name: String,
+    /// The PVC of a CDI DataVolume (KubeVirt waits until the DataVolume is populated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_volume: Option<DataVolumeSource>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistent_volume_claim: Option<PersistentVolumeClaimSource>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cloud_init_no_cloud: Option<CloudInitNoCloudSource>,
+}
+
+impl Volume {
+    /// The PVC behind this volume: a DataVolume's PVC has the DataVolume's name.
+    pub fn claim_name(&self) -> Option<&str> {
+        if let Some(dv) = &self.data_volume {
+            Some(&dv.name)
+        } else {
+            self.persistent_volume_claim
+                .as_ref()
+                .map(|pvc| pvc.claim_name.as_str())
+        }
+    }
+}
+
+/// `dataVolume` volume source.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DataVolumeSource {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hotpluggable: Option<bool>,
+}
+
+/// `persistentVolumeClaim` volume source.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PersistentVolumeClaimSource {
+    pub claim_name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hotpluggable: Option<bool>,
+}
+
+/// `cloudInitNoCloud` volume source.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CloudInitNoCloudSource {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_data: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_data_base64: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<LocalObjectReference>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_data: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_data_base64: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_data_secret_ref: Option<LocalObjectReference>,
+}
+
+/// Observed state of a VMI (written by KubeVirt).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualMachineInstanceStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<VmiPhase>,
+    /// CamelCase reason for the phase, e.g. why it Failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The node the virt-launcher pod runs on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    /// The guest's interfaces. With the pod network, `ipAddress` is the pod IP.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<VmiNetworkInterface>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<KubevirtCondition>,
+    /// When each phase was entered.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub phase_transition_timestamps: Vec<PhaseTransitionTimestamp>,
+    /// Image version of the virt-launcher pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launcher_container_image_version: Option<String>,
+    /// virt-launcher pod UID → node name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub active_pods: BTreeMap<String, String>,
+    /// Each volume and the device it appears as in the guest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volume_status: Vec<VolumeStatus>,
+}
+
+/// `status.phase` of a VMI.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum VmiPhase {
+    /// Not yet processed (`""`).
+    #[serde(rename = "")]
+    Unset,
+    /// Accepted; waiting for volumes or for its pod to be created.
+    Pending,
+    /// The virt-launcher pod exists and is being scheduled / started.
+    Scheduling,
+    /// The virt-launcher pod runs; the guest is being started.
+    Scheduled,
+    /// The guest runs.
+    Running,
+    /// The guest shut down (powered off or stopped).
+    Succeeded,
+    /// The guest crashed or could not start, or its pod went away.
+    Failed,
+    /// KubeVirt's `Unknown` (node lost), and any value this code does not know.
+    #[serde(other)]
+    Unknown,
+}
+
+impl VmiPhase {
+    /// `Succeeded` or `Failed`: this VMI will never run again.
+    pub fn is_final(self) -> bool {
+        matches!(self, VmiPhase::Succeeded | VmiPhase::Failed)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VmiPhase::Unset => "",
+            VmiPhase::Pending => "Pending",
+            VmiPhase::Scheduling => "Scheduling",
+            VmiPhase::Scheduled => "Scheduled",
+            VmiPhase::Running => "Running",
+            VmiPhase::Succeeded => "Succeeded",
+            VmiPhase::Failed => "Failed",
+            VmiPhase::Unknown => "Unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for VmiPhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One entry of `status.interfaces`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VmiNetworkInterface {
+    /// The interface's name in the VMI spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip_address: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ip_addresses: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
+    /// The name inside the guest (from the guest agent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface_name: Option<String>,
+    /// `domain`, `guest-agent`, `multus-status` (comma-separated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub info_source: Option<String>,
+}
+
+/// One entry of `status.phaseTransitionTimestamps`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PhaseTransitionTimestamp {
+    pub phase: VmiPhase,
+    pub phase_transition_timestamp: Time,
+}
+
+/// One entry of `status.volumeStatus`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeStatus {
+    pub name: String,
+    /// The device in the guest, e.g. `vda`, `sda`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistent_volume_claim_info: Option<PersistentVolumeClaimInfo>,
+}
+
+/// `volumeStatus[].persistentVolumeClaimInfo`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PersistentVolumeClaimInfo {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim_name: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub capacity: BTreeMap<String, Quantity>,
+}
+
+impl VirtualMachineInstance {
+    /// `status.phase`; `Unset` when not written yet.
+    pub fn phase(&self) -> VmiPhase {
+        self.status
+            .as_ref()
+            .and_then(|s| s.phase)
+            .unwrap_or(VmiPhase::Unset)
+    }
+
+    /// The first non-empty `status.interfaces[].ipAddress`: the pod IP on the pod network.
+    pub fn first_ip(&self) -> Option<&str> {
+        self.status.as_ref().and_then(|s| {
+            s.interfaces
+                .iter()
+                .filter_map(|i| i.ip_address.as_deref())
+                .find(|ip| !ip.is_empty())
+        })
+    }
+
+    /// The condition of type `type_`, if present.
+    pub fn condition(&self, type_: &str) -> Option<&KubevirtCondition> {
+        self.status
+            .as_ref()
+            .and_then(|s| find_condition(&s.conditions, type_))
+    }
+
+    /// Running with `Ready=True`.
+    pub fn is_ready(&self) -> bool {
+        self.phase() == VmiPhase::Running
+            && self
+                .condition(condition_types::READY)
+                .is_some_and(KubevirtCondition::is_true)
+    }
+
+    /// When the VMI entered `phase`, if it did.
+    pub fn phase_entered(&self, phase: VmiPhase) -> Option<&Time> {
+        self.status.as_ref().and_then(|s| {
+            s.phase_transition_timestamps
+                .iter()
+                .find(|t| t.phase == phase)
+                .map(|t| &t.phase_transition_timestamp)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn build_vm_profile_round_trips_to_kubevirt_json() {
+        let vm = VirtualMachine::new(
+            "crc",
+            VirtualMachineSpec {
+                run_strategy: Some(RunStrategy::RerunOnFailure),
+                running: None,
+                template: VirtualMachineInstanceTemplateSpec {
+                    metadata: None,
+                    spec: VirtualMachineInstanceSpec {
+                        domain: DomainSpec {
+                            cpu: Some(Cpu {
+                                cores: Some(6),
+                                ..Cpu::default()
+                            }),
+                            memory: Some(Memory {
+                                guest: Some(Quantity("14336Mi".into())),
+                            }),
+                            firmware: Some(Firmware {
+                                bootloader: Some(Bootloader {
+                                    efi: Some(Efi {
+                                        secure_boot: Some(false),
+                                        persistent: None,
+                                    }),
+                                    bios: None,
+                                }),
+                                ..Firmware::default()
+                            }),
+                            clock: Some(Clock {
+                                utc: Some(ClockOffsetUtc {
+                                    offset_seconds: Some(-86400),
+                                }),
+                                timezone: None,
+                            }),
+                            devices: Devices {
+                                disks: vec![
+                                    Disk {
+                                        name: "root".into(),
+                                        boot_order: Some(1),
+                                        disk: Some(DiskTarget {
+                                            bus: Some(DiskBus::Virtio),
+                                        }),
+                                        ..Disk::default()
+                                    },
+                                    Disk {
+                                        name: "iso".into(),
+                                        boot_order: Some(2),
+                                        cdrom: Some(CdRomTarget {
+                                            bus: Some(DiskBus::Sata),
+                                            readonly: Some(true),
+                                        }),
+                                        ..Disk::default()
+                                    },
+                                ],
+                                interfaces: vec![Interface {
+                                    name: "default".into(),
+                                    masquerade: Some(InterfaceMasquerade {}),
+                                    ..Interface::default()
+                                }],
+                                ..Devices::default()
+                            },
+                            ..DomainSpec::default()
+                        },
+                        networks: vec![Network {
+                            name: "default".into(),
+                            pod: Some(PodNetwork::default()),
+                            multus: None,
+                        }],
+                        volumes: vec![
+                            Volume {
+                                name: "root".into(),
+                                data_volume: Some(DataVolumeSource {
+                                    name: "crc-root".into(),
+                                    hotpluggable: None,
+                                }),
+                                ..Volume::default()
+                            },
+                            Volume {
+                                name: "iso".into(),
+                                persistent_volume_claim: Some(PersistentVolumeClaimSource {
+                                    claim_name: "crc-iso".into(),
+                                    ..PersistentVolumeClaimSource::default()
+                                }),
+                                ..Volume::default()
+                            },
+                        ],
+                        ..VirtualMachineInstanceSpec::default()
+                    },
+                },
+            },
+        );
+        let value = serde_json::to_value(&vm).unwrap();
+        assert_eq!(value["apiVersion"], "kubevirt.io/v1");
+        assert_eq!(value["kind"], "VirtualMachine");
+        assert_eq!(
+            value["spec"],
+            json!({
+                "runStrategy": "RerunOnFailure",
+                "template": {"spec": {
+                    "domain": {
+                        "cpu": {"cores": 6},
+                        "memory": {"guest": "14336Mi"},
+                        "devices": {
+                            "disks": [
+                                {"name": "root", "bootOrder": 1, "disk": {"bus": "virtio"}},
+                                {"name": "iso", "bootOrder": 2,
+                                 "cdrom": {"bus": "sata", "readonly": true}},
+                            ],
+                            "interfaces": [{"name": "default", "masquerade": {}}],
+                        },
+                        "firmware": {"bootloader": {"efi": {"secureBoot": false}}},
+                        "clock": {"utc": {"offsetSeconds": -86400}},
+                    },
+                    "volumes": [
+                        {"name": "root", "dataVolume": {"name": "crc-root"}},
+                        {"name": "iso", "persistentVolumeClaim": {"claimName": "crc-iso"}},
+                    ],
+                    "networks": [{"name": "default", "pod": {}}],
+                }},
+            })
+        );
+        let back: VirtualMachine = serde_json::from_value(value).unwrap();
+        assert_eq!(back.spec, vm.spec);
+        assert_eq!(
+            back.spec.template.spec.domain.clock_offset_seconds(),
+            -86400
+        );
+        assert_eq!(
+            back.spec.template.spec.volumes[0].claim_name(),
+            Some("crc-root")
+        );
+        assert!(back.spec.template.spec.domain.devices.disks[1].is_cdrom());
+        assert_eq!(
+            back.spec.template.spec.domain.devices.disks[1].bus(),
+            DiskBus::Sata
+        );
+    }
+
+    #[test]
+    fn upstream_crc_vm_reads() {
+        // The VirtualMachine of upstream §3.4.
+        let vm: VirtualMachine = serde_json::from_value(json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+            "metadata": {"name": "demo", "namespace": "ns"},
+            "spec": {"runStrategy": "Always", "template": {
+                "metadata": {"labels": {"opdev.io/cluster-instance": "demo"}},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/arch": "amd64"},
+                    "domain": {
+                        "resources": {"requests": {"memory": "16Gi", "cpu": "4"}},
+                        "devices": {"disks": [{"name": "rootdisk", "disk": {"bus": "virtio"}}]},
+                    },
+                    "volumes": [{"name": "rootdisk", "dataVolume": {"name": "demo-rootdisk"}}],
+                }}},
+        }))
+        .unwrap();
+        assert_eq!(vm.spec.effective_run_strategy(), RunStrategy::Always);
+        let spec = &vm.spec.template.spec;
+        assert_eq!(spec.node_selector["kubernetes.io/arch"], "amd64");
+        assert_eq!(
+            spec.domain.resources.as_ref().unwrap().requests["memory"],
+            Quantity("16Gi".into())
+        );
+        assert_eq!(spec.domain.clock_offset_seconds(), 0);
+        assert_eq!(
+            spec.volume("rootdisk").unwrap().claim_name(),
+            Some("demo-rootdisk")
+        );
+    }
+
+    #[test]
+    fn legacy_running_field_maps_to_a_run_strategy() {
+        let spec = |v| -> VirtualMachineSpec { serde_json::from_value(v).unwrap() };
+        assert_eq!(
+            spec(json!({"running": true})).effective_run_strategy(),
+            RunStrategy::Always
+        );
+        assert_eq!(
+            spec(json!({"running": false})).effective_run_strategy(),
+            RunStrategy::Halted
+        );
+        assert_eq!(
+            spec(json!({})).effective_run_strategy(),
+            RunStrategy::Halted
+        );
+        assert_eq!(
+            spec(json!({"running": true, "runStrategy": "Manual"})).effective_run_strategy(),
+            RunStrategy::Manual
+        );
+    }
+
+    #[test]
+    fn unknown_enum_values_do_not_break_reading() {
+        let vm: VirtualMachine = serde_json::from_value(json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+            "metadata": {"name": "x"},
+            "spec": {"runStrategy": "WaitAsReceiver", "template": {"spec": {"domain": {
+                "devices": {"disks": [{"name": "d", "disk": {"bus": "nvme"}}]}}}}},
+            "status": {"printableStatus": "SomethingNew", "runStrategy": "Always",
+                       "stateChangeRequests": [{"action": "Freeze"}]},
+        }))
+        .unwrap();
+        assert_eq!(vm.spec.run_strategy, Some(RunStrategy::Unknown));
+        assert_eq!(
+            vm.spec.template.spec.domain.devices.disks[0].bus(),
+            DiskBus::Unknown
+        );
+        assert_eq!(vm.printable_status(), Some(PrintableStatus::Unknown));
+        assert_eq!(vm.observed_run_strategy(), Some(RunStrategy::Always));
+        let status = vm.status.unwrap();
+        assert_eq!(
+            status.state_change_requests[0].action,
+            StateChangeAction::Unknown
+        );
+    }
+
+    #[test]
+    fn vmi_status_reads_phase_ip_and_conditions() {
+        let vmi: VirtualMachineInstance = serde_json::from_value(json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+            "metadata": {"name": "x"},
+            "spec": {"domain": {}},
+            "status": {
+                "phase": "Running",
+                "nodeName": "node-1",
+                "interfaces": [{"name": "default", "ipAddress": ""},
+                               {"ipAddress": "10.128.0.7", "ipAddresses": ["10.128.0.7"]}],
+                "conditions": [{"type": "Ready", "status": "True",
+                                "lastProbeTime": null, "lastTransitionTime": "2025-01-01T00:00:00Z"}],
+                "phaseTransitionTimestamps": [
+                    {"phase": "Running", "phaseTransitionTimestamp": "2025-01-01T00:00:00Z"}],
+                "launcherContainerImageVersion": "quay.io/kubevirt/virt-launcher:v1.5.0",
+            },
+        }))
+        .unwrap();
+        assert_eq!(vmi.phase(), VmiPhase::Running);
+        assert!(!vmi.phase().is_final());
+        assert_eq!(vmi.first_ip(), Some("10.128.0.7"));
+        assert!(vmi.is_ready());
+        assert!(vmi.phase_entered(VmiPhase::Running).is_some());
+        assert!(vmi.phase_entered(VmiPhase::Scheduled).is_none());
+    }
+
+    #[test]
+    fn unset_phase_is_the_empty_string() {
+        let status: VirtualMachineInstanceStatus =
+            serde_json::from_value(json!({"phase": ""})).unwrap();
+        assert_eq!(status.phase, Some(VmiPhase::Unset));
+        let status: VirtualMachineInstanceStatus =
+            serde_json::from_value(json!({"phase": "WaitingForSync"})).unwrap();
+        assert_eq!(status.phase, Some(VmiPhase::Unknown));
+        assert_eq!(
+            serde_json::to_value(VmiPhase::Scheduled).unwrap(),
+            json!("Scheduled")
+        );
+    }
+}

@@ -1,0 +1,293 @@
+//! Objects of a download-sourced CRCBundle, in the operator namespace (upstream-behaviour §2):
+//! the golden and scratch PVCs and the prep Job, plus the names of what the Job publishes.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::Volume;
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, SecurityContext, VolumeMount,
+    VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
+
+use super::common::{bundle_labels, controller_ref};
+use crate::api::CRCBundle;
+
+/// Default mirror of the published bundles.
+const MIRROR: &str = "https://mirror.openshift.com/pub/openshift-v4/clients/crc/bundles/openshift";
+/// Size of the scratch PVC the archive is downloaded and extracted into.
+pub const SCRATCH_SIZE: &str = "40Gi";
+/// Where the prep Job mounts the golden and scratch PVCs.
+pub const GOLDEN_DIR: &str = "/golden";
+pub const SCRATCH_DIR: &str = "/work";
+/// Prep Job limits (upstream: backoffLimit 2, 2 h).
+pub const PREP_BACKOFF_LIMIT: i32 = 2;
+pub const PREP_DEADLINE_SECONDS: i64 = 7200;
+
+/// Names of a bundle's objects: `<bundle>-golden`, `-scratch`, `-prep`, `-ssh-key`, `-metadata`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Names {
+    pub golden_pvc: String,
+    pub scratch_pvc: String,
+    pub prep_job: String,
+    pub ssh_secret: String,
+    pub metadata: String,
+}
+
+impl Names {
+    pub fn of(bundle: &str) -> Self {
+        Self {
+            golden_pvc: format!("{bundle}-golden"),
+            scratch_pvc: format!("{bundle}-scratch"),
+            prep_job: format!("{bundle}-prep"),
+            ssh_secret: format!("{bundle}-ssh-key"),
+            metadata: format!("{bundle}-metadata"),
+        }
+    }
+}
+
+/// Where the prep Job downloads from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Urls {
+    pub bundle: String,
+    pub sha256: String,
+}
+
+/// The archive and checksum URLs: `spec.bundleURL`/`sha256URL`, each defaulting to the mirror.
+pub fn urls(bundle: &CRCBundle) -> Option<Urls> {
+    let version = bundle.spec.version.as_deref()?;
+    let arch = bundle.spec.arch;
+    Some(Urls {
+        bundle: bundle
+            .spec
+            .bundle_url
+            .clone()
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| {
+                format!("{MIRROR}/{version}/crc_libvirt_{version}_{arch}.crcbundle")
+            }),
+        sha256: bundle
+            .spec
+            .sha256_url
+            .clone()
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| format!("{MIRROR}/{version}/sha256sum.txt")),
+    })
+}
+
+/// How the operator runs its Jobs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobSettings {
+    /// The image holding the `guestcluster` binary (and qemu-img).
+    pub image: String,
+    /// Service account of the prep Job (needs Secrets and ConfigMaps in the operator namespace).
+    pub prep_service_account: String,
+}
+
+fn pvc(name: &str, bundle: &CRCBundle, namespace: &str, size: &str) -> PersistentVolumeClaim {
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(bundle_labels(&bundle.name_any())),
+            owner_references: controller_ref(bundle).map(|r| vec![r]),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_owned(),
+                    Quantity(size.to_owned()),
+                )])),
+                ..Default::default()
+            }),
+            storage_class_name: bundle
+                .spec
+                .storage_class_name
+                .clone()
+                .filter(|s| !s.is_empty()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The golden PVC: `/disk.img` (raw) once prepared. No CDI annotations: it is a plain clone source.
+pub fn golden_pvc(bundle: &CRCBundle, namespace: &str) -> PersistentVolumeClaim {
+    let names = Names::of(&bundle.name_any());
+    pvc(
+        &names.golden_pvc,
+        bundle,
+        namespace,
+        &bundle.spec.golden_volume_size,
+    )
+}
+
+/// The scratch PVC the archive is downloaded and extracted into; deleted once Ready.
+pub fn scratch_pvc(bundle: &CRCBundle, namespace: &str) -> PersistentVolumeClaim {
+    let names = Names::of(&bundle.name_any());
+    pvc(&names.scratch_pvc, bundle, namespace, SCRATCH_SIZE)
+}
+
+/// The prep Job: `guestcluster bundle-prep` with the golden and scratch PVCs mounted.
+pub fn prep_job(bundle: &CRCBundle, namespace: &str, urls: &Urls, settings: &JobSettings) -> Job {
+    let name = bundle.name_any();
+    let names = Names::of(&name);
+    let labels = bundle_labels(&name);
+    let env = [
+        ("BUNDLE_URL", urls.bundle.as_str()),
+        ("SHA256_URL", urls.sha256.as_str()),
+        ("NAMESPACE", namespace),
+        ("BUNDLE_NAME", name.as_str()),
+        (
+            "BUNDLE_UID",
+            bundle.metadata.uid.as_deref().unwrap_or_default(),
+        ),
+        ("SSH_SECRET_NAME", names.ssh_secret.as_str()),
+        ("METADATA_CONFIGMAP_NAME", names.metadata.as_str()),
+        ("GOLDEN_DIR", GOLDEN_DIR),
+        ("SCRATCH_DIR", SCRATCH_DIR),
+    ]
+    .into_iter()
+    .map(|(name, value)| EnvVar {
+        name: name.to_owned(),
+        value: Some(value.to_owned()),
+        ..Default::default()
+    })
+    .collect();
+    let volume = |volume: &str, claim: &str| Volume {
+        name: volume.to_owned(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: claim.to_owned(),
+            read_only: None,
+        }),
+        ..Default::default()
+    };
+    let mount = |volume: &str, path: &str| VolumeMount {
+        name: volume.to_owned(),
+        mount_path: path.to_owned(),
+        ..Default::default()
+    };
+    Job {
+        metadata: ObjectMeta {
+            name: Some(names.prep_job.clone()),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(labels.clone()),
+            owner_references: controller_ref(bundle).map(|r| vec![r]),
+            ..Default::default()
+        },
+        spec: Some(JobSpec {
+            backoff_limit: Some(PREP_BACKOFF_LIMIT),
+            active_deadline_seconds: Some(PREP_DEADLINE_SECONDS),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    restart_policy: Some("Never".to_owned()),
+                    service_account_name: Some(settings.prep_service_account.clone()),
+                    containers: vec![Container {
+                        name: "bundle-prep".to_owned(),
+                        image: Some(settings.image.clone()),
+                        args: Some(vec!["bundle-prep".to_owned()]),
+                        env: Some(env),
+                        volume_mounts: Some(vec![
+                            mount("golden", GOLDEN_DIR),
+                            mount("scratch", SCRATCH_DIR),
+                        ]),
+                        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
+                        security_context: Some(SecurityContext {
+                            allow_privilege_escalation: Some(false),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }],
+                    volumes: Some(vec![
+                        volume("golden", &names.golden_pvc),
+                        volume("scratch", &names.scratch_pvc),
+                    ]),
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::CRCBundleSpec;
+
+    fn bundle(spec: serde_json::Value) -> CRCBundle {
+        let spec: CRCBundleSpec = serde_json::from_value(spec).unwrap();
+        let mut b = CRCBundle::new("crc-4.16.0-amd64", spec);
+        b.metadata.uid = Some("uid-1".into());
+        b
+    }
+
+    fn settings() -> JobSettings {
+        JobSettings {
+            image: "quay.io/opdev/guestcluster:v0.1.0".into(),
+            prep_service_account: "bundle-prep".into(),
+        }
+    }
+
+    #[test]
+    fn urls_default_to_the_mirror_and_can_be_overridden_independently() {
+        let default = urls(&bundle(serde_json::json!({"version": "4.16.0"}))).unwrap();
+        assert_eq!(
+            default.bundle,
+            "https://mirror.openshift.com/pub/openshift-v4/clients/crc/bundles/openshift/4.16.0/crc_libvirt_4.16.0_amd64.crcbundle"
+        );
+        assert_eq!(
+            default.sha256,
+            "https://mirror.openshift.com/pub/openshift-v4/clients/crc/bundles/openshift/4.16.0/sha256sum.txt"
+        );
+        let mirrored = urls(&bundle(
+            serde_json::json!({"version": "4.16.0", "bundleURL": "http://m/b.crcbundle"}),
+        ))
+        .unwrap();
+        assert_eq!(mirrored.bundle, "http://m/b.crcbundle");
+        assert!(mirrored.sha256.ends_with("/4.16.0/sha256sum.txt"));
+    }
+
+    #[test]
+    fn prep_job_matches_golden_yaml() {
+        let b = bundle(serde_json::json!({"version": "4.16.0", "storageClassName": "fast"}));
+        let job = prep_job(&b, "guestcluster-system", &urls(&b).unwrap(), &settings());
+        let objects = serde_json::json!([
+            golden_pvc(&b, "guestcluster-system"),
+            scratch_pvc(&b, "guestcluster-system"),
+            job
+        ]);
+        let rendered = serde_saphyr::to_string(&objects).unwrap();
+        let golden_path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src/resources/golden/bundle-download.yaml"
+        );
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::write(golden_path, &rendered).unwrap();
+        }
+        let golden = std::fs::read_to_string(golden_path)
+            .unwrap_or_else(|_| panic!("missing {golden_path}; run `UPDATE_GOLDEN=1 cargo test --lib resources` and review it"));
+        assert_eq!(
+            rendered, golden,
+            "builders changed; review and run `UPDATE_GOLDEN=1 cargo test --lib resources`"
+        );
+    }
+
+    #[test]
+    fn empty_storage_class_means_the_default() {
+        let b = bundle(serde_json::json!({"version": "4.16.0", "storageClassName": ""}));
+        let pvc = golden_pvc(&b, "ns");
+        assert_eq!(pvc.spec.unwrap().storage_class_name, None);
+    }
+}

@@ -1,0 +1,228 @@
+//! A container as a local process: its own process group (so a stop reaches everything it
+//! started, like a container's cgroup), output to the pod's log file, and no way to outlive the
+//! simulation (`PR_SET_PDEATHSIG`, and a kill of the group when dropped).
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::Stdio;
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+
+use super::plan::ProcessPlan;
+use super::status::Terminated;
+
+/// One running (or ended) container process.
+pub struct Process {
+    container: String,
+    child: tokio::process::Child,
+    /// The process group (= the leader's pid); `None` if the pid was not reported.
+    group: Option<libc::pid_t>,
+    started: Timestamp,
+    result: Option<Terminated>,
+}
+
+impl Process {
+    /// Starts the planned process; an error is a container that could not start.
+    pub fn spawn(plan: &ProcessPlan) -> std::io::Result<Self> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&plan.log)?;
+        let mut command = tokio::process::Command::new(&plan.program);
+        command
+            .args(&plan.args)
+            .env_clear()
+            .envs(plan.env.iter().map(|(k, v)| (k, v)))
+            .current_dir(&plan.cwd)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(0)
+            .kill_on_drop(true);
+        die_with_parent(&mut command);
+        let child = command.spawn()?;
+        let group = child.id().and_then(|id| libc::pid_t::try_from(id).ok());
+        Ok(Self {
+            container: plan.container.clone(),
+            child,
+            group,
+            started: Timestamp::now(),
+            result: None,
+        })
+    }
+
+    pub fn started(&self) -> Timestamp {
+        self.started
+    }
+
+    /// Waits for the process to end; cancel-safe, and returns the same result once ended.
+    pub async fn wait(&mut self) -> Terminated {
+        if let Some(result) = &self.result {
+            return result.clone();
+        }
+        let code = match self.child.wait().await {
+            Ok(status) => exit_code(status),
+            // Cannot happen for our own unreaped child; report it like an unknown death.
+            Err(_) => 137,
+        };
+        // The container is over: whatever it left running in its group goes too.
+        self.signal(libc::SIGKILL);
+        let result = Terminated::exited(&self.container, code, self.started, Timestamp::now());
+        self.result = Some(result.clone());
+        result
+    }
+
+    /// Sends `signal` to the whole process group.
+    pub fn signal(&self, signal: libc::c_int) {
+        if let Some(group) = self.group {
+            // SAFETY: kill(2) has no memory-safety preconditions. A negative pid addresses the
+            // group we created; its id cannot be reused while any member is alive.
+            unsafe {
+                libc::kill(-group, signal);
+            }
+        }
+    }
+}
+
+impl Drop for Process {
+    /// A dropped process belongs to a stopped simulation: nothing of it may keep running.
+    fn drop(&mut self) {
+        if self.result.is_none() {
+            self.signal(libc::SIGKILL);
+        }
+    }
+}
+
+/// A runtime's exit code: the process's own, or 128 + the signal that killed it.
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(137)
+}
+
+/// Waits for every process; cancel-safe (ended processes keep their result).
+pub async fn wait_all(processes: &mut [Process]) -> Vec<Terminated> {
+    let mut results = Vec::with_capacity(processes.len());
+    for process in processes.iter_mut() {
+        results.push(process.wait().await);
+    }
+    results
+}
+
+/// SIGTERM to every process, SIGKILL to whatever is left after `grace`, as a kubelet stops a pod.
+pub async fn stop_all(processes: &mut [Process], grace: Duration) -> Vec<Terminated> {
+    for process in processes.iter() {
+        if process.result.is_none() {
+            process.signal(libc::SIGTERM);
+        }
+    }
+    if tokio::time::timeout(grace, wait_all(processes))
+        .await
+        .is_err()
+    {
+        for process in processes.iter() {
+            process.signal(libc::SIGKILL);
+        }
+    }
+    wait_all(processes).await
+}
+
+/// Makes the child receive SIGKILL when the thread that forked it (a runtime worker) exits.
+fn die_with_parent(command: &mut tokio::process::Command) {
+    // SAFETY: getpid(2) is always safe; it runs before the fork.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: the closure runs between fork and exec and calls only async-signal-safe functions
+    // (prctl, getppid, _exit) without allocating.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died between fork and prctl: then nothing would kill us.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn plan(dir: &std::path::Path, program: &str, args: &[&str]) -> ProcessPlan {
+        ProcessPlan {
+            container: "main".into(),
+            program: PathBuf::from(program),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            env: vec![
+                ("PATH".into(), "/usr/bin:/bin".into()),
+                ("GREETING".into(), "hi".into()),
+            ],
+            cwd: dir.to_path_buf(),
+            log: dir.join("main.log"),
+        }
+    }
+
+    #[tokio::test]
+    async fn exit_code_and_log() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut p = Process::spawn(&plan(
+            dir.path(),
+            "sh",
+            &[
+                "-c",
+                "echo \"$GREETING from $(pwd)\"; echo oops >&2; exit 3",
+            ],
+        ))
+        .expect("spawn");
+        let result = p.wait().await;
+        assert_eq!((result.exit_code, result.reason.as_str()), (3, "Error"));
+        let log = std::fs::read_to_string(dir.path().join("main.log")).expect("log");
+        assert_eq!(log, format!("hi from {}\noops\n", dir.path().display()));
+    }
+
+    #[tokio::test]
+    async fn stop_kills_the_whole_group_after_the_grace_period() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // An ignored SIGTERM is inherited by `sleep`: only SIGKILL after the grace period ends it.
+        let mut processes = vec![
+            Process::spawn(&plan(
+                dir.path(),
+                "sh",
+                &["-c", "trap '' TERM; echo ready; sleep 600; true"],
+            ))
+            .expect("spawn"),
+        ];
+        // SIGTERM must not arrive before the trap is set.
+        let log = dir.path().join("main.log");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::fs::read_to_string(&log).unwrap_or_default().is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the shell never got ready"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let results = stop_all(&mut processes, Duration::from_millis(200)).await;
+        assert_eq!(results[0].exit_code, 137);
+    }
+
+    #[tokio::test]
+    async fn sigterm_ends_a_cooperative_process() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut processes =
+            vec![Process::spawn(&plan(dir.path(), "sleep", &["600"])).expect("spawn")];
+        let results = stop_all(&mut processes, Duration::from_secs(30)).await;
+        assert_eq!(results[0].exit_code, 143);
+    }
+
+    #[tokio::test]
+    async fn a_missing_program_does_not_spawn() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert!(Process::spawn(&plan(dir.path(), "no-such-program-here", &[])).is_err());
+    }
+}

@@ -1,0 +1,604 @@
+//! One simulated guest cluster: a kube-apiserver (on the control plane's etcd, under the disk's
+//! own prefix) serving the guest's OpenShift API at `<guest address>:6443`, plus the controllers
+//! that move OpenShift objects the way a real single-node cluster would:
+//!
+//! - kubelet CSRs (client and serving) appear when the kubelet starts, and are issued once
+//!   approved;
+//! - ClusterOperators and the ClusterVersion become Available once the kubelet has run for
+//!   `Timings.operators` and the guest's certificates are valid *by guest time*;
+//! - MachineConfig changes roll out: the pool goes Updating, the files land in the guest after
+//!   `Timings.rollout`, and the pool reports Updated;
+//! - the client CA bundle follows the `openshift-config/admin-kubeconfig-client-ca` ConfigMap, like
+//!   the kube-apiserver operator does.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+use sha2::Digest as _;
+
+use super::pki::GuestPki;
+use crate::sim::Timings;
+use crate::testenv::{ApiServerLauncher, ExtraApiServer, ExtraApiServerSpec};
+
+const MANAGER: &str = "guestcluster-sim-openshift";
+/// The cluster operators a CRC guest reports and the crc-agent waits for (and a few more).
+pub const OPERATORS: [&str; 8] = [
+    "authentication",
+    "console",
+    "etcd",
+    "ingress",
+    "kube-apiserver",
+    "machine-config",
+    "network",
+    "openshift-apiserver",
+];
+
+/// Errors of a simulated guest cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("starting the guest API server: {0}")]
+    Start(#[from] crate::testenv::Error),
+    #[error("guest PKI: {0}")]
+    Pki(#[from] super::pki::Error),
+    #[error("guest API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("guest API client: {0}")]
+    Client(String),
+}
+
+/// What the cluster controllers need to know about (and do to) the guest they run in.
+pub trait GuestView: Send + Sync + 'static {
+    /// Whether the kubelet unit is running now.
+    fn kubelet_running(&self) -> bool;
+    /// The guest clock, unix seconds.
+    fn guest_now(&self) -> i64;
+    /// Whether every certificate the guest tracks is valid at guest time.
+    fn certificates_valid(&self) -> bool;
+    /// Renews the kubelet's certificates from `now` (guest time) for `days`, as an approved CSR
+    /// does.
+    fn renew_kubelet_certificates(&self, now: i64, days: i64);
+    /// Writes MachineConfig files into the guest (path, contents, mode).
+    fn write_files(&self, files: Vec<(String, Vec<u8>, u32)>);
+}
+
+/// How to run one guest cluster.
+pub struct ClusterSpec {
+    /// Directory for the API server's PKI files and log.
+    pub dir: PathBuf,
+    /// `<guest address>:6443`.
+    pub bind: SocketAddr,
+    /// etcd prefix: one per disk, so a VM restart keeps its cluster and a clone starts fresh.
+    pub etcd_prefix: String,
+    pub pki: GuestPki,
+    /// OpenShift version installed in the disk.
+    pub version: String,
+    pub timings: Timings,
+}
+
+/// A running guest cluster; stopping it stops the API server (the data stays in etcd).
+pub struct GuestCluster {
+    server: ExtraApiServer,
+    controllers: tokio::task::JoinHandle<()>,
+    bind: SocketAddr,
+}
+
+impl GuestCluster {
+    /// Starts the API server, installs the OpenShift CRDs and baseline objects, and the
+    /// controllers.
+    pub async fn start(
+        launcher: &ApiServerLauncher,
+        spec: ClusterSpec,
+        guest: Arc<dyn GuestView>,
+    ) -> Result<Self, Error> {
+        // The simulation's own identity comes from a CA only it knows, so replacing the user
+        // client CA bundle (as the crc-agent does) never locks the simulation out.
+        let internal = GuestPki::generate(spec.pki.not_before, 3650)?;
+        let (sim_cert, sim_key) = internal.client_cert("guestcluster-sim", "system:masters")?;
+        let server_spec = ExtraApiServerSpec {
+            name: format!("guest-{}", spec.bind),
+            dir: spec.dir.clone(),
+            etcd_prefix: spec.etcd_prefix.clone(),
+            bind: spec.bind,
+            server_name: "api.crc.testing".into(),
+            serving_cert_pem: spec.pki.serving_cert.clone(),
+            serving_key_pem: spec.pki.serving_key.clone(),
+            server_ca_pem: spec.pki.server_ca_cert.clone(),
+            client_ca_pem: format!("{}{}", internal.admin_ca_cert, spec.pki.admin_ca_cert),
+            admin_cert_pem: sim_cert,
+            admin_key_pem: sim_key,
+            startup_timeout: Duration::from_secs(60),
+        };
+        let server = launcher.start(&server_spec).await?;
+        let client =
+            kube::Client::try_from(server.config()).map_err(|e| Error::Client(e.to_string()))?;
+        install_crds(&client).await?;
+        ensure_baseline(&client, &spec).await?;
+        let controllers = tokio::spawn(run_controllers(Controllers {
+            client,
+            guest,
+            timings: spec.timings.clone(),
+            version: spec.version.clone(),
+            internal_ca: internal.admin_ca_cert.clone(),
+            client_ca_file: spec.dir.join("client-ca.crt"),
+            kubelet_since: None,
+            csr_epoch: None,
+            rollouts: BTreeMap::new(),
+        }));
+        Ok(GuestCluster {
+            server,
+            controllers,
+            bind: spec.bind,
+        })
+    }
+
+    /// Where the API server listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.bind
+    }
+
+    /// An admin client configuration for the simulation's own use.
+    pub fn config(&self) -> kube::Config {
+        self.server.config()
+    }
+
+    pub fn stop(mut self) {
+        self.controllers.abort();
+        self.server.stop();
+    }
+}
+
+impl Drop for GuestCluster {
+    fn drop(&mut self) {
+        self.controllers.abort();
+    }
+}
+
+fn resource(group: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", kind), plural)
+}
+
+fn config_api(client: &kube::Client, kind: &str, plural: &str) -> Api<DynamicObject> {
+    Api::all_with(
+        client.clone(),
+        &resource("config.openshift.io", kind, plural),
+    )
+}
+
+fn mc_api(client: &kube::Client, kind: &str, plural: &str) -> Api<DynamicObject> {
+    Api::all_with(
+        client.clone(),
+        &resource("machineconfiguration.openshift.io", kind, plural),
+    )
+}
+
+async fn install_crds(client: &kube::Client) -> Result<(), Error> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in super::crds::all() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        api.patch(
+            &name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&crd),
+        )
+        .await?;
+    }
+    for crd in super::crds::all() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        let established = kube::runtime::wait::conditions::is_crd_established();
+        let _ = tokio::time::timeout(
+            Duration::from_secs(30),
+            kube::runtime::wait::await_condition(api.clone(), &name, established),
+        )
+        .await;
+    }
+    Ok(())
+}
+
+/// Creates what an installed CRC cluster has, where missing. Create-only: objects a user (or the
+/// crc-agent) changed are left alone.
+async fn ensure_baseline(client: &kube::Client, spec: &ClusterSpec) -> Result<(), Error> {
+    let create = |api: Api<DynamicObject>, body: Value| async move {
+        let obj: DynamicObject =
+            serde_json::from_value(body).map_err(|e| Error::Client(e.to_string()))?;
+        match api.create(&PostParams::default(), &obj).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+            Err(e) => Err(Error::Kube(e)),
+        }
+    };
+    let core = |kind: &str, plural: &str, ns: Option<&str>| {
+        let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", kind), plural);
+        match ns {
+            Some(ns) => Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar),
+            None => Api::<DynamicObject>::all_with(client.clone(), &ar),
+        }
+    };
+    for ns in [
+        "openshift-config",
+        "openshift-config-managed",
+        "openshift-machine-config-operator",
+        "openshift-ingress",
+    ] {
+        create(
+            core("Namespace", "namespaces", None),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        )
+        .await?;
+    }
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    create(
+        core("Secret", "secrets", Some("openshift-config")),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "pull-secret", "namespace": "openshift-config"},
+               "type": "kubernetes.io/dockerconfigjson", "data": {".dockerconfigjson": b64("{\"auths\":{}}")}}),
+    )
+    .await?;
+    create(
+        core("ConfigMap", "configmaps", Some("openshift-config")),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "admin-kubeconfig-client-ca", "namespace": "openshift-config"},
+               "data": {"ca-bundle.crt": spec.pki.admin_ca_cert}}),
+    )
+    .await?;
+    let cluster_scoped = [
+        (
+            config_api(client, "ClusterVersion", "clusterversions"),
+            "config.openshift.io/v1",
+            "ClusterVersion",
+            "version",
+            json!({"channel": "stable", "clusterID": "00000000-0000-0000-0000-000000000000"}),
+        ),
+        (
+            config_api(client, "APIServer", "apiservers"),
+            "config.openshift.io/v1",
+            "APIServer",
+            "cluster",
+            json!({}),
+        ),
+        (
+            config_api(client, "OAuth", "oauths"),
+            "config.openshift.io/v1",
+            "OAuth",
+            "cluster",
+            json!({}),
+        ),
+        (
+            config_api(client, "Ingress", "ingresses"),
+            "config.openshift.io/v1",
+            "Ingress",
+            "cluster",
+            json!({"domain": "apps-crc.testing"}),
+        ),
+        (
+            mc_api(client, "MachineConfigPool", "machineconfigpools"),
+            "machineconfiguration.openshift.io/v1",
+            "MachineConfigPool",
+            "master",
+            json!({"machineConfigSelector": {"matchLabels": {"machineconfiguration.openshift.io/role": "master"}}}),
+        ),
+    ];
+    for (api, api_version, kind, name, spec_body) in cluster_scoped {
+        create(api, json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": name}, "spec": spec_body})).await?;
+    }
+    for op in OPERATORS {
+        create(
+            config_api(client, "ClusterOperator", "clusteroperators"),
+            json!({"apiVersion": "config.openshift.io/v1", "kind": "ClusterOperator", "metadata": {"name": op}, "spec": {}}),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+struct Controllers {
+    client: kube::Client,
+    guest: Arc<dyn GuestView>,
+    timings: Timings,
+    version: String,
+    internal_ca: String,
+    client_ca_file: PathBuf,
+    /// When the kubelet was last seen starting (host clock), for operator readiness.
+    kubelet_since: Option<Instant>,
+    /// The kubelet start for which CSRs were created.
+    csr_epoch: Option<Instant>,
+    /// MachineConfigPool rollouts in progress: rendered config name → when it started.
+    rollouts: BTreeMap<String, Instant>,
+}
+
+async fn run_controllers(mut c: Controllers) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        tick.tick().await;
+        if let Err(err) = c.step().await {
+            tracing::debug!("guest cluster controllers: {err}");
+        }
+    }
+}
+
+impl Controllers {
+    /// One level-triggered pass over everything the controllers own.
+    async fn step(&mut self) -> Result<(), Error> {
+        let running = self.guest.kubelet_running();
+        self.kubelet_since = match (running, self.kubelet_since) {
+            (true, None) => Some(Instant::now()),
+            (true, since) => since,
+            (false, _) => None,
+        };
+        self.sync_client_ca().await?;
+        self.kubelet_csrs().await?;
+        let available = self.operators().await?;
+        self.cluster_version(available).await?;
+        self.machine_configs().await?;
+        Ok(())
+    }
+
+    async fn sync_client_ca(&self) -> Result<(), Error> {
+        let cm = Api::<ConfigMap>::namespaced(self.client.clone(), "openshift-config")
+            .get_opt("admin-kubeconfig-client-ca")
+            .await?;
+        let bundle = cm
+            .and_then(|cm| cm.data)
+            .and_then(|d| d.get("ca-bundle.crt").cloned())
+            .unwrap_or_default();
+        let wanted = format!("{}{}", self.internal_ca, bundle);
+        if std::fs::read_to_string(&self.client_ca_file)
+            .ok()
+            .as_deref()
+            != Some(wanted.as_str())
+        {
+            let tmp = self.client_ca_file.with_extension("tmp");
+            std::fs::write(&tmp, &wanted)
+                .and_then(|()| std::fs::rename(&tmp, &self.client_ca_file))
+                .map_err(|e| Error::Client(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Kubelet client and serving CSRs appear on each kubelet start; approved ones are issued and
+    /// renew the guest's kubelet certificates.
+    async fn kubelet_csrs(&mut self) -> Result<(), Error> {
+        let api: Api<CertificateSigningRequest> = Api::all(self.client.clone());
+        if let Some(since) = self.kubelet_since
+            && self.csr_epoch != Some(since)
+        {
+            for (signer, cn) in [
+                (
+                    "kubernetes.io/kube-apiserver-client-kubelet",
+                    "system:node:crc",
+                ),
+                ("kubernetes.io/kubelet-serving", "system:node:crc"),
+            ] {
+                let csr = kubelet_csr(signer, cn).map_err(|e| Error::Client(e.to_string()))?;
+                api.create(&PostParams::default(), &csr).await?;
+            }
+            self.csr_epoch = Some(since);
+        }
+        for csr in api.list(&ListParams::default()).await? {
+            let status = csr.status.clone().unwrap_or_default();
+            let approved = status
+                .conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "Approved" && c.status == "True");
+            if approved && status.certificate.is_none() {
+                let now = self.guest.guest_now();
+                self.guest.renew_kubelet_certificates(now, 30);
+                let name = csr.metadata.name.clone().unwrap_or_default();
+                let issued = json!({"status": {"certificate": base64::engine::general_purpose::STANDARD.encode(b"issued by the simulated kube-controller-manager")}});
+                api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&issued))
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn operators(&self) -> Result<bool, Error> {
+        let warmed = self
+            .kubelet_since
+            .is_some_and(|since| since.elapsed() >= self.timings.operators);
+        let certs = self.guest.certificates_valid();
+        let (available, reason, message) = match (warmed, certs) {
+            (true, true) => (true, "AsExpected", "All is well".to_owned()),
+            (_, false) => (
+                false,
+                "CertificatesExpired",
+                "certificates are not valid at guest time".to_owned(),
+            ),
+            (false, true) => (
+                false,
+                "KubeletNotReady",
+                "waiting for the kubelet and static pods".to_owned(),
+            ),
+        };
+        let api = config_api(&self.client, "ClusterOperator", "clusteroperators");
+        for op in OPERATORS {
+            let status = |t: &str, s: bool| json!({"type": t, "status": if s {"True"} else {"False"}, "reason": reason, "message": message, "lastTransitionTime": now_rfc3339()});
+            let body = json!({"apiVersion": "config.openshift.io/v1", "kind": "ClusterOperator", "metadata": {"name": op},
+                "status": {"conditions": [status("Available", available), status("Progressing", false), status("Degraded", false)],
+                           "versions": [{"name": "operator", "version": self.version}]}});
+            if current_available(&api, op).await != Some(available) {
+                api.patch_status(
+                    op,
+                    &PatchParams::apply(MANAGER).force(),
+                    &Patch::Apply(&body),
+                )
+                .await?;
+            }
+        }
+        Ok(available)
+    }
+
+    async fn cluster_version(&self, available: bool) -> Result<(), Error> {
+        let api = config_api(&self.client, "ClusterVersion", "clusterversions");
+        if current_available(&api, "version").await == Some(available) {
+            return Ok(());
+        }
+        let body = json!({"apiVersion": "config.openshift.io/v1", "kind": "ClusterVersion", "metadata": {"name": "version"},
+            "status": {"desired": {"version": self.version},
+                       "history": [{"state": "Completed", "version": self.version}],
+                       "conditions": [{"type": "Available", "status": if available {"True"} else {"False"}, "lastTransitionTime": now_rfc3339()}]}});
+        apply_status(&api, "version", body).await
+    }
+
+    /// Renders all MachineConfigs of the master pool; a new rendering rolls out.
+    async fn machine_configs(&mut self) -> Result<(), Error> {
+        let configs = mc_api(&self.client, "MachineConfig", "machineconfigs")
+            .list(&ListParams::default())
+            .await?;
+        let mut files = Vec::new();
+        let mut hasher = sha2::Sha256::new();
+        for mc in &configs.items {
+            hasher.update(mc.metadata.name.as_deref().unwrap_or_default());
+            hasher.update(serde_json::to_vec(&mc.data["spec"]).unwrap_or_default());
+            files.extend(machine_config_files(&mc.data["spec"]));
+        }
+        let rendered = format!("rendered-master-{}", &hex(&hasher.finalize())[..16]);
+        let pools = mc_api(&self.client, "MachineConfigPool", "machineconfigpools");
+        let Some(pool) = pools.get_opt("master").await? else {
+            return Ok(());
+        };
+        let current = pool.data["status"]["configuration"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if current == rendered && self.rollouts.is_empty() {
+            return Ok(());
+        }
+        let started = *self
+            .rollouts
+            .entry(rendered.clone())
+            .or_insert_with(Instant::now);
+        let done = started.elapsed() >= self.timings.rollout;
+        if done {
+            self.guest.write_files(files);
+            self.rollouts.clear();
+        }
+        let condition = |t: &str, s: bool| json!({"type": t, "status": if s {"True"} else {"False"}, "lastTransitionTime": now_rfc3339()});
+        let body = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool", "metadata": {"name": "master"},
+            "status": {"configuration": {"name": if done { rendered.as_str() } else { current.as_str() }},
+                       "machineCount": 1, "readyMachineCount": if done {1} else {0}, "updatedMachineCount": if done {1} else {0},
+                       "observedGeneration": pool.metadata.generation,
+                       "conditions": [condition("Updated", done), condition("Updating", !done), condition("Degraded", false)]}});
+        apply_status(&pools, "master", body).await
+    }
+}
+
+async fn apply_status(api: &Api<DynamicObject>, name: &str, body: Value) -> Result<(), Error> {
+    api.patch_status(
+        name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn current_available(api: &Api<DynamicObject>, name: &str) -> Option<bool> {
+    let obj = api.get_opt(name).await.ok()??;
+    obj.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Available")
+        .map(|c| c["status"] == "True")
+}
+
+/// Files of an Ignition-style MachineConfig spec: `config.storage.files[]` with `data:` URLs.
+pub fn machine_config_files(spec: &Value) -> Vec<(String, Vec<u8>, u32)> {
+    spec["config"]["storage"]["files"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| {
+            let path = f["path"].as_str()?.to_owned();
+            let source = f["contents"]["source"].as_str()?;
+            let mode = f["mode"]
+                .as_u64()
+                .and_then(|m| u32::try_from(m).ok())
+                .unwrap_or(0o644);
+            Some((path, decode_data_url(source)?, mode))
+        })
+        .collect()
+}
+
+/// `data:,<percent-encoded>` or `data:...;base64,<base64>`.
+fn decode_data_url(url: &str) -> Option<Vec<u8>> {
+    let (meta, data) = url.strip_prefix("data:")?.split_once(',')?;
+    if meta.ends_with(";base64") {
+        return base64::engine::general_purpose::STANDARD.decode(data).ok();
+    }
+    let mut out = Vec::with_capacity(data.len());
+    let bytes = data.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn now_rfc3339() -> String {
+    k8s_openapi::jiff::Timestamp::now().to_string()
+}
+
+fn kubelet_csr(signer: &str, cn: &str) -> Result<CertificateSigningRequest, rcgen::Error> {
+    let key = rcgen::KeyPair::generate()?;
+    let mut params = rcgen::CertificateParams::default();
+    let mut dn = rcgen::DistinguishedName::new();
+    dn.push(rcgen::DnType::CommonName, cn);
+    dn.push(rcgen::DnType::OrganizationName, "system:nodes");
+    params.distinguished_name = dn;
+    let pem = params.serialize_request(&key)?.pem()?;
+    let usages: Vec<&str> = if signer.ends_with("kubelet-serving") {
+        vec!["digital signature", "server auth"]
+    } else {
+        vec!["digital signature", "client auth"]
+    };
+    let csr = json!({
+        "apiVersion": "certificates.k8s.io/v1",
+        "kind": "CertificateSigningRequest",
+        "metadata": {"generateName": "csr-"},
+        "spec": {"request": base64::engine::general_purpose::STANDARD.encode(pem), "signerName": signer, "usages": usages, "username": cn, "groups": ["system:nodes"]}
+    });
+    Ok(serde_json::from_value(csr).expect("static CSR shape"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_machine_config_files() {
+        let spec = json!({"config": {"storage": {"files": [
+            {"path": "/var/lib/kubelet/config.json", "mode": 384, "contents": {"source": "data:,%7B%7D"}},
+            {"path": "/etc/b64", "contents": {"source": "data:text/plain;charset=utf-8;base64,aGk="}}
+        ]}}});
+        let files = machine_config_files(&spec);
+        assert_eq!(
+            files[0],
+            (
+                "/var/lib/kubelet/config.json".to_owned(),
+                b"{}".to_vec(),
+                384
+            )
+        );
+        assert_eq!(files[1], ("/etc/b64".to_owned(), b"hi".to_vec(), 0o644));
+    }
+}

@@ -1,0 +1,169 @@
+//! Runs a guest cluster for every simulated guest whose kubelet runs: started when the kubelet
+//! starts (as static pods would start the API server), stopped when it stops or the guest goes
+//! down. The API server listens on the guest's address at 6443 and is registered as the guest's
+//! port 6443, so both an SSH `direct-tcpip` tunnel to `api.crc.testing:6443` and the management
+//! cluster's Service/Route reach it.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use sha2::{Digest as _, Sha256};
+use tokio::sync::broadcast::error::RecvError;
+
+use super::cluster::{ClusterSpec, GuestCluster, GuestView};
+use crate::sim::guest::state::{File, paths};
+use crate::sim::guest::{GuestEvent, GuestEventKind};
+use crate::sim::{Error, SimContext};
+use crate::testenv::ApiServerLauncher;
+
+const KUBELET: &str = "kubelet.service";
+/// The guest API port.
+pub const API_PORT: u16 = 6443;
+
+type Clusters = Arc<Mutex<HashMap<String, GuestCluster>>>;
+
+/// The controller: reacts to guest events until the simulation stops.
+pub async fn run(ctx: Arc<SimContext>, launcher: ApiServerLauncher) -> Result<(), Error> {
+    let mut events = ctx.guests.subscribe_events();
+    let clusters: Clusters = Arc::default();
+    loop {
+        match events.recv().await {
+            Ok(event) => handle(&ctx, &launcher, &clusters, event),
+            // Missed events: the per-guest state is re-read on the next one; a lag only delays.
+            Err(RecvError::Lagged(missed)) => {
+                tracing::warn!(missed, "guest cluster manager lagged")
+            }
+            Err(RecvError::Closed) => return Ok(()),
+        }
+    }
+}
+
+fn handle(
+    ctx: &Arc<SimContext>,
+    launcher: &ApiServerLauncher,
+    clusters: &Clusters,
+    event: GuestEvent,
+) {
+    let uid = event.vmi_uid;
+    match event.kind {
+        GuestEventKind::UnitStarted(unit) if unit == KUBELET => start(ctx, launcher, clusters, uid),
+        GuestEventKind::Booted if kubelet_running(ctx, &uid) => start(ctx, launcher, clusters, uid),
+        GuestEventKind::UnitStopped(unit) if unit == KUBELET => stop(ctx, clusters, &uid),
+        GuestEventKind::Rebooting | GuestEventKind::Stopped => stop(ctx, clusters, &uid),
+        _ => {}
+    }
+}
+
+fn kubelet_running(ctx: &SimContext, uid: &str) -> bool {
+    ctx.guests
+        .state(uid)
+        .is_some_and(|s| s.units.get(KUBELET).is_some_and(|u| u.active))
+}
+
+fn lock(clusters: &Clusters) -> std::sync::MutexGuard<'_, HashMap<String, GuestCluster>> {
+    clusters.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn start(ctx: &Arc<SimContext>, launcher: &ApiServerLauncher, clusters: &Clusters, uid: String) {
+    if lock(clusters).contains_key(&uid) {
+        return;
+    }
+    let (Some(state), Some(ip), Some(disk)) = (
+        ctx.guests.state(&uid),
+        ctx.guests.address(&uid),
+        ctx.guests.boot_disk(&uid),
+    ) else {
+        return;
+    };
+    let (Some(pki), Some(version)) = (state.pki.clone(), state.openshift_version.clone()) else {
+        tracing::warn!(vmi = %uid, "kubelet started on a disk without OpenShift; no API server");
+        return;
+    };
+    let bind = SocketAddr::from((ip, API_PORT));
+    let spec = ClusterSpec {
+        dir: ctx.options.root.join("guest-apis").join(&uid),
+        bind,
+        etcd_prefix: format!("/guests/{}", disk_id(&disk)),
+        pki,
+        version,
+        timings: ctx.options.timings.clone(),
+    };
+    let (ctx, launcher, clusters) = (ctx.clone(), launcher.clone(), clusters.clone());
+    tokio::spawn(async move {
+        let view = Arc::new(View {
+            ctx: ctx.clone(),
+            uid: uid.clone(),
+        });
+        match GuestCluster::start(&launcher, spec, view).await {
+            // The kubelet may have stopped while the API server came up.
+            Ok(cluster) if kubelet_running(&ctx, &uid) => {
+                ctx.guests.register_port(&uid, API_PORT, cluster.addr());
+                lock(&clusters).insert(uid, cluster);
+            }
+            Ok(cluster) => cluster.stop(),
+            Err(err) => tracing::error!(vmi = %uid, "guest API server did not start: {err}"),
+        }
+    });
+}
+
+fn stop(ctx: &SimContext, clusters: &Clusters, uid: &str) {
+    if let Some(cluster) = lock(clusters).remove(uid) {
+        ctx.guests.unregister_port(uid, API_PORT);
+        cluster.stop();
+    }
+}
+
+/// One etcd prefix per disk: a VM restart finds its cluster again, a clone starts from the
+/// baseline of an installed cluster.
+fn disk_id(disk: &std::path::Path) -> String {
+    let digest = Sha256::digest(disk.as_os_str().as_encoded_bytes());
+    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// A guest as the cluster controllers see it.
+struct View {
+    ctx: Arc<SimContext>,
+    uid: String,
+}
+
+impl GuestView for View {
+    fn kubelet_running(&self) -> bool {
+        kubelet_running(&self.ctx, &self.uid)
+    }
+
+    fn guest_now(&self) -> i64 {
+        self.ctx
+            .guests
+            .guest_time(&self.uid)
+            .unwrap_or_else(crate::sim::guest::time::host_now)
+    }
+
+    fn certificates_valid(&self) -> bool {
+        let now = self.guest_now();
+        self.ctx.guests.state(&self.uid).is_some_and(|s| {
+            s.certificates
+                .values()
+                .all(|c| c.not_before <= now && now < c.not_after)
+        })
+    }
+
+    fn renew_kubelet_certificates(&self, now: i64, days: i64) {
+        let _ = self.ctx.guests.update_state(&self.uid, |s| {
+            for path in [paths::KUBELET_CLIENT_CERT, paths::KUBELET_SERVER_CERT] {
+                if let Some(cert) = s.certificates.get_mut(path) {
+                    cert.not_before = now;
+                    cert.not_after = now + days * 86_400;
+                }
+            }
+        });
+    }
+
+    fn write_files(&self, files: Vec<(String, Vec<u8>, u32)>) {
+        let _ = self.ctx.guests.update_state(&self.uid, |s| {
+            for (path, content, mode) in files {
+                s.files.insert(path, File::root(content, mode));
+            }
+        });
+    }
+}

@@ -1,0 +1,65 @@
+//! Every simulated duration, in one place. [`Timings::fast`] makes a whole bundle build take
+//! seconds (tests); [`Timings::realistic`] is closer to a real cluster (demo narration).
+
+use std::time::Duration;
+
+#[derive(Clone, Debug)]
+pub struct Timings {
+    /// CDI: time to import (http) or clone (pvc) per GiB of *allocated* data, and at least this.
+    pub import: Duration,
+    pub clone: Duration,
+    /// KubeVirt: Scheduling → Running (launcher pod start + firmware).
+    pub vm_start: Duration,
+    /// Guest: power-on until sshd accepts connections.
+    pub boot: Duration,
+    /// Guest: graceful shutdown (ACPI) until the VMI ends.
+    pub shutdown: Duration,
+    /// Guest: live-ISO install of OpenShift until the installed disk is ready.
+    pub install: Duration,
+    /// Guest: a MachineConfig rollout (reboot of the node).
+    pub rollout: Duration,
+    /// Guest: kubelet start until cluster operators report Available.
+    pub operators: Duration,
+    /// kubelet: pod start (image pull + container start) before the process runs.
+    pub pod_start: Duration,
+}
+
+impl Timings {
+    /// For tests: every step well under a second.
+    pub fn fast() -> Self {
+        let ms = Duration::from_millis;
+        Self {
+            import: ms(50),
+            clone: ms(50),
+            vm_start: ms(100),
+            boot: ms(100),
+            shutdown: ms(50),
+            install: ms(300),
+            rollout: ms(200),
+            operators: ms(300),
+            pod_start: ms(50),
+        }
+    }
+
+    /// For the demo: slow enough to watch, still minutes not hours.
+    pub fn realistic() -> Self {
+        let s = Duration::from_secs;
+        Self {
+            import: s(2),
+            clone: s(2),
+            vm_start: s(2),
+            boot: s(3),
+            shutdown: s(1),
+            install: s(10),
+            rollout: s(3),
+            operators: s(5),
+            pod_start: s(1),
+        }
+    }
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Self::fast()
+    }
+}

@@ -1,0 +1,245 @@
+#!/bin/sh
+# Fake `openshift-install` of the simulated cluster (docs/simulation.md, "Fake tools"). It is not
+# on PATH: `oc adm release extract --command=openshift-install` writes a launcher for it that
+# names the release, as the real installer is extracted from the release payload.
+set -eu
+. @TOOLS_DIR@/lib/common.sh
+SIM_TOOL=openshift-install
+sim_begin openshift-install "$@"
+
+[ -n "${SIM_INSTALL_RELEASE_IMAGE:-}" ] ||
+    die 1 "not extracted from a release image (use: oc adm release extract --command=openshift-install)"
+
+# A top-level scalar of a YAML file, unquoted; a block scalar (`key: |`) yields its first line.
+yaml_top() {
+    awk -v key="$1" '
+        index($0, key ":") == 1 {
+            v = substr($0, length(key) + 2)
+            sub(/^[ \t]+/, "", v)
+            if (v ~ /^[|>]/) { getline; v = $0; sub(/^[ \t]+/, "", v) }
+            gsub(/^["\047]|["\047][ \t]*$/, "", v)
+            print v
+            exit
+        }' "$2"
+}
+
+# A scalar anywhere in the file (first occurrence), unquoted.
+yaml_any() {
+    awk -v key="$1" '
+        {
+            line = $0
+            sub(/^[ \t-]+/, "", line)
+            if (index(line, key ":") == 1) {
+                v = substr(line, length(key) + 2)
+                sub(/^[ \t]+/, "", v)
+                gsub(/^["\047]|["\047][ \t]*$/, "", v)
+                print v
+                exit
+            }
+        }' "$2"
+}
+
+# metadata.name of an install-config.
+cluster_name() {
+    awk '
+        /^metadata:/ { m = 1; next }
+        m && /^[ \t]+name:/ { v = $0; sub(/^[ \t]+name:[ \t]*/, "", v); gsub(/["\047]/, "", v); print v; exit }
+        /^[^ \t]/ { m = 0 }' "$1"
+}
+
+parse_dir() {
+    dir=.
+    while [ $# -gt 0 ]; do
+        case $1 in
+        --dir) need_arg $# "$1"; dir=$2; shift 2 ;;
+        --dir=*) dir=${1#*=}; shift ;;
+        --log-level) need_arg $# "$1"; shift 2 ;;
+        --log-level=*) shift ;;
+        *) usage_error "unknown flag: $1" ;;
+        esac
+    done
+}
+
+state_dir() {
+    printf '%s/.openshift_install_state\n' "$dir"
+}
+
+# The install-config to use: the one in --dir (consumed), else the one `create manifests` kept.
+install_config() {
+    if [ -f "$dir/install-config.yaml" ]; then
+        printf '%s/install-config.yaml\n' "$dir"
+    elif [ -f "$(state_dir)/install-config.yaml" ]; then
+        printf '%s/install-config.yaml\n' "$(state_dir)"
+    else
+        die 1 "failed to fetch Install Config: $dir/install-config.yaml does not exist"
+    fi
+}
+
+validate_install_config() {
+    [ -n "$(yaml_top baseDomain "$1")" ] || die 1 "invalid install-config: baseDomain is required"
+    [ -n "$(cluster_name "$1")" ] || die 1 "invalid install-config: metadata.name is required"
+    [ -n "$(yaml_top pullSecret "$1")" ] || die 1 "invalid install-config: pullSecret is required"
+}
+
+# The install-config as the ConfigMap the real installer renders (kube-system/cluster-config-v1).
+write_cluster_config() {
+    {
+        echo 'apiVersion: v1'
+        echo 'kind: ConfigMap'
+        echo 'metadata:'
+        echo '  name: cluster-config-v1'
+        echo '  namespace: kube-system'
+        echo 'data:'
+        echo '  install-config: |'
+        sed 's/^/    /' "$1"
+    } >"$2"
+}
+
+create_manifests() {
+    parse_dir "$@"
+    config=$(install_config)
+    validate_install_config "$config"
+    mkdir -p "$dir/manifests" "$dir/openshift" "$(state_dir)"
+    write_cluster_config "$config" "$dir/manifests/cluster-config.yaml"
+    if [ "$config" = "$dir/install-config.yaml" ]; then
+        mv -f "$config" "$(state_dir)/install-config.yaml"
+    fi
+}
+
+file_entry() {
+    printf '{"path":"%s","mode":%s,"overwrite":true,"contents":{"source":"data:;base64,%s"}}' \
+        "$(json_escape "$1")" "$3" "$(base64 -w0 <"$2")"
+}
+
+string_entry() {
+    printf '%s\n' "$2" >"$tmp/entry"
+    file_entry "$1" "$tmp/entry" 420
+}
+
+# Every manifest file of one directory as Ignition file entries under /opt/openshift/<sub>/.
+manifest_entries() {
+    [ -d "$dir/$1" ] || return 0
+    for f in "$dir/$1"/*; do
+        [ -f "$f" ] || continue
+        printf ','
+        file_entry "/opt/openshift/$1/${f##*/}" "$f" 420
+    done
+}
+
+write_ignition() {
+    key=$(json_escape "$(yaml_top sshKey "$config")")
+    disk=$(yaml_any installationDisk "$config")
+    {
+        printf '{"ignition":{"version":"3.2.0"},'
+        printf '"passwd":{"users":[{"name":"core","sshAuthorizedKeys":["%s"]}]},' "$key"
+        printf '"storage":{"files":['
+        file_entry /opt/openshift/install-config.yaml "$config" 384
+        printf ','
+        string_entry /opt/openshift/release-image "$SIM_INSTALL_RELEASE_IMAGE"
+        printf ','
+        string_entry /opt/openshift/release-version "$SIM_INSTALL_RELEASE_VERSION"
+        printf ','
+        string_entry /opt/openshift/installation-disk "$disk"
+        manifest_entries manifests
+        manifest_entries openshift
+        printf ']},'
+        printf '"systemd":{"units":[{"name":"bootkube.service","enabled":true},'
+        printf '{"name":"install-to-disk.service","enabled":true}]}}\n'
+    } >"$dir/.bootstrap-in-place-for-live-iso.ign.tmp"
+    mv -f "$dir/.bootstrap-in-place-for-live-iso.ign.tmp" "$dir/bootstrap-in-place-for-live-iso.ign"
+}
+
+write_auth() {
+    name=$(cluster_name "$config")
+    domain=$(yaml_top baseDomain "$config")
+    mkdir -p "$dir/auth"
+    placeholder=$(printf 'simulated' | base64 -w0)
+    cat >"$dir/auth/kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- cluster:
+    certificate-authority-data: $placeholder
+    server: https://api.$name.$domain:6443
+  name: $name
+contexts:
+- context:
+    cluster: $name
+    user: admin
+  name: admin
+current-context: admin
+users:
+- name: admin
+  user:
+    client-certificate-data: $placeholder
+    client-key-data: $placeholder
+EOF
+    head -c 18 /dev/urandom | base64 -w0 | tr '+/' 'Kp' >"$dir/auth/kubeadmin-password"
+    id=$(cat /proc/sys/kernel/random/uuid)
+    printf '{"clusterName":"%s","clusterID":"%s","infraID":"%s-sim"}\n' \
+        "$(json_escape "$name")" "$id" "$(json_escape "$name")" >"$dir/metadata.json"
+}
+
+create_single_node_ignition_config() {
+    parse_dir "$@"
+    config=$(install_config)
+    validate_install_config "$config"
+    [ -n "$(yaml_any installationDisk "$config")" ] ||
+        die 1 "invalid install-config: bootstrapInPlace.installationDisk is required for single-node-ignition-config"
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    # Without a prior `create manifests` the installer renders the manifests itself.
+    if [ ! -f "$dir/manifests/cluster-config.yaml" ]; then
+        mkdir -p "$dir/manifests"
+        write_cluster_config "$config" "$dir/manifests/cluster-config.yaml"
+    fi
+    write_ignition
+    write_auth
+    # The real installer consumes the assets it used.
+    rm -rf "$dir/manifests" "$dir/openshift" "$(state_dir)"
+    rm -f "$dir/install-config.yaml"
+}
+
+print_stream_json() {
+    [ -f "$SIM_RHCOS_ISO" ] || die 1 "the simulated RHCOS live ISO $SIM_RHCOS_ISO does not exist"
+    sha=$(sha256sum <"$SIM_RHCOS_ISO" | cut -d' ' -f1)
+    url=$(json_escape "$SIM_RHCOS_ISO_URL")
+    minor=$(printf '%s' "$SIM_INSTALL_RELEASE_VERSION" | cut -d. -f1-2)
+    printf '{\n  "stream": "rhcos-%s",\n  "metadata": {\n    "last-modified": "2025-01-01T00:00:00Z",\n    "generator": "guestcluster-sim"\n  },\n  "architectures": {' "$minor"
+    sep=
+    for arch in x86_64 aarch64; do
+        printf '%s\n    "%s": {\n      "artifacts": {\n        "metal": {\n          "release": "%s",\n' "$sep" "$arch" "$SIM_RHCOS_VERSION"
+        printf '          "formats": {\n            "iso": {\n              "disk": {\n'
+        printf '                "location": "%s",\n                "sha256": "%s"\n' "$url" "$sha"
+        printf '              }\n            }\n          }\n        }\n      }\n    }'
+        sep=,
+    done
+    printf '\n  }\n}\n'
+}
+
+version() {
+    printf 'openshift-install %s\n' "$SIM_INSTALL_RELEASE_VERSION"
+    printf 'built from commit 0000000000000000000000000000000000000000\n'
+    printf 'release image %s@%s\n' "$(release_repository "$SIM_INSTALL_RELEASE_IMAGE")" "$SIM_INSTALL_RELEASE_DIGEST"
+    printf 'release architecture amd64\n'
+}
+
+case "${1:-} ${2:-}" in
+"version ")
+    version
+    ;;
+"create manifests")
+    shift 2
+    create_manifests "$@"
+    ;;
+"create single-node-ignition-config")
+    shift 2
+    create_single_node_ignition_config "$@"
+    ;;
+"coreos print-stream-json")
+    shift 2
+    [ $# -eq 0 ] || usage_error "unknown arguments: $*"
+    print_stream_json
+    ;;
+*) usage_error "unknown command \"$*\" (simulated: version, create manifests, create single-node-ignition-config, coreos print-stream-json)" ;;
+esac

@@ -1,0 +1,1004 @@
+//! The simulated KubeVirt (`guestcluster::sim::kubevirt`) against the real control plane, with
+//! the rest of the simulation (storage, CDI, kubelet, guests) running.
+//!
+//! One simulation serves every test of this binary (two would fight over the same objects); it
+//! runs on its own thread and runtime so it outlives each test's runtime. Tests share it through
+//! a read lock; the restart test takes the write lock to restart it alone.
+
+mod support;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use guestcluster::guest::ssh::{SshGuest, SshOptions};
+use guestcluster::guest::{Command, Guest, keys};
+use guestcluster::kubevirt::{
+    PrintableStatus, RunStrategy, VirtualMachine, VirtualMachineInstance, VmiPhase, labels,
+};
+use guestcluster::sim::guest::disk::create_disk;
+use guestcluster::sim::guest::state::GuestState;
+use guestcluster::sim::{Options, Sim, SimContext, Timings};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use russh::keys::PrivateKey;
+use serde_json::{Value, json};
+use support::{client, namespace, wait_for};
+use tokio::sync::{OnceCell, RwLock, mpsc, oneshot};
+
+// ---------------------------------------------------------------------------------------------
+// The shared simulation
+// ---------------------------------------------------------------------------------------------
+
+struct SharedSim {
+    ctx: Mutex<Arc<SimContext>>,
+    restart: mpsc::UnboundedSender<oneshot::Sender<Arc<SimContext>>>,
+}
+
+impl SharedSim {
+    fn ctx(&self) -> Arc<SimContext> {
+        self.ctx.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+static SIM: OnceCell<SharedSim> = OnceCell::const_new();
+/// Read: a test using the simulation. Write: the test restarting it.
+static GATE: RwLock<()> = RwLock::const_new(());
+
+async fn sim_options(root: PathBuf) -> Options {
+    let cp = guestcluster::testenv::ControlPlane::shared()
+        .await
+        .expect("the test control plane");
+    Options {
+        root,
+        timings: Timings::fast(),
+        kubeconfig: cp.kubeconfig_path().to_path_buf(),
+        guestcluster_bin: PathBuf::from(env!("CARGO_BIN_EXE_guestcluster")),
+        our_image_prefix: "quay.io/opdev/guestcluster".into(),
+        node_name: "sim-node".into(),
+    }
+}
+
+async fn sim() -> &'static SharedSim {
+    SIM.get_or_init(|| async {
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let (restart_tx, mut restart_rx) =
+            mpsc::unbounded_channel::<oneshot::Sender<Arc<SimContext>>>();
+        std::thread::Builder::new()
+            .name("simulation".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .expect("simulation runtime");
+                if std::env::var_os("RUST_LOG").is_some() {
+                    let _ = tracing_subscriber::fmt()
+                        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+                        .try_init();
+                }
+                runtime.block_on(async move {
+                    let root = tempfile::Builder::new()
+                        .prefix("sim-kubevirt-")
+                        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+                        .expect("simulation root")
+                        .keep();
+                    let options = sim_options(root).await;
+                    let mut sim = Sim::start(client().await, options.clone())
+                        .await
+                        .expect("start the simulation");
+                    let _ = ready_tx.send(sim.ctx.clone());
+                    while let Some(done) = restart_rx.recv().await {
+                        sim.shutdown().await;
+                        sim = Sim::start(client().await, options.clone())
+                            .await
+                            .expect("restart the simulation");
+                        let _ = done.send(sim.ctx.clone());
+                    }
+                });
+            })
+            .expect("simulation thread");
+        let ctx = ready_rx.await.expect("the simulation thread started it");
+        SharedSim {
+            ctx: Mutex::new(ctx),
+            restart: restart_tx,
+        }
+    })
+    .await
+}
+
+/// Stops the simulation (its guests die with it, nothing is recorded in the API) and starts a
+/// fresh one on the same volumes: what a crashed and restarted simulation sees.
+async fn restart_sim(shared: &SharedSim) {
+    let (done_tx, done_rx) = oneshot::channel();
+    shared.restart.send(done_tx).expect("simulation thread");
+    let ctx = done_rx.await.expect("simulation restarted");
+    *shared.ctx.lock().unwrap_or_else(|e| e.into_inner()) = ctx;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------------
+
+fn vms(client: &Client, ns: &str) -> Api<VirtualMachine> {
+    Api::namespaced(client.clone(), ns)
+}
+
+fn vmis(client: &Client, ns: &str) -> Api<VirtualMachineInstance> {
+    Api::namespaced(client.clone(), ns)
+}
+
+fn pvcs(client: &Client, ns: &str) -> Api<PersistentVolumeClaim> {
+    Api::namespaced(client.clone(), ns)
+}
+
+fn pods(client: &Client, ns: &str) -> Api<Pod> {
+    Api::namespaced(client.clone(), ns)
+}
+
+/// A VirtualMachine with one virtio root disk from PVC `claim`.
+fn vm_with_pvc(name: &str, strategy: &str, claim: &str) -> Value {
+    json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+        "metadata": {"name": name},
+        "spec": {
+            "runStrategy": strategy,
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "domain": {"devices": {"disks": [{"name": "root", "disk": {"bus": "virtio"}}]}},
+                    "volumes": [{"name": "root", "persistentVolumeClaim": {"claimName": claim}}],
+                },
+            },
+        },
+    })
+}
+
+async fn create_vm(client: &Client, ns: &str, vm: Value) -> VirtualMachine {
+    let vm: VirtualMachine = serde_json::from_value(vm).expect("a VirtualMachine");
+    vms(client, ns)
+        .create(&PostParams::default(), &vm)
+        .await
+        .expect("create the VirtualMachine")
+}
+
+async fn create_pvc(client: &Client, ns: &str, name: &str) -> PersistentVolumeClaim {
+    let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }))
+    .unwrap();
+    pvcs(client, ns)
+        .create(&PostParams::default(), &pvc)
+        .await
+        .expect("create the PVC")
+}
+
+/// Waits until PVC `name` is bound and returns the path of its `disk.img`.
+async fn bound_disk_path(sim: &SharedSim, client: &Client, ns: &str, name: &str) -> PathBuf {
+    let ctx = sim.ctx();
+    wait_for(&format!("PVC {ns}/{name} bound"), || {
+        let ctx = ctx.clone();
+        async move {
+            ctx.volumes
+                .claim_disk_path(client, ns, name)
+                .await
+                .ok()
+                .flatten()
+        }
+    })
+    .await
+}
+
+/// A bound PVC holding a bootable guest disk.
+async fn bootable_pvc(sim: &SharedSim, client: &Client, ns: &str, name: &str) -> PathBuf {
+    create_pvc(client, ns, name).await;
+    let path = bound_disk_path(sim, client, ns, name).await;
+    write_bootable_disk(&path);
+    path
+}
+
+/// The key every test guest authorizes for `core`.
+fn guest_key() -> &'static PrivateKey {
+    static KEY: OnceLock<PrivateKey> = OnceLock::new();
+    KEY.get_or_init(|| keys::generate_ecdsa_p256().expect("generate a test SSH key"))
+}
+
+fn authorized_key() -> String {
+    keys::authorized_key_line(guest_key().public_key(), "sim-kubevirt-test")
+        .expect("authorized_keys line")
+}
+
+const DISK_BYTES: u64 = 1 << 30;
+
+/// Makes `path` an installed RHCOS system that lets [`guest_key`] in as `core`.
+fn write_bootable_disk(path: &std::path::Path) {
+    create_disk(
+        path,
+        DISK_BYTES,
+        Some(&GuestState::rhcos(&authorized_key())),
+    )
+    .expect("write the guest disk");
+}
+
+/// Makes `path` a live ISO (what `coreos-installer iso ignition embed` produces).
+fn write_live_iso(path: &std::path::Path) {
+    let ignition = json!({
+        "ignition": {"version": "3.2.0"},
+        "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": [authorized_key()]}]},
+    });
+    let state = GuestState {
+        live_iso: Some(ignition.to_string()),
+        ..GuestState::rhcos_without_users()
+    };
+    create_disk(path, DISK_BYTES, Some(&state)).expect("write the live ISO");
+}
+
+/// Runs `line` (argv words) in the guest at `ip` over SSH as `core`.
+async fn ssh(ip: &str, argv: &[&str]) -> String {
+    let guest = SshGuest::connect(
+        &format!("{ip}:22"),
+        guest_key().clone(),
+        &SshOptions::default(),
+    )
+    .await
+    .expect("SSH into the guest");
+    let output = guest
+        .run_checked(&Command::new(argv.iter().copied()))
+        .await
+        .expect("run a command in the guest");
+    output.stdout_text()
+}
+
+async fn set_run_strategy(client: &Client, ns: &str, name: &str, strategy: &str) {
+    vms(client, ns)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"runStrategy": strategy}})),
+        )
+        .await
+        .expect("patch spec.runStrategy");
+}
+
+/// Waits until the VM satisfies `check`; the message shows its last status.
+async fn wait_vm(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    check: impl Fn(&VirtualMachine) -> bool,
+) -> VirtualMachine {
+    let api = vms(client, ns);
+    let last = Mutex::new(None);
+    let found = wait_for_quiet(|| async {
+        let vm = api.get_opt(name).await.ok().flatten()?;
+        let ok = check(&vm);
+        *last.lock().unwrap() = Some(serde_json::to_string(&vm.status).unwrap_or_default());
+        ok.then_some(vm)
+    })
+    .await;
+    found.unwrap_or_else(|| {
+        panic!(
+            "timed out waiting for VM {ns}/{name}: {what}; last status: {}",
+            last.lock().unwrap().clone().unwrap_or_default()
+        )
+    })
+}
+
+/// Waits until the VMI `name` satisfies `check`.
+async fn wait_vmi(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    check: impl Fn(&VirtualMachineInstance) -> bool,
+) -> VirtualMachineInstance {
+    let api = vmis(client, ns);
+    let last = Mutex::new(None);
+    let found = wait_for_quiet(|| async {
+        let vmi = api.get_opt(name).await.ok().flatten();
+        *last.lock().unwrap() = Some(match &vmi {
+            Some(v) => format!(
+                "uid {:?}, status {}",
+                v.uid(),
+                serde_json::to_string(&v.status).unwrap_or_default()
+            ),
+            None => "absent".into(),
+        });
+        vmi.filter(|v| check(v))
+    })
+    .await;
+    found.unwrap_or_else(|| {
+        panic!(
+            "timed out waiting for VMI {ns}/{name}: {what}; last seen: {}",
+            last.lock().unwrap().clone().unwrap_or_default()
+        )
+    })
+}
+
+/// Like `support::wait_for`, but hands the timeout back so the caller can say what it saw.
+async fn wait_for_quiet<T, F, Fut>(mut check: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return Some(value);
+        }
+        if start.elapsed() > support::DEADLINE {
+            return None;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+async fn running_vmi(client: &Client, ns: &str, name: &str) -> VirtualMachineInstance {
+    wait_vmi(client, ns, name, "Running and Ready with an IP", |v| {
+        v.is_ready() && v.first_ip().is_some()
+    })
+    .await
+}
+
+async fn launcher_pods(client: &Client, ns: &str, vmi_uid: &str) -> Vec<Pod> {
+    pods(client, ns)
+        .list(&ListParams::default().labels(&format!("{}={vmi_uid}", labels::CREATED_BY)))
+        .await
+        .expect("list launcher pods")
+        .items
+}
+
+async fn the_launcher_pod(client: &Client, ns: &str, vmi: &VirtualMachineInstance) -> Pod {
+    let uid = vmi.uid().unwrap();
+    let mut found = launcher_pods(client, ns, &uid).await;
+    assert_eq!(found.len(), 1, "one launcher pod for VMI {uid}");
+    found.remove(0)
+}
+
+fn pod_ip(pod: &Pod) -> String {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .expect("a running launcher pod has an IP")
+}
+
+async fn vmi_gone(client: &Client, ns: &str, name: &str, uid: &str) {
+    let api = vmis(client, ns);
+    wait_for(&format!("VMI {ns}/{name} ({uid}) gone"), || async {
+        match api.get_opt(name).await.ok()? {
+            Some(v) if v.uid().as_deref() == Some(uid) => None,
+            _ => Some(()),
+        }
+    })
+    .await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn every_start_gives_a_new_vmi_launcher_pod_and_ip() {
+    let _gate = GATE.read().await;
+    let sim = sim().await;
+    let client = client().await;
+    let ns = namespace(&client, "kv-start").await;
+    bootable_pvc(sim, &client, &ns, "root").await;
+    create_vm(&client, &ns, vm_with_pvc("vm", "Always", "root")).await;
+
+    let vm = wait_vm(&client, &ns, "vm", "Running and ready", |vm| {
+        vm.is_ready() && vm.printable_status() == Some(PrintableStatus::Running)
+    })
+    .await;
+    assert!(vm.status.as_ref().unwrap().created);
+    assert_eq!(vm.observed_run_strategy(), Some(RunStrategy::Always));
+    let first = running_vmi(&client, &ns, "vm").await;
+    let first_pod = the_launcher_pod(&client, &ns, &first).await;
+    assert_eq!(first.first_ip(), Some(pod_ip(&first_pod).as_str()));
+    assert_eq!(
+        first.status.as_ref().unwrap().node_name.as_deref(),
+        Some("sim-node")
+    );
+    assert!(first_pod.name_any().starts_with("virt-launcher-vm-"));
+    assert_eq!(first_pod.name_any().len(), "virt-launcher-vm-".len() + 5);
+    let owner = &first.owner_references()[0];
+    assert_eq!(owner.kind, "VirtualMachine");
+    assert_eq!(owner.controller, Some(true));
+    assert_eq!(first.labels()[labels::VM_NAME], "vm");
+    assert_eq!(
+        first_pod.labels()["app"],
+        "vm",
+        "template labels reach the pod"
+    );
+
+    // Stop: the VMI and its pod go, the VM says Stopped.
+    set_run_strategy(&client, &ns, "vm", "Halted").await;
+    let first_uid = first.uid().unwrap();
+    vmi_gone(&client, &ns, "vm", &first_uid).await;
+    assert!(launcher_pods(&client, &ns, &first_uid).await.is_empty());
+    wait_vm(&client, &ns, "vm", "Stopped", |vm| {
+        vm.printable_status() == Some(PrintableStatus::Stopped)
+            && vm.observed_run_strategy() == Some(RunStrategy::Halted)
+            && !vm.is_ready()
+    })
+    .await;
+
+    // Start again: a new VMI, a new pod, a new IP.
+    set_run_strategy(&client, &ns, "vm", "Always").await;
+    let second = wait_vmi(&client, &ns, "vm", "a new VMI Running", |v| {
+        v.uid() != first.uid() && v.is_ready()
+    })
+    .await;
+    let second_pod = the_launcher_pod(&client, &ns, &second).await;
+    assert_ne!(second_pod.name_any(), first_pod.name_any());
+    assert_ne!(pod_ip(&second_pod), pod_ip(&first_pod));
+    assert_eq!(second.first_ip(), Some(pod_ip(&second_pod).as_str()));
+
+    // Restart through a state change request (what `virtctl restart` writes).
+    vms(&client, &ns)
+        .patch_status(
+            "vm",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"stateChangeRequests": [
+                {"action": "Stop", "uid": second.uid()}, {"action": "Start"}]}})),
+        )
+        .await
+        .expect("request a restart");
+    let third = wait_vmi(&client, &ns, "vm", "a third VMI Running", |v| {
+        v.uid() != second.uid() && v.uid() != first.uid() && v.is_ready()
+    })
+    .await;
+    let third_pod = the_launcher_pod(&client, &ns, &third).await;
+    assert_ne!(pod_ip(&third_pod), pod_ip(&second_pod));
+    wait_vm(&client, &ns, "vm", "the requests done and cleared", |vm| {
+        vm.is_ready()
+            && vm
+                .status
+                .as_ref()
+                .is_some_and(|s| s.state_change_requests.is_empty())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_disk_is_held_until_the_launcher_pod_is_gone() {
+    let _gate = GATE.read().await;
+    let sim = sim().await;
+    let client = client().await;
+    let ns = namespace(&client, "kv-hold").await;
+    bootable_pvc(sim, &client, &ns, "root").await;
+    create_vm(&client, &ns, vm_with_pvc("vm", "Always", "root")).await;
+    let vmi = running_vmi(&client, &ns, "vm").await;
+    let uid = vmi.uid().unwrap();
+    assert!(
+        vmi.finalizers()
+            .iter()
+            .any(|f| f == guestcluster::kubevirt::finalizers::VMI_FOREGROUND_DELETE)
+    );
+
+    // Deleting the PVC while the VM runs: PVC protection keeps it.
+    pvcs(&client, &ns)
+        .delete("root", &DeleteParams::default())
+        .await
+        .expect("delete the PVC");
+    let pvc = pvcs(&client, &ns).get("root").await.expect("the PVC stays");
+    assert!(pvc.metadata.deletion_timestamp.is_some());
+
+    // Stop the VM. Whenever the PVC (or the VMI) is seen gone, its launcher pod must be gone
+    // already: the pod holds the disk and the VMI's finalizer waits for it.
+    set_run_strategy(&client, &ns, "vm", "Halted").await;
+    wait_for("the VMI and the PVC gone", || {
+        let client = client.clone();
+        let (ns, uid) = (ns.clone(), uid.clone());
+        async move {
+            let vmi_gone = vmis(&client, &ns)
+                .get_opt("vm")
+                .await
+                .ok()?
+                .is_none_or(|v| v.uid().as_deref() != Some(uid.as_str()));
+            let pvc_gone = pvcs(&client, &ns).get_opt("root").await.ok()?.is_none();
+            let pods_left = launcher_pods(&client, &ns, &uid).await.len();
+            if vmi_gone || pvc_gone {
+                assert_eq!(
+                    pods_left, 0,
+                    "the VMI or PVC went before the launcher pod did"
+                );
+            }
+            (vmi_gone && pvc_gone).then_some(())
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn legacy_running_false_keeps_the_vm_stopped() {
+    let _gate = GATE.read().await;
+    let sim = sim().await;
+    let client = client().await;
+    let ns = namespace(&client, "kv-legacy").await;
+    bootable_pvc(sim, &client, &ns, "root").await;
+    let mut vm = vm_with_pvc("vm", "Always", "root");
+    vm["spec"].as_object_mut().unwrap().remove("runStrategy");
+    vm["spec"]["running"] = json!(false);
+    create_vm(&client, &ns, vm).await;
+    let vm = wait_vm(&client, &ns, "vm", "Stopped", |vm| {
+        vm.printable_status() == Some(PrintableStatus::Stopped)
+    })
+    .await;
+    assert_eq!(vm.observed_run_strategy(), Some(RunStrategy::Halted));
+    assert!(vmis(&client, &ns).get_opt("vm").await.unwrap().is_none());
+
+    vms(&client, &ns)
+        .patch(
+            "vm",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"running": true}})),
+        )
+        .await
+        .unwrap();
+    running_vmi(&client, &ns, "vm").await;
+}
+
+#[tokio::test]
+async fn node_selector_and_tolerations_are_recorded_on_the_launcher_pod() {
+    let _gate = GATE.read().await;
+    let sim = sim().await;
+    let client = client().await;
+    let ns = namespace(&client, "kv-place").await;
+    bootable_pvc(sim, &client, &ns, "root").await;
+    let mut vm = vm_with_pvc("vm", "Always", "root");
+    vm["spec"]["template"]["spec"]["nodeSelector"] = json!({"disktype": "ssd"});
+    vm["spec"]["template"]["spec"]["tolerations"] =
+        json!([{"key": "dedicated", "operator": "Equal", "value": "vms", "effect": "NoSchedule"}]);
+    create_vm(&client, &ns, vm).await;
+    let vmi = running_vmi(&client, &ns, "vm").await;
+    let pod = the_launcher_pod(&client, &ns, &vmi).await;
+    let spec = pod.spec.unwrap();
+    assert_eq!(
+        spec.node_selector
+            .unwrap()
+            .get("disktype")
+            .map(String::as_str),
+        Some("ssd")
+    );
+    let toleration = &spec.tolerations.unwrap()[0];
+    assert_eq!(toleration.key.as_deref(), Some("dedicated"));
+    assert_eq!(toleration.effect.as_deref(), Some("NoSchedule"));
+    assert_eq!(spec.node_name.as_deref(), Some("sim-node"));
+    let claims: Vec<_> = spec
+        .volumes
+        .unwrap()
+        .into_iter()
+        .filter_map(|v| v.persistent_volume_claim.map(|c| c.claim_name))
+        .collect();
+    assert_eq!(claims, vec!["root"]);
+}
+
+#[tokio::test]
+async fn a_missing_pvc_is_reported_and_waited_for() {
+    let _gate = GATE.read().await;
+    let sim = sim().await;
+    let client = client().await;
+    let ns = namespace(&client, "kv-missing").await;
+    create_vm(&client, &ns, vm_with_pvc("vm", "Always", "later")).await;
+    wait_vm(&client, &ns, "vm", "ErrorPvcNotFound", |vm| {
+        vm.printable_status() == Some(PrintableStatus::ErrorPvcNotFound)
+    })
+    .await;
+    let vmi = wait_vmi(&client, &ns, "vm", "Pending", |v| {
+        v.phase() == VmiPhase::Pending
+    })
+    .await;
+    assert!(
+        launcher_pods(&client, &ns, &vmi.uid().unwrap())
+            .await
+            .is_empty()
+    );
+
+    bootable_pvc(sim, &client, &ns, "later").await;
+    let running = running_vmi(&client, &ns, "vm").await;
+    assert_eq!(
+        running.uid(),
+        vmi.uid(),
+        "the same VMI starts once its disk exists"
+    );
+    wait_vm(&client, &ns, "vm", "Running", |vm| {
+        vm.printable_status() == Some(PrintableStatus::Running)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_data_volume_is_waited_for_until_it_succeeds() {
+    let _gate = GATE.read().await;
+    let sim = sim().await;
+    let client = client().await;
+    let ns = namespace(&client, "kv-dv").await;
+    let mut vm = vm_with_pvc("vm", "Always", "unused");
+    vm["spec"]["template"]["spec"]["volumes"] =
+        json!([{"name": "root", "dataVolume": {"name": "root-dv"}}]);
+    create_vm(&client, &ns, vm).await;
+    wait_vm(
+        &client,
+        &ns,
+        "vm",
+        "ErrorPvcNotFound before the DataVolume exists",
+        |vm| vm.printable_status() == Some(PrintableStatus::ErrorPvcNotFound),
+    )
+    .await;
+    let dv: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+        "metadata": {"name": "root-dv"},
+        "spec": {"source": {"blank": {}},
+                 "storage": {"resources": {"requests": {"storage": "1Gi"}}}},
+    }))
+    .unwrap();
+    let dvs: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &guestcluster::sim::kubevirt::storage::data_volume_resource(),
+    );
+    dvs.create(&PostParams::default(), &dv)
+        .await
+        .expect("create the DataVolume");
+    wait_for("the DataVolume Succeeded", || async {
+        let dv = dvs.get("root-dv").await.ok()?;
+        (dv.data["status"]["phase"] == "Succeeded").then_some(())
+    })
+    .await;
+    let path = bound_disk_path(sim, &client, &ns, "root-dv").await;
+    write_bootable_disk(&path);
+    let vmi = running_vmi(&client, &ns, "vm").await;
+    let status = vmi.status.unwrap();
+    assert_eq!(status.volume_status[0].target.as_deref(), Some("vda"));
+}
+
+#[tokio::test]
+async fn a_missing_disk_image_fails_the_vmi_with_a_reason() {
+    let _gate = GATE.read().await;
+    let _sim = sim().await;
+    let client = client().await;
+    let ns = namespace(&client, "kv-nodisk").await;
+    create_pvc(&client, &ns, "empty").await;
+    let vmi: VirtualMachineInstance = serde_json::from_value(json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+        "metadata": {"name": "bare"},
+        "spec": {
+            "domain": {"devices": {"disks": [{"name": "root", "disk": {}}]}},
+            "volumes": [{"name": "root", "persistentVolumeClaim": {"claimName": "empty"}}],
+        },
+    }))
+    .unwrap();
+    vmis(&client, &ns)
+        .create(&PostParams::default(), &vmi)
+        .await
+        .expect("create the VMI");
+    let failed = wait_vmi(&client, &ns, "bare", "Failed", |v| {
+        v.phase() == VmiPhase::Failed
+    })
+    .await;
+    let status = failed.status.clone().unwrap();
+    assert_eq!(status.reason.as_deref(), Some("BootFailed"));
+    let ready = guestcluster::kubevirt::find_condition(&status.conditions, "Ready").unwrap();
+    assert!(
+        ready
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("empty"),
+        "the reason names the PVC: {ready:?}"
+    );
+    // The launcher pod's container ended too.
+    let pod = the_launcher_pod(&client, &ns, &failed).await;
+    wait_for("the launcher pod Failed", || {
+        let pods = pods(&client, &ns);
+        let name = pod.name_any();
+        async move {
+            let pod = pods.get(&name).await.ok()?;
+            (pod.status?.phase.as_deref() == Some("Failed")).then_some(())
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn rerun_on_failure_restarts_after_the_launcher_pod_is_killed() {
+    let _gate = GATE.read().await;
+    let sim = sim().await;
+    let client = client().await;
+    let ns = namespace(&client, "kv-rerun").await;
+    bootable_pvc(sim, &client, &ns, "root").await;
+    create_vm(&client, &ns, vm_with_pvc("vm", "RerunOnFailure", "root")).await;
+    let first = running_vmi(&client, &ns, "vm").await;
+    let pod = the_launcher_pod(&client, &ns, &first).await;
+    pods(&client, &ns)
+        .delete(&pod.name_any(), &DeleteParams::default())
+        .await
+        .expect("delete the launcher pod");
+    let second = wait_vmi(&client, &ns, "vm", "a replacement VMI Running", |v| {
+        v.uid() != first.uid() && v.is_ready()
+    })
+    .await;
+    assert_ne!(second.first_ip(), first.first_ip());
+}
+
+#[tokio::test]
+async fn a_restarted_simulation_fails_orphaned_vmis_and_restarts_per_run_strategy() {
+    let _gate = GATE.write().await;
+    let sim = sim().await;
+    let client = client().await;
+    let ns = namespace(&client, "kv-restart").await;
+    bootable_pvc(sim, &client, &ns, "always-root").await;
+    bootable_pvc(sim, &client, &ns, "manual-root").await;
+    create_vm(&client, &ns, vm_with_pvc("always", "Always", "always-root")).await;
+    create_vm(&client, &ns, vm_with_pvc("manual", "Manual", "manual-root")).await;
+    vms(&client, &ns)
+        .patch_status(
+            "manual",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"stateChangeRequests": [{"action": "Start"}]}})),
+        )
+        .await
+        .expect("request a start");
+    let always = running_vmi(&client, &ns, "always").await;
+    let manual = running_vmi(&client, &ns, "manual").await;
+
+    restart_sim(sim).await;
+
+    // Nobody runs their guests any more: both VMIs fail; Always starts a new one, Manual not.
+    let failed = wait_vmi(&client, &ns, "manual", "Failed", |v| {
+        v.uid() == manual.uid() && v.phase() == VmiPhase::Failed
+    })
+    .await;
+    assert_eq!(
+        failed.status.unwrap().reason.as_deref(),
+        Some("GuestNotRunning")
+    );
+    let replaced = wait_vmi(&client, &ns, "always", "a new VMI Running", |v| {
+        v.uid() != always.uid() && v.is_ready()
+    })
+    .await;
+    assert_ne!(replaced.first_ip(), None);
+    wait_vm(&client, &ns, "manual", "Stopped", |vm| {
+        vm.printable_status() == Some(PrintableStatus::Stopped)
+    })
+    .await;
+}
+
+/// `sudo poweroff` in the guest of VM `name`; returns the VMI that was running.
+async fn power_off_from_inside(client: &Client, ns: &str, name: &str) -> VirtualMachineInstance {
+    let vmi = running_vmi(client, ns, name).await;
+    let ip = vmi.first_ip().unwrap().to_owned();
+    // The session may end with the guest; only the outcome matters.
+    let guest = SshGuest::connect(
+        &format!("{ip}:22"),
+        guest_key().clone(),
+        &SshOptions::default(),
+    )
+    .await
+    .expect("SSH into the guest");
+    let _ = guest.run(&Command::sudo(["poweroff"])).await;
+    vmi
+}
+
+#[tokio::test]
+async fn always_restarts_after_a_guest_power_off() {
+    let _gate = GATE.read().await;
+    let sim = sim().await;
+    let client = client().await;
+    let ns = namespace(&client, "kv-always").await;
+    bootable_pvc(sim, &client, &ns, "root").await;
+    create_vm(&client, &ns, vm_with_pvc("vm", "Always", "root")).await;
+    let first = power_off_from_inside(&client, &ns, "vm").await;
+    let second = wait_vmi(&client, &ns, "vm", "a new VMI after the power-off", |v| {
+        v.uid() != first.uid() && v.is_ready()
+    })
+    .await;
+    assert_ne!(second.first_ip(), first.first_ip());
+}
+
+#[tokio::test]
+async fn rerun_on_failure_does_not_restart_after_a_power_off() {
+    let _gate = GATE.read().await;
+    let sim = sim().await;
+    let client = client().await;
+    let ns = namespace(&client, "kv-rerun-ok").await;
+    bootable_pvc(sim, &client, &ns, "root").await;
+    create_vm(&client, &ns, vm_with_pvc("vm", "RerunOnFailure", "root")).await;
+    let first = power_off_from_inside(&client, &ns, "vm").await;
+    let uid = first.uid().unwrap();
+    // The VMI succeeded: KubeVirt removes it and leaves the VM stopped.
+    vmi_gone(&client, &ns, "vm", &uid).await;
+    let vm = wait_vm(&client, &ns, "vm", "Stopped", |vm| {
+        vm.printable_status() == Some(PrintableStatus::Stopped)
+            && vm.status.as_ref().is_some_and(|s| !s.created)
+    })
+    .await;
+    assert!(
+        vm.status.unwrap().state_change_requests.is_empty(),
+        "no start was queued after a success"
+    );
+    assert!(vmis(&client, &ns).get_opt("vm").await.unwrap().is_none());
+    assert!(launcher_pods(&client, &ns, &uid).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_blank_first_boot_disk_falls_through_to_the_cdrom() {
+    let _gate = GATE.read().await;
+    let sim = sim().await;
+    let client = client().await;
+    let ns = namespace(&client, "kv-boot").await;
+    // A blank root disk (bootOrder 1) and a live ISO as cdrom (bootOrder 2).
+    create_pvc(&client, &ns, "root").await;
+    let root = bound_disk_path(sim, &client, &ns, "root").await;
+    create_disk(&root, DISK_BYTES, None).expect("blank root disk");
+    create_pvc(&client, &ns, "iso").await;
+    let iso = bound_disk_path(sim, &client, &ns, "iso").await;
+    write_live_iso(&iso);
+    let mut vm = vm_with_pvc("vm", "Always", "root");
+    vm["spec"]["template"]["spec"]["domain"]["devices"]["disks"] = json!([
+        {"name": "root", "bootOrder": 1, "disk": {"bus": "virtio"}},
+        {"name": "iso", "bootOrder": 2, "cdrom": {"bus": "sata", "readonly": true}},
+    ]);
+    vm["spec"]["template"]["spec"]["volumes"] = json!([
+        {"name": "root", "persistentVolumeClaim": {"claimName": "root"}},
+        {"name": "iso", "persistentVolumeClaim": {"claimName": "iso"}},
+    ]);
+    create_vm(&client, &ns, vm).await;
+    let vmi = running_vmi(&client, &ns, "vm").await;
+    let uid = vmi.uid().unwrap();
+    // The live ISO runs, installing to the first disk (/dev/vda).
+    assert_eq!(sim.ctx().guests.install_target(&uid), Some(root.clone()));
+    let status = vmi.status.unwrap();
+    let targets: Vec<_> = status
+        .volume_status
+        .iter()
+        .map(|v| (v.name.as_str(), v.target.as_deref()))
+        .collect();
+    assert_eq!(targets, vec![("root", Some("vda")), ("iso", Some("sda"))]);
+
+    // Once the root disk holds a system, it boots first.
+    set_run_strategy(&client, &ns, "vm", "Halted").await;
+    vmi_gone(&client, &ns, "vm", &uid).await;
+    write_bootable_disk(&root);
+    set_run_strategy(&client, &ns, "vm", "Always").await;
+    let second = wait_vmi(&client, &ns, "vm", "a new VMI Running", |v| {
+        v.uid().as_deref() != Some(uid.as_str()) && v.is_ready()
+    })
+    .await;
+    assert_eq!(
+        sim.ctx().guests.install_target(&second.uid().unwrap()),
+        None
+    );
+}
+
+#[tokio::test]
+async fn the_clock_offset_reaches_the_guest() {
+    let _gate = GATE.read().await;
+    let sim = sim().await;
+    let client = client().await;
+    let ns = namespace(&client, "kv-clock").await;
+    bootable_pvc(sim, &client, &ns, "root").await;
+    let mut vm = vm_with_pvc("vm", "Always", "root");
+    vm["spec"]["template"]["spec"]["domain"]["clock"] = json!({"utc": {"offsetSeconds": -86400}});
+    create_vm(&client, &ns, vm).await;
+    let vmi = running_vmi(&client, &ns, "vm").await;
+    let guest_now: i64 = ssh(vmi.first_ip().unwrap(), &["date", "+%s"])
+        .await
+        .trim()
+        .parse()
+        .expect("date +%s prints seconds");
+    let host_now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let behind = host_now - guest_now;
+    assert!(
+        (86_390..=86_410).contains(&behind),
+        "the guest runs a day behind, not {behind} s"
+    );
+}
+
+#[tokio::test]
+async fn deleting_a_running_vm_stops_its_vmi_before_the_vm_goes() {
+    let _gate = GATE.read().await;
+    let sim = sim().await;
+    let client = client().await;
+    let ns = namespace(&client, "kv-delete").await;
+    bootable_pvc(sim, &client, &ns, "root").await;
+    create_vm(&client, &ns, vm_with_pvc("vm", "Always", "root")).await;
+    let vmi = running_vmi(&client, &ns, "vm").await;
+    let uid = vmi.uid().unwrap();
+    let vm = vms(&client, &ns).get("vm").await.unwrap();
+    assert!(
+        vm.finalizers()
+            .iter()
+            .any(|f| f == guestcluster::kubevirt::finalizers::VM_CONTROLLER)
+    );
+    vms(&client, &ns)
+        .delete("vm", &DeleteParams::default())
+        .await
+        .expect("delete the VM");
+    // Whenever the VM is seen gone, its VMI and launcher pod are gone already.
+    wait_for("the VM gone", || {
+        let client = client.clone();
+        let (ns, uid) = (ns.clone(), uid.clone());
+        async move {
+            let vm_gone = vms(&client, &ns).get_opt("vm").await.ok()?.is_none();
+            if vm_gone {
+                assert!(vmis(&client, &ns).get_opt("vm").await.ok()?.is_none());
+                assert!(launcher_pods(&client, &ns, &uid).await.is_empty());
+            }
+            vm_gone.then_some(())
+        }
+    })
+    .await;
+    assert!(!sim.ctx().guests.is_running(&uid), "the guest is off");
+}
+
+#[tokio::test]
+async fn manual_follows_start_requests_and_keeps_an_ended_vmi() {
+    let _gate = GATE.read().await;
+    let sim = sim().await;
+    let client = client().await;
+    let ns = namespace(&client, "kv-manual").await;
+    bootable_pvc(sim, &client, &ns, "root").await;
+    create_vm(&client, &ns, vm_with_pvc("vm", "Manual", "root")).await;
+    wait_vm(&client, &ns, "vm", "Stopped without a request", |vm| {
+        vm.printable_status() == Some(PrintableStatus::Stopped)
+            && vm.observed_run_strategy() == Some(RunStrategy::Manual)
+    })
+    .await;
+    assert!(vmis(&client, &ns).get_opt("vm").await.unwrap().is_none());
+    let start = || async {
+        vms(&client, &ns)
+            .patch_status(
+                "vm",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"stateChangeRequests": [{"action": "Start"}]}})),
+            )
+            .await
+            .expect("request a start");
+    };
+    start().await;
+    let first = power_off_from_inside(&client, &ns, "vm").await;
+
+    // Manual leaves the ended VMI, and its ended launcher pod, in place.
+    let ended = wait_vmi(&client, &ns, "vm", "Succeeded", |v| {
+        v.uid() == first.uid() && v.phase() == VmiPhase::Succeeded
+    })
+    .await;
+    assert_eq!(
+        ended.status.as_ref().unwrap().reason.as_deref(),
+        Some("GuestShutdown")
+    );
+    let pod = the_launcher_pod(&client, &ns, &ended).await;
+    wait_for("the launcher pod Succeeded", || {
+        let pods = pods(&client, &ns);
+        let name = pod.name_any();
+        async move {
+            let pod = pods.get(&name).await.ok()?;
+            let status = pod.status?;
+            (status.phase.as_deref() == Some("Succeeded")).then_some(status.pod_ip)
+        }
+    })
+    .await
+    .expect("an ended pod keeps its IP");
+    wait_vm(&client, &ns, "vm", "Stopped with the ended VMI", |vm| {
+        vm.printable_status() == Some(PrintableStatus::Stopped)
+            && vm.status.as_ref().is_some_and(|s| s.created && !s.ready)
+    })
+    .await;
+
+    // A start request replaces it.
+    start().await;
+    wait_vmi(&client, &ns, "vm", "a new VMI Running", |v| {
+        v.uid() != first.uid() && v.is_ready()
+    })
+    .await;
+}

@@ -1,0 +1,581 @@
+//! The simulated storage (`sim::volumes`) and CDI (`sim::cdi`) against the real control plane:
+//! PVC binding and cleanup, and DataVolumes with blank, pvc-clone and http sources.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use futures::StreamExt;
+use guestcluster::sim::cdi::data_volume_resource;
+use guestcluster::sim::volumes::VolumeStore;
+use guestcluster::sim::{Options, Sim, Timings};
+use guestcluster::testenv::ControlPlane;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use support::{client, namespace, unique, wait_for};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const MI: u64 = 1 << 20;
+const GI: u64 = 1 << 30;
+
+/// One simulation for the whole test binary, on its own runtime thread: tests run on separate
+/// runtimes, and two simulations against one API server would both provision every PVC.
+/// Its root lives under Cargo's per-target temporary directory (never dropped: the thread never
+/// ends), so `cargo clean` removes it.
+fn sim_volumes() -> &'static VolumeStore {
+    static VOLUMES: OnceLock<VolumeStore> = OnceLock::new();
+    VOLUMES.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("simulation runtime");
+            runtime.block_on(async move {
+                let root = tempfile::Builder::new()
+                    .prefix("sim-storage-")
+                    .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+                    .expect("simulation root");
+                let sim = start_sim(root.path()).await;
+                tx.send(sim.ctx.volumes.clone())
+                    .expect("report the simulation");
+                std::future::pending::<()>().await;
+                drop((sim, root));
+            });
+        });
+        rx.recv().expect("the simulation thread started")
+    })
+}
+
+async fn start_sim(root: &Path) -> Sim {
+    let cp = ControlPlane::shared()
+        .await
+        .expect("the test control plane starts");
+    let client = cp.client().expect("client for the simulation");
+    let options = Options {
+        root: root.to_owned(),
+        timings: Timings::fast(),
+        kubeconfig: cp.kubeconfig_path().to_owned(),
+        guestcluster_bin: PathBuf::from(env!("CARGO_BIN_EXE_guestcluster")),
+        // No pod of these tests runs a process.
+        our_image_prefix: "registry.invalid/sim-storage-tests/".into(),
+        node_name: "sim-storage-node".into(),
+    };
+    Sim::start(client, options)
+        .await
+        .expect("the simulation starts")
+}
+
+/// The shared simulation (started on first use) and a client for this test's runtime.
+async fn setup() -> (&'static VolumeStore, Client) {
+    let volumes = tokio::task::spawn_blocking(sim_volumes)
+        .await
+        .expect("simulation start task");
+    (volumes, client().await)
+}
+
+fn data_volumes(client: &Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), ns, &data_volume_resource())
+}
+
+async fn create_data_volume(client: &Client, ns: &str, name: &str, spec: Value) {
+    let dv: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "cdi.kubevirt.io/v1beta1",
+        "kind": "DataVolume",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
+    }))
+    .expect("DataVolume object");
+    data_volumes(client, ns)
+        .create(&PostParams::default(), &dv)
+        .await
+        .expect("create DataVolume");
+}
+
+fn blank(size: &str) -> Value {
+    json!({"source": {"blank": {}}, "storage": {"resources": {"requests": {"storage": size}}}})
+}
+
+fn status_of(dv: &DynamicObject) -> Value {
+    dv.data.get("status").cloned().unwrap_or(Value::Null)
+}
+
+fn phase_of(dv: &DynamicObject) -> String {
+    status_of(dv)["phase"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn condition(dv: &DynamicObject, kind: &str) -> Value {
+    status_of(dv)["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == kind).cloned())
+        .unwrap_or(Value::Null)
+}
+
+/// Waits for `phase`; a different terminal phase fails at once with the status.
+async fn wait_phase(client: &Client, ns: &str, name: &str, phase: &str) -> DynamicObject {
+    let api = data_volumes(client, ns);
+    wait_for(&format!("DataVolume {ns}/{name} {phase}"), || {
+        let api = api.clone();
+        async move {
+            let dv = api.get_opt(name).await.ok().flatten()?;
+            let now = phase_of(&dv);
+            if now != phase && matches!(now.as_str(), "Succeeded" | "Failed") {
+                panic!(
+                    "DataVolume {ns}/{name} ended {now}, not {phase}: {:#}",
+                    status_of(&dv)
+                );
+            }
+            (now == phase).then_some(dv)
+        }
+    })
+    .await
+}
+
+async fn claim(client: &Client, ns: &str, name: &str) -> Option<PersistentVolumeClaim> {
+    Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .expect("get PVC")
+}
+
+async fn disk_of(volumes: &VolumeStore, client: &Client, ns: &str, name: &str) -> PathBuf {
+    volumes
+        .claim_disk_path(client, ns, name)
+        .await
+        .expect("resolve claim")
+        .unwrap_or_else(|| panic!("PVC {ns}/{name} is bound"))
+}
+
+const PATTERN: &[u8] = b"guestcluster-sim-storage-pattern";
+
+fn write_pattern(path: &Path, offset: u64) {
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .expect("open disk for writing");
+    file.seek(SeekFrom::Start(offset)).expect("seek");
+    file.write_all(PATTERN).expect("write pattern");
+}
+
+fn read_at(path: &Path, offset: u64, len: usize) -> Vec<u8> {
+    let mut file = std::fs::File::open(path).expect("open disk");
+    file.seek(SeekFrom::Start(offset)).expect("seek");
+    let mut buf = vec![0; len];
+    file.read_exact(&mut buf).expect("read");
+    buf
+}
+
+fn allocated(path: &Path) -> u64 {
+    std::fs::metadata(path).expect("disk metadata").blocks() * 512
+}
+
+/// Waits until `path` no longer exists.
+async fn wait_gone(what: &str, path: &Path) {
+    wait_for(what, || async { (!path.exists()).then_some(()) }).await;
+}
+
+#[tokio::test]
+async fn a_plain_claim_is_bound_and_its_directory_follows_it() {
+    let (volumes, client) = setup().await;
+    let ns = namespace(&client, "sim-pvc").await;
+    let pvcs = Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns);
+    let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "scratch"},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "2Gi"}},
+            "storageClassName": "sim-local",
+        },
+    }))
+    .expect("PVC");
+    pvcs.create(&PostParams::default(), &pvc)
+        .await
+        .expect("create PVC");
+
+    let bound = wait_for("PVC bound", || async {
+        claim(&client, &ns, "scratch")
+            .await
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
+    })
+    .await;
+    let status = bound.status.as_ref().expect("status");
+    let capacity = status.capacity.as_ref().expect("capacity");
+    assert_eq!(capacity["storage"].0, "2Gi");
+    assert_eq!(status.access_modes, Some(vec!["ReadWriteOnce".to_owned()]));
+    let uid = bound.uid().expect("uid");
+    let dir = volumes.dir(&uid);
+    assert!(dir.is_dir(), "{} exists once bound", dir.display());
+    assert_eq!(
+        volumes
+            .claim_dir(&client, &ns, "scratch")
+            .await
+            .expect("claim dir"),
+        Some(dir.clone())
+    );
+    let pv_name = bound.spec.as_ref().and_then(|s| s.volume_name.clone());
+    assert_eq!(pv_name.as_deref(), Some(format!("pvc-{uid}").as_str()));
+
+    pvcs.delete("scratch", &DeleteParams::default())
+        .await
+        .expect("delete PVC");
+    wait_gone("the claim's directory removed", &dir).await;
+    let pvs = Api::<PersistentVolume>::all(client.clone());
+    wait_for("the claim's PV removed", || async {
+        let pv = pvs.get_opt(&format!("pvc-{uid}")).await.expect("get PV");
+        pv.is_none().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_blank_data_volume_is_a_sparse_disk_of_its_size() {
+    let (volumes, client) = setup().await;
+    let ns = namespace(&client, "sim-blank").await;
+    create_data_volume(&client, &ns, "blank", blank("1Gi")).await;
+
+    let dv = wait_phase(&client, &ns, "blank", "Succeeded").await;
+    let status = status_of(&dv);
+    assert_eq!(status["progress"], "100.0%");
+    assert_eq!(status["claimName"], "blank");
+    assert_eq!(condition(&dv, "Ready")["status"], "True");
+    assert_eq!(condition(&dv, "Bound")["status"], "True");
+    assert_eq!(condition(&dv, "Running")["reason"], "Completed");
+
+    let pvc = claim(&client, &ns, "blank")
+        .await
+        .expect("the DataVolume's PVC");
+    let owner = &pvc.owner_references()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.controller),
+        ("DataVolume", Some(true))
+    );
+    assert_eq!(Some(owner.uid.clone()), dv.uid());
+    let disk = disk_of(volumes, &client, &ns, "blank").await;
+    assert_eq!(std::fs::metadata(&disk).expect("disk").len(), GI);
+    assert!(
+        allocated(&disk) < MI,
+        "sparse: {} bytes allocated",
+        allocated(&disk)
+    );
+}
+
+#[tokio::test]
+async fn a_clone_copies_content_also_across_namespaces() {
+    let (volumes, client) = setup().await;
+    let source_ns = namespace(&client, "sim-clone-src").await;
+    let target_ns = namespace(&client, "sim-clone-dst").await;
+    create_data_volume(&client, &source_ns, "golden", blank("64Mi")).await;
+    wait_phase(&client, &source_ns, "golden", "Succeeded").await;
+    let golden = disk_of(volumes, &client, &source_ns, "golden").await;
+    write_pattern(&golden, 10 * MI);
+
+    let clone = |namespace: &str, size: Option<&str>| {
+        let mut spec = json!({"source": {"pvc": {"namespace": namespace, "name": "golden"}}});
+        if let Some(size) = size {
+            spec["storage"] = json!({"resources": {"requests": {"storage": size}}});
+        }
+        spec
+    };
+    create_data_volume(
+        &client,
+        &target_ns,
+        "bigger",
+        clone(&source_ns, Some("128Mi")),
+    )
+    .await;
+    // No size: taken from the source, as CDI does.
+    create_data_volume(&client, &source_ns, "same-ns", clone("", None)).await;
+
+    for (ns, name, len) in [
+        (&target_ns, "bigger", 128 * MI),
+        (&source_ns, "same-ns", 64 * MI),
+    ] {
+        let dv = wait_phase(&client, ns, name, "Succeeded").await;
+        assert_eq!(condition(&dv, "Running")["message"], "Clone Complete");
+        let disk = disk_of(volumes, &client, ns, name).await;
+        assert_eq!(std::fs::metadata(&disk).expect("disk").len(), len);
+        assert_eq!(
+            read_at(&disk, 10 * MI, PATTERN.len()),
+            PATTERN,
+            "{ns}/{name}"
+        );
+        assert!(
+            allocated(&disk) < 4 * MI,
+            "sparse copy: {}",
+            allocated(&disk)
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_clone_into_a_smaller_volume_fails_naming_both_sizes() {
+    let (_, client) = setup().await;
+    let ns = namespace(&client, "sim-clone-small").await;
+    create_data_volume(&client, &ns, "golden", blank("64Mi")).await;
+    wait_phase(&client, &ns, "golden", "Succeeded").await;
+    let spec = json!({
+        "source": {"pvc": {"name": "golden"}},
+        "storage": {"resources": {"requests": {"storage": "32Mi"}}},
+    });
+    create_data_volume(&client, &ns, "too-small", spec).await;
+
+    let dv = wait_phase(&client, &ns, "too-small", "Failed").await;
+    let running = condition(&dv, "Running");
+    assert_eq!(running["reason"], "CloneValidationFailed");
+    let message = running["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!("{} < {}", 32 * MI, 64 * MI)),
+        "names both sizes: {message}"
+    );
+    assert_eq!(condition(&dv, "Ready")["status"], "False");
+}
+
+/// A pod on a node the simulated kubelet does not serve, so only this test moves its status.
+async fn pod_using(client: &Client, ns: &str, name: &str, claim: &str) {
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": "elsewhere",
+            "containers": [{"name": "holder", "image": "registry.invalid/holder"}],
+            "volumes": [{"name": "disk", "persistentVolumeClaim": {"claimName": claim}}],
+        },
+    }))
+    .expect("pod");
+    // The namespace's default ServiceAccount may not exist yet; admission needs it.
+    wait_for("pod created", || async {
+        pods.create(&PostParams::default(), &pod).await.ok()
+    })
+    .await;
+    let running = json!({"status": {"phase": "Running"}});
+    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&running))
+        .await
+        .expect("mark the pod Running");
+}
+
+#[tokio::test]
+async fn a_clone_waits_while_its_source_is_in_use() {
+    let (volumes, client) = setup().await;
+    let ns = namespace(&client, "sim-clone-busy").await;
+    create_data_volume(&client, &ns, "golden", blank("64Mi")).await;
+    wait_phase(&client, &ns, "golden", "Succeeded").await;
+    pod_using(&client, &ns, "builder", "golden").await;
+
+    let spec = json!({
+        "source": {"pvc": {"name": "golden"}},
+        "storage": {"resources": {"requests": {"storage": "64Mi"}}},
+    });
+    create_data_volume(&client, &ns, "copy", spec).await;
+    let api = data_volumes(&client, &ns);
+    let waiting = wait_for("clone waiting for its source", || async {
+        let dv = api.get_opt("copy").await.ok().flatten()?;
+        let running = condition(&dv, "Running");
+        (phase_of(&dv) == "CloneScheduled" && running["reason"] == "CloneSourceInUse")
+            .then_some(running)
+    })
+    .await;
+    assert_eq!(
+        waiting["message"],
+        format!("pod {ns}/builder using PersistentVolumeClaim golden")
+    );
+    let target = disk_of(volumes, &client, &ns, "copy").await;
+    assert!(
+        !target.exists(),
+        "nothing copied while the source is in use"
+    );
+
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .delete("builder", &DeleteParams::default().grace_period(0))
+        .await
+        .expect("delete the pod");
+    wait_phase(&client, &ns, "copy", "Succeeded").await;
+    assert!(target.exists());
+}
+
+/// A tiny HTTP/1.1 server: `files` by path, 404 otherwise. Returns its base URL.
+async fn serve(files: BTreeMap<String, Vec<u8>>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the test HTTP server");
+    let addr = listener.local_addr().expect("server address");
+    let files = Arc::new(files);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let files = files.clone();
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let text = String::from_utf8_lossy(&request);
+                let path = text.split_whitespace().nth(1).unwrap_or("/").to_owned();
+                let (head, body) = match files.get(&path) {
+                    Some(body) => ("HTTP/1.1 200 OK", body.clone()),
+                    None => ("HTTP/1.1 404 Not Found", b"not found".to_vec()),
+                };
+                let head = format!(
+                    "{head}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(head.as_bytes()).await;
+                let _ = stream.write_all(&body).await;
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// A qcow2 image (made by `qemu-img`) of a 16Mi raw disk with [`PATTERN`] at 5Mi.
+fn qcow2_image() -> Vec<u8> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let raw = dir.path().join("disk.raw");
+    let qcow2 = dir.path().join("disk.qcow2");
+    let file = std::fs::File::create(&raw).expect("raw image");
+    file.set_len(16 * MI).expect("size raw image");
+    write_pattern(&raw, 5 * MI);
+    let out = std::process::Command::new("qemu-img")
+        .args(["convert", "-f", "raw", "-O", "qcow2"])
+        .arg(&raw)
+        .arg(&qcow2)
+        .output()
+        .expect("qemu-img runs (Debian: apt-get install qemu-utils)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::read(&qcow2).expect("read qcow2")
+}
+
+/// Every phase a DataVolume shows, in order, until it is terminal; `listed` fires once the watch
+/// is established, so an object created after that cannot slip past it.
+async fn phases_until_done(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    listed: tokio::sync::oneshot::Sender<()>,
+) -> Vec<String> {
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut stream = std::pin::pin!(watcher(data_volumes(client, ns), config));
+    let mut listed = Some(listed);
+    let mut phases: Vec<String> = Vec::new();
+    let collect = async {
+        while let Some(event) = stream.next().await {
+            let dv = match event {
+                Ok(watcher::Event::InitDone) => {
+                    if let Some(listed) = listed.take() {
+                        let _ = listed.send(());
+                    }
+                    continue;
+                }
+                Ok(watcher::Event::Apply(dv) | watcher::Event::InitApply(dv)) => dv,
+                _ => continue,
+            };
+            let phase = phase_of(&dv);
+            if !phase.is_empty() && phases.last() != Some(&phase) {
+                phases.push(phase.clone());
+            }
+            if matches!(phase.as_str(), "Succeeded" | "Failed") {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(support::DEADLINE, collect)
+        .await
+        .unwrap_or_else(|_| panic!("{ns}/{name} did not finish; phases seen: {phases:?}"));
+    phases
+}
+
+#[tokio::test]
+async fn an_http_import_converts_qcow2_to_raw() {
+    let (volumes, client) = setup().await;
+    let ns = namespace(&client, "sim-http").await;
+    let qcow2 = qcow2_image();
+    assert_eq!(&qcow2[..4], b"QFI\xfb");
+    let base = serve(BTreeMap::from([("/images/disk.qcow2".to_owned(), qcow2)])).await;
+    let name = unique("import");
+    let spec = json!({
+        "source": {"http": {"url": format!("{base}/images/disk.qcow2")}},
+        "storage": {"resources": {"requests": {"storage": "64Mi"}}},
+    });
+    let (listed, watching) = tokio::sync::oneshot::channel();
+    let create = async {
+        watching.await.expect("the watch is established");
+        create_data_volume(&client, &ns, &name, spec).await;
+    };
+    let (phases, ()) = tokio::join!(phases_until_done(&client, &ns, &name, listed), create);
+
+    assert_eq!(
+        phases.last().map(String::as_str),
+        Some("Succeeded"),
+        "{phases:?}"
+    );
+    assert!(
+        phases.iter().any(|p| p == "ImportInProgress"),
+        "an import in progress is observable: {phases:?}"
+    );
+    let disk = disk_of(volumes, &client, &ns, &name).await;
+    assert_ne!(read_at(&disk, 0, 4), b"QFI\xfb", "converted to raw");
+    assert_eq!(read_at(&disk, 5 * MI, PATTERN.len()), PATTERN);
+    assert_eq!(
+        std::fs::metadata(&disk).expect("disk").len(),
+        64 * MI,
+        "fills the PVC"
+    );
+}
+
+#[tokio::test]
+async fn an_http_404_fails_the_import() {
+    let (_, client) = setup().await;
+    let ns = namespace(&client, "sim-http-404").await;
+    let base = serve(BTreeMap::new()).await;
+    let spec = json!({
+        "source": {"http": {"url": format!("{base}/missing.img")}},
+        "storage": {"resources": {"requests": {"storage": "64Mi"}}},
+    });
+    create_data_volume(&client, &ns, "missing", spec).await;
+
+    let dv = wait_phase(&client, &ns, "missing", "Failed").await;
+    let running = condition(&dv, "Running");
+    assert_eq!(running["reason"], "Error");
+    let message = running["message"].as_str().unwrap_or_default();
+    assert!(message.contains("got 404"), "{message}");
+}
+
+#[tokio::test]
+async fn deleting_a_data_volume_removes_its_claim_and_directory() {
+    let (volumes, client) = setup().await;
+    let ns = namespace(&client, "sim-dv-delete").await;
+    create_data_volume(&client, &ns, "short-lived", blank("64Mi")).await;
+    wait_phase(&client, &ns, "short-lived", "Succeeded").await;
+    let disk = disk_of(volumes, &client, &ns, "short-lived").await;
+    let dir = disk.parent().expect("volume directory").to_owned();
+
+    data_volumes(&client, &ns)
+        .delete("short-lived", &DeleteParams::default())
+        .await
+        .expect("delete DataVolume");
+    wait_for("the DataVolume's PVC garbage-collected", || async {
+        claim(&client, &ns, "short-lived")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    wait_gone("the DataVolume's directory removed", &dir).await;
+}
