@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build test lint fmt crds controlplane demo dev-up clean-cache
+.PHONY: all build test lint fmt crds controlplane deps demo dev-up clean-cache
 
 all: build
 
@@ -13,6 +13,10 @@ build:
 ## per machine from pinned Go modules into ~/.cache/guestcluster.
 controlplane:
 	tools/controlplane/build.sh
+
+## System packages the tests and demo need (qemu-img), installed with apt when missing.
+deps:
+	tools/ensure-deps.sh
 
 ## Regenerate the CRDs and the API reference from src/api (committed; tests fail on drift).
 crds:
@@ -27,11 +31,11 @@ lint:
 
 ## Everything CI runs: format and lint checks, generated-file drift checks, unit, control-plane
 ## and scenario tests.
-test: controlplane lint
+test: deps controlplane lint
 	$(CARGO) test --no-fail-fast
 
 ## The whole flow on an embedded control plane with progress output.
-demo: controlplane
+demo: deps controlplane
 	$(CARGO) run --quiet -- demo
 
 ## A control plane with our CRDs for poking at by hand; prints the kubeconfig path.

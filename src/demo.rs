@@ -1,8 +1,9 @@
 //! `guestcluster demo`: the whole flow on an embedded control plane, with progress output.
 //!
-//! Today the flow is: control plane → operator (leader-elected) → the samples → every CRCBundle
-//! observed by its actor → the `kubectl get` view. Later issues extend it (simulated cluster,
-//! downloads, builds, pools) without changing how it is started.
+//! Today the flow is: control plane → simulated cluster (KubeVirt, CDI, kubelet, guests) → a local
+//! mirror serving a CRC bundle → operator (leader-elected) → the bundle downloaded by the prep Job
+//! into a raw golden disk → the samples → the `kubectl get` view. Later issues extend it (builds,
+//! pools, instances) without changing how it is started.
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -17,8 +18,11 @@ use crate::actors::ObjectActor;
 use crate::actors::bundle::BundleActor;
 use crate::api::CRCBundle;
 use crate::metrics::Metrics;
+use crate::resources::bundle::JobSettings;
+use crate::sim::bundles;
+use crate::sim::file_server::{Fault, FileServer};
 use crate::testenv::{self, ControlPlane};
-use crate::{manifests, operator};
+use crate::{manifests, operator, sim};
 
 /// Namespace the demo runs the operator in.
 pub const OPERATOR_NAMESPACE: &str = "guestcluster-system";
@@ -98,6 +102,31 @@ async fn drive(cp: &ControlPlane, opts: &Options, progress: &Progress) -> Result
     let client = cp.client()?;
     ensure_namespace(&client, OPERATOR_NAMESPACE).await?;
 
+    let sim_root = cp.state_dir().join("sim");
+    progress.step(format!(
+        "starting the simulated cluster (KubeVirt, CDI, a node, CRC guests) in {}",
+        sim_root.display()
+    ));
+    let mut sim = sim::Sim::start(
+        client.clone(),
+        sim::Options {
+            root: sim_root.clone(),
+            timings: sim::Timings::realistic(),
+            kubeconfig: cp.kubeconfig_path().to_path_buf(),
+            guestcluster_bin: std::env::current_exe()
+                .map_err(|e| Error::Operator(e.to_string()))?,
+            our_image_prefix: JOB_IMAGE_REPO.to_owned(),
+            node_name: "demo-node".to_owned(),
+        },
+    )
+    .await
+    .map_err(|e| Error::Operator(e.to_string()))?;
+    sim.serve_guest_apis(cp.apiserver_launcher());
+
+    progress.step(format!("building CRC bundle {DEMO_VERSION} (a sealed guest disk, converted with qemu-img) for the local mirror"));
+    let mirror = Mirror::start(&sim_root.join("mirror")).await?;
+    progress.step(format!("  serving {}", mirror.bundle_url));
+
     progress.step(format!(
         "starting the operator in namespace {OPERATOR_NAMESPACE} (leader election on)"
     ));
@@ -110,6 +139,10 @@ async fn drive(cp: &ControlPlane, opts: &Options, progress: &Progress) -> Result
         health_addr: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
         metrics_addr: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
         tree: Default::default(),
+        jobs: JobSettings {
+            image: format!("{JOB_IMAGE_REPO}:demo"),
+            prep_service_account: "default".to_owned(),
+        },
     };
     let metrics = Metrics::default();
     let op = tokio::spawn(operator::run(
@@ -126,6 +159,11 @@ async fn drive(cp: &ControlPlane, opts: &Options, progress: &Progress) -> Result
     let bound = bound_rx
         .await
         .map_err(|_| Error::Operator("exited before listening".into()))?;
+
+    progress.step(format!(
+        "creating CRCBundle {DEMO_BUNDLE} from the local mirror"
+    ));
+    mirror.apply_bundle(&client).await?;
 
     progress.step(format!("applying {}", opts.samples_dir.display()));
     let applied =
@@ -147,6 +185,20 @@ async fn drive(cp: &ControlPlane, opts: &Options, progress: &Progress) -> Result
     progress.step("waiting for the operator to observe every CRCBundle");
     let bundles: Api<CRCBundle> = Api::all(client.clone());
     wait_until_observed(&bundles, Duration::from_secs(120), progress).await?;
+    progress.step(format!("waiting for the download of {DEMO_BUNDLE} (prep Job: download, verify, extract, qemu-img convert to raw, publish the key)"));
+    let ready =
+        wait_until_settled(&bundles, DEMO_BUNDLE, Duration::from_secs(300), progress).await?;
+    if let Some(status) = &ready.status {
+        progress.step(format!(
+            "  {DEMO_BUNDLE} is {:?}: OpenShift {}, raw disk sha256 {}, {} bytes virtual",
+            status
+                .phase
+                .unwrap_or(crate::api::bundle::BundlePhase::Pending),
+            status.ocp_version.as_deref().unwrap_or("?"),
+            status.disk_sha256.as_deref().unwrap_or("?"),
+            status.disk_virtual_size.unwrap_or_default(),
+        ));
+    }
 
     println!();
     print_kubectl(
@@ -174,9 +226,7 @@ async fn drive(cp: &ControlPlane, opts: &Options, progress: &Progress) -> Result
         bound.health.map(|a| a.to_string()).unwrap_or_default(),
         bound.metrics.map(|a| a.to_string()).unwrap_or_default(),
     );
-    println!(
-        "not yet reconciled in this version: pools, instances, leases, and the download/build sources"
-    );
+    println!("not yet reconciled in this version: pools, instances, leases, and the build source");
     println!();
     let keep_running = opts
         .keep_running
@@ -193,6 +243,7 @@ async fn drive(cp: &ControlPlane, opts: &Options, progress: &Progress) -> Result
         println!("in a terminal, or `cargo run -- demo --keep-running true`.");
     }
     let _ = stop_tx.send(());
+    sim.shutdown().await;
     match op.await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(err)) => Err(Error::Operator(err.to_string())),
@@ -279,4 +330,99 @@ fn print_kubectl(cp: &ControlPlane, args: &[&str]) -> Result<(), Error> {
     }
     print!("{}", String::from_utf8_lossy(&out.stdout));
     Ok(())
+}
+
+/// Repository of the operator's Job image in the demo; the simulated kubelet runs pods of it as
+/// this very binary.
+const JOB_IMAGE_REPO: &str = "quay.io/opdev/guestcluster";
+const DEMO_VERSION: &str = "4.16.0";
+const DEMO_BUNDLE: &str = "crc-4.16.0-amd64";
+
+/// The local stand-in for mirror.openshift.com.
+struct Mirror {
+    _files: FileServer,
+    bundle_url: String,
+    sha256_url: String,
+}
+
+impl Mirror {
+    async fn start(dir: &Path) -> Result<Mirror, Error> {
+        let bundle = bundles::build(dir, &bundles::BundleSpec::new(DEMO_VERSION))
+            .map_err(|e| Error::Operator(format!("building the demo bundle: {e}")))?;
+        let files = FileServer::start(std::net::IpAddr::from([127, 0, 0, 1]))
+            .await
+            .map_err(|e| Error::Operator(format!("starting the mirror: {e}")))?;
+        let prefix = format!("pub/openshift-v4/clients/crc/bundles/openshift/{DEMO_VERSION}");
+        let bundle_url = files.publish(
+            &format!("{prefix}/{}", bundle.file_name),
+            bundle.archive.clone(),
+            Fault::None,
+        );
+        let sha256_url = files.publish(
+            &format!("{prefix}/sha256sum.txt"),
+            bundle.sha256sum_txt.clone(),
+            Fault::None,
+        );
+        Ok(Mirror {
+            _files: files,
+            bundle_url,
+            sha256_url,
+        })
+    }
+
+    /// The sample bundle, pointed at this mirror (its own field manager, so applying the samples
+    /// afterwards keeps the URLs).
+    async fn apply_bundle(&self, client: &kube::Client) -> Result<(), Error> {
+        let bundle = serde_json::json!({
+            "apiVersion": crate::api::API_VERSION,
+            "kind": "CRCBundle",
+            "metadata": {"name": DEMO_BUNDLE},
+            "spec": {"version": DEMO_VERSION, "bundleURL": self.bundle_url, "sha256URL": self.sha256_url, "goldenVolumeSize": "1Gi"},
+        });
+        Api::<CRCBundle>::all(client.clone())
+            .patch(
+                DEMO_BUNDLE,
+                &PatchParams::apply("guestcluster-demo-mirror"),
+                &Patch::Apply(bundle),
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+/// Waits until `name` is Ready or Failed, printing each change of its Ready condition.
+async fn wait_until_settled(
+    api: &Api<CRCBundle>,
+    name: &str,
+    deadline: Duration,
+    progress: &Progress,
+) -> Result<CRCBundle, Error> {
+    use crate::api::bundle::BundlePhase;
+    let start = Instant::now();
+    let mut last = String::new();
+    loop {
+        let bundle = api.get(name).await?;
+        if let Some(status) = &bundle.status {
+            if let Some(ready) = crate::api::conditions::find(
+                &status.conditions,
+                crate::api::conditions::types::READY,
+            ) {
+                let line = format!("  {name}: {} — {}", ready.reason, ready.message);
+                if line != last {
+                    progress.step(&line);
+                    last = line;
+                }
+            }
+            if matches!(status.phase, Some(BundlePhase::Ready | BundlePhase::Failed)) {
+                return Ok(bundle);
+            }
+        }
+        if start.elapsed() > deadline {
+            return Err(Error::Timeout(
+                deadline,
+                format!("CRCBundle {name} to be Ready"),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }

@@ -25,6 +25,13 @@ enum Command {
     /// Developer tools.
     #[command(subcommand)]
     Dev(DevCommand),
+    /// Body of a bundle's prep Job: download, verify and extract a `.crcbundle`, convert its disk
+    /// to raw `$GOLDEN_DIR/disk.img`, publish the key Secret and metadata ConfigMap. Settings come
+    /// from the environment (see `guestcluster::jobs::bundle_prep`).
+    BundlePrep {
+        #[command(flatten)]
+        log: LogArgs,
+    },
     /// Print the CRDs as YAML, or write one file per CRD into a directory.
     Crdgen {
         /// Write `<group>_<plural>.yaml` files here instead of printing to stdout.
@@ -55,6 +62,18 @@ struct OperatorArgs {
     /// Address of `/healthz` and `/readyz`; `0` disables them.
     #[arg(long, default_value = "0.0.0.0:8081")]
     health_probe_bind_address: String,
+    /// Image of the Jobs the operator creates (bundle preparation, crc-agent, builds): the
+    /// guestcluster image of this release.
+    #[arg(long, env = "GUESTCLUSTER_JOB_IMAGE", default_value = guestcluster::resources::bundle::DEFAULT_JOB_IMAGE)]
+    job_image: String,
+    /// Service account of the bundle prep Jobs (needs Secrets and ConfigMaps in the operator
+    /// namespace).
+    #[arg(
+        long,
+        env = "BUNDLE_PREP_SERVICE_ACCOUNT",
+        default_value = "bundle-prep"
+    )]
+    bundle_prep_service_account: String,
     /// Address of `/metrics`; `0` disables it.
     #[arg(long, default_value = "0.0.0.0:8080")]
     metrics_bind_address: String,
@@ -78,9 +97,11 @@ enum LogFormat {
 fn init_logging(args: &LogArgs) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour only on a terminal: pod logs and files stay plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     match args.log_format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
@@ -114,6 +135,10 @@ fn operator(args: OperatorArgs) -> Result<(), Box<dyn std::error::Error>> {
         health_addr: listen_addr(&args.health_probe_bind_address)?,
         metrics_addr: listen_addr(&args.metrics_bind_address)?,
         tree: Default::default(),
+        jobs: guestcluster::resources::bundle::JobSettings {
+            image: args.job_image,
+            prep_service_account: args.bundle_prep_service_account,
+        },
     };
     tokio::runtime::Runtime::new()?.block_on(async {
         let client = kube::Client::try_default().await?;
@@ -156,6 +181,11 @@ fn dev_up() -> Result<(), Box<dyn std::error::Error>> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        // Reports its own outcome: the last stderr line and the termination message name the reason.
+        Command::BundlePrep { log } => {
+            init_logging(&log);
+            return guestcluster::jobs::bundle_prep::main();
+        }
         Command::Operator(args) => operator(args),
         Command::Demo { keep_running } => demo(keep_running),
         Command::Dev(DevCommand::Up) => dev_up(),

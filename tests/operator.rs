@@ -28,7 +28,13 @@ fn actor_of(uid: &str) -> Option<ractor::ActorCell> {
     registry::where_is(object_actor_name(BundleActor::KIND, uid))
 }
 
-async fn pending_at_generation(
+/// Both operators of this test binary (the in-process tree and the operator process) work in
+/// this namespace, so they decide alike and never fight over a bundle's status.
+const OPERATOR_NS: &str = "operator-test";
+
+/// The bundle once its actor recorded `generation` (the download source is then Preparing: no
+/// simulated cluster runs the prep Job in this test).
+async fn observed_at_generation(
     api: &Api<CRCBundle>,
     name: &str,
     generation: i64,
@@ -37,7 +43,8 @@ async fn pending_at_generation(
     let status = b.status.as_ref()?;
     let ready = conditions::find(&status.conditions, types::READY)?;
     (status.observed_generation == Some(generation)
-        && ready.reason == reasons::PENDING
+        && ready.status == "False"
+        && ready.reason == reasons::PREPARING
         && ready.observed_generation == Some(generation))
     .then_some(b)
 }
@@ -47,7 +54,12 @@ async fn pending_at_generation(
 async fn bundle_actors_follow_bundles_and_restart_when_killed() {
     let client = support::client().await;
     let metrics = Metrics::default();
-    let ctx = Context::new(client.clone(), "default", metrics.clone());
+    let ctx = Context::new(
+        client.clone(),
+        OPERATOR_NS,
+        metrics.clone(),
+        Default::default(),
+    );
     let config = TreeConfig {
         backoff: guestcluster::actors::backoff::Backoff {
             base: Duration::from_millis(50),
@@ -66,7 +78,7 @@ async fn bundle_actors_follow_bundles_and_restart_when_killed() {
         .unwrap();
     let uid = created.uid().unwrap();
     let bundle = wait_for("bundle status at generation 1", || {
-        pending_at_generation(&api, &name, 1)
+        observed_at_generation(&api, &name, 1)
     })
     .await;
     assert_eq!(
@@ -95,7 +107,7 @@ async fn bundle_actors_follow_bundles_and_restart_when_killed() {
     .await
     .unwrap();
     wait_for("bundle status at generation 2", || {
-        pending_at_generation(&api, &name, 2)
+        observed_at_generation(&api, &name, 2)
     })
     .await;
     assert_eq!(actor_of(&uid).map(|a| a.get_id()), Some(second.get_id()));
@@ -146,7 +158,7 @@ async fn lease_holder(api: &Api<Lease>) -> Option<String> {
 #[tokio::test]
 async fn operator_process_elects_a_leader_serves_probes_and_stops_gracefully() {
     let client = support::client().await;
-    let ns = support::namespace(&client, "operator").await;
+    let ns = support::ensure_namespace(&client, OPERATOR_NS).await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
 
     let mut first = support::Operator::start(&ns).await;
@@ -165,7 +177,7 @@ async fn operator_process_elects_a_leader_serves_probes_and_stops_gracefully() {
         .await
         .unwrap();
     wait_for("bundle observed by the operator process", || {
-        pending_at_generation(&api, &name, 1)
+        observed_at_generation(&api, &name, 1)
     })
     .await;
     let (code, metrics) = first.get_metrics().await;

@@ -1,7 +1,8 @@
 //! The CRCBundle actor: one per bundle, keyed by UID.
 //!
-//! For now it records that the bundle was observed (`observedGeneration`, the source, and
-//! `Ready=False reason=Pending`); the download and build sources build on this skeleton.
+//! Download-sourced bundles run the download source (observe the bundle's objects, decide with
+//! [`super::download::decide`], act, record). Build-sourced bundles are recorded as observed
+//! (`Ready=False reason=Pending`) until the build source exists.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -10,25 +11,45 @@ use kube::{Api, ResourceExt};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde_json::json;
 
-use super::kind_supervisor::{ObjectActor, ObjectArgs, Trigger};
+use std::sync::Arc;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret};
+use kube::api::{DeleteParams, ListParams, PostParams};
+
+use super::context::Context;
+use super::download::{self, Action};
+use super::kind_supervisor::{ObjectActor, ObjectArgs, OwnerEvents, Trigger, owner_events};
 use crate::api::API_VERSION;
 use crate::api::bundle::{BundlePhase, BundleSource, CRCBundle, CRCBundleStatus};
 use crate::api::conditions::{self, reasons, types};
 use crate::api::labels::FIELD_MANAGER;
+use crate::resources;
+use crate::resources::bundle::Names;
 
 /// Errors of a bundle reconcile.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("writing status of CRCBundle {name}: {source}")]
     WriteStatus { name: String, source: kube::Error },
+    #[error("reading {what} of CRCBundle {name}: {source}")]
+    Observe {
+        name: String,
+        what: String,
+        source: kube::Error,
+    },
+    #[error("{action:?} for CRCBundle {name}: {source}")]
+    Act {
+        name: String,
+        action: Action,
+        source: kube::Error,
+    },
 }
 
 impl Error {
     /// The condition reason this error is reported under.
     pub fn reason(&self) -> &'static str {
-        match self {
-            Error::WriteStatus { .. } => reasons::RECONCILE_ERROR,
-        }
+        reasons::RECONCILE_ERROR
     }
 }
 
@@ -38,6 +59,25 @@ pub struct BundleActor;
 impl ObjectActor for BundleActor {
     type Object = CRCBundle;
     const KIND: &'static str = "crcbundle";
+
+    /// The prep Job, the PVCs and what the Job publishes live in the operator namespace and are
+    /// owned by the bundle.
+    fn owned_events(ctx: &Arc<Context>) -> Vec<OwnerEvents> {
+        let client = &ctx.client;
+        let ns = ctx.namespace.as_str();
+        vec![
+            owner_events(Api::<Job>::namespaced(client.clone(), ns), "CRCBundle"),
+            owner_events(
+                Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns),
+                "CRCBundle",
+            ),
+            owner_events(Api::<Secret>::namespaced(client.clone(), ns), "CRCBundle"),
+            owner_events(
+                Api::<ConfigMap>::namespaced(client.clone(), ns),
+                "CRCBundle",
+            ),
+        ]
+    }
 }
 
 impl Actor for BundleActor {
@@ -83,12 +123,31 @@ impl Actor for BundleActor {
 
 async fn reconcile(bundle: &CRCBundle, state: &ObjectArgs<CRCBundle>) -> Result<(), Error> {
     let now = Time(Timestamp::now());
-    let Some(status) = next_status(bundle, now) else {
-        return Ok(());
-    };
+    if bundle.spec.build.is_some() {
+        return match next_status(bundle, now) {
+            Some(status) => write_status(&state.ctx, bundle, &status).await,
+            None => Ok(()),
+        };
+    }
+    let observed = observe(&state.ctx, bundle).await?;
+    let decision = download::decide(bundle, &observed, &state.ctx.namespace, now);
+    for action in &decision.actions {
+        act(&state.ctx, bundle, action).await?;
+    }
+    if Some(&decision.status) != bundle.status.as_ref() {
+        write_status(&state.ctx, bundle, &decision.status).await?;
+    }
+    Ok(())
+}
+
+async fn write_status(
+    ctx: &Context,
+    bundle: &CRCBundle,
+    status: &CRCBundleStatus,
+) -> Result<(), Error> {
     let name = bundle.name_any();
     let patch = json!({ "apiVersion": API_VERSION, "kind": "CRCBundle", "status": status });
-    Api::<CRCBundle>::all(state.ctx.client.clone())
+    Api::<CRCBundle>::all(ctx.client.clone())
         .patch_status(
             &name,
             &PatchParams::apply(FIELD_MANAGER).force(),
@@ -99,41 +158,189 @@ async fn reconcile(bundle: &CRCBundle, state: &ObjectArgs<CRCBundle>) -> Result<
             name: name.clone(),
             source,
         })?;
-    tracing::info!(crcbundle = %name, generation = ?bundle.metadata.generation, "recorded observed state");
+    let ready = conditions::find(&status.conditions, types::READY);
+    tracing::info!(
+        crcbundle = %name,
+        phase = ?status.phase,
+        reason = ready.map(|c| c.reason.as_str()).unwrap_or_default(),
+        "status recorded"
+    );
     Ok(())
 }
 
-/// The status the bundle should have, or `None` when the current one is already right.
+/// Reads what exists of the bundle's objects. Only objects the bundle controls count: an object
+/// of a deleted namesake is still being garbage-collected and must not be mistaken for ours.
+async fn observe(ctx: &Context, bundle: &CRCBundle) -> Result<download::Observed, Error> {
+    let names = Names::of(&bundle.name_any());
+    let uid = bundle.uid().unwrap_or_default();
+    let ns = ctx.namespace.as_str();
+    let client = &ctx.client;
+    let owned = |meta: &kube::api::ObjectMeta| {
+        meta.owner_references
+            .iter()
+            .flatten()
+            .any(|r| r.uid == uid && r.controller == Some(true))
+    };
+    let err = |what: &str| {
+        let (name, what) = (bundle.name_any(), what.to_owned());
+        move |source| Error::Observe { name, what, source }
+    };
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let golden_pvc = pvcs
+        .get_opt(&names.golden_pvc)
+        .await
+        .map_err(err("golden PVC"))?;
+    let scratch_pvc = pvcs
+        .get_opt(&names.scratch_pvc)
+        .await
+        .map_err(err("scratch PVC"))?;
+    let job = Api::<Job>::namespaced(client.clone(), ns)
+        .get_opt(&names.prep_job)
+        .await
+        .map_err(err("prep Job"))?
+        .filter(|j| owned(&j.metadata));
+    let secret = Api::<Secret>::namespaced(client.clone(), ns)
+        .get_opt(&names.ssh_secret)
+        .await
+        .map_err(err("SSH key Secret"))?;
+    let metadata = Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .get_opt(&names.metadata)
+        .await
+        .map_err(err("metadata ConfigMap"))?
+        .filter(|c| owned(&c.metadata));
+    let job_failure = match &job {
+        Some(job) if job.status.as_ref().and_then(|s| s.failed).unwrap_or(0) > 0 => {
+            last_failure(client, ns, &names.prep_job)
+                .await
+                .map_err(err("prep pods"))?
+        }
+        _ => None,
+    };
+    Ok(download::Observed {
+        golden_pvc: golden_pvc.is_some_and(|p| owned(&p.metadata)),
+        scratch_pvc: scratch_pvc.is_some_and(|p| owned(&p.metadata)),
+        job,
+        job_failure,
+        ssh_secret: secret.is_some_and(|s| owned(&s.metadata)),
+        metadata,
+    })
+}
+
+/// The termination message of the prep Job's most recent failed pod (`<Reason>: <message>`).
+async fn last_failure(
+    client: &kube::Client,
+    ns: &str,
+    job: &str,
+) -> Result<Option<String>, kube::Error> {
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!("job-name={job}")))
+        .await?;
+    Ok(pods
+        .items
+        .iter()
+        .flat_map(|p| {
+            p.status
+                .iter()
+                .flat_map(|s| s.container_statuses.iter().flatten())
+        })
+        .filter_map(|c| c.state.as_ref()?.terminated.as_ref())
+        .filter(|t| t.exit_code != 0)
+        .max_by_key(|t| t.finished_at.as_ref().map(|f| f.0))
+        .and_then(|t| t.message.as_ref())
+        .map(|m| m.lines().last().unwrap_or_default().trim().to_owned())
+        .filter(|m| !m.is_empty()))
+}
+
+async fn act(ctx: &Context, bundle: &CRCBundle, action: &Action) -> Result<(), Error> {
+    let ns = ctx.namespace.as_str();
+    let client = &ctx.client;
+    let names = Names::of(&bundle.name_any());
+    let result = match action {
+        Action::CreateGoldenPvc => {
+            create(
+                Api::namespaced(client.clone(), ns),
+                &resources::bundle::golden_pvc(bundle, ns),
+            )
+            .await
+        }
+        Action::CreateScratchPvc => {
+            create(
+                Api::namespaced(client.clone(), ns),
+                &resources::bundle::scratch_pvc(bundle, ns),
+            )
+            .await
+        }
+        Action::CreatePrepJob => match resources::bundle::urls(bundle) {
+            Some(urls) => {
+                create(
+                    Api::namespaced(client.clone(), ns),
+                    &resources::bundle::prep_job(bundle, ns, &urls, &ctx.jobs),
+                )
+                .await
+            }
+            None => Ok(()),
+        },
+        Action::DeletePrepJob => {
+            delete::<Job>(Api::namespaced(client.clone(), ns), &names.prep_job).await
+        }
+        Action::DeleteScratchPvc => {
+            delete::<PersistentVolumeClaim>(Api::namespaced(client.clone(), ns), &names.scratch_pvc)
+                .await
+        }
+    };
+    if result.is_ok() {
+        tracing::info!(crcbundle = %bundle.name_any(), ?action, "done");
+    }
+    result.map_err(|source| Error::Act {
+        name: bundle.name_any(),
+        action: action.clone(),
+        source,
+    })
+}
+
+/// Creates `obj`; an existing one is fine (the next reconcile looks at it).
+async fn create<K>(api: Api<K>, obj: &K) -> Result<(), kube::Error>
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), obj).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Deletes `name` in the background; a missing one is fine.
+async fn delete<K>(api: Api<K>, name: &str) -> Result<(), kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The status of a build-sourced bundle until the build source exists, or `None` when the
+/// current one is already right.
 ///
 /// Pure: the decision of what to write is separate from writing it, so it is unit-tested and a
 /// status write never triggers another write (no hot loop on our own watch events).
 pub fn next_status(bundle: &CRCBundle, now: Time) -> Option<CRCBundleStatus> {
     let current = bundle.status.clone().unwrap_or_default();
     let generation = bundle.metadata.generation;
-    let source = if bundle.spec.build.is_some() {
-        BundleSource::Build
-    } else {
-        BundleSource::Download
-    };
     let mut next = current.clone();
     next.observed_generation = generation;
-    next.source = Some(source);
+    next.source = Some(BundleSource::Build);
     next.phase.get_or_insert(BundlePhase::Pending);
-    let message = match source {
-        BundleSource::Download => {
-            "CRCBundle observed; the download source is not implemented in this operator version yet"
-        }
-        BundleSource::Build => {
-            "CRCBundle observed; the build source is not implemented in this operator version yet"
-        }
-    };
     conditions::set(
         &mut next.conditions,
         conditions::new(
             types::READY,
             false,
             reasons::PENDING,
-            message,
+            "CRCBundle observed; the build source is not implemented in this operator version yet",
             generation,
             now,
         ),
@@ -147,8 +354,10 @@ mod tests {
     use crate::api::bundle::CRCBundleSpec;
 
     fn bundle(generation: i64) -> CRCBundle {
-        let spec: CRCBundleSpec = serde_json::from_value(json!({"version": "4.16.0"})).unwrap();
-        let mut b = CRCBundle::new("crc-4.16.0-amd64", spec);
+        let spec: CRCBundleSpec = serde_json::from_value(json!({"goldenVolumeSize": "80Gi",
+            "build": {"releaseImage": "quay.io/example/release:4.22", "pullSecretRef": {"name": "p"}}}))
+        .unwrap();
+        let mut b = CRCBundle::new("custom", spec);
         b.metadata.generation = Some(generation);
         b
     }
@@ -162,7 +371,7 @@ mod tests {
         let status = next_status(&bundle(1), at(1)).expect("a status to write");
         assert_eq!(status.observed_generation, Some(1));
         assert_eq!(status.phase, Some(BundlePhase::Pending));
-        assert_eq!(status.source, Some(BundleSource::Download));
+        assert_eq!(status.source, Some(BundleSource::Build));
         let ready = conditions::find(&status.conditions, types::READY).unwrap();
         assert_eq!(
             (ready.status.as_str(), ready.reason.as_str()),

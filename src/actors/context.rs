@@ -4,6 +4,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use crate::metrics::Metrics;
+use crate::resources::bundle::JobSettings;
 
 /// Shared, read-mostly state of the operator process.
 pub struct Context {
@@ -12,15 +13,23 @@ pub struct Context {
     pub namespace: String,
     pub metrics: Metrics,
     pub readiness: Readiness,
+    /// Image and service accounts of the Jobs the operator creates.
+    pub jobs: JobSettings,
 }
 
 impl Context {
-    pub fn new(client: kube::Client, namespace: impl Into<String>, metrics: Metrics) -> Arc<Self> {
+    pub fn new(
+        client: kube::Client,
+        namespace: impl Into<String>,
+        metrics: Metrics,
+        jobs: JobSettings,
+    ) -> Arc<Self> {
         Arc::new(Self {
             client,
             namespace: namespace.into(),
             metrics,
             readiness: Readiness::default(),
+            jobs,
         })
     }
 }

@@ -50,6 +50,41 @@ pub trait ObjectActor:
         + 'static;
     /// Lower-case kind, used in actor names, logs and metrics.
     const KIND: &'static str;
+
+    /// Watches of the objects these actors own, as owner UIDs; each event triggers the owner's
+    /// actor, so a finished Job or a deleted PVC is noticed without polling.
+    fn owned_events(_ctx: &Arc<Context>) -> Vec<OwnerEvents> {
+        Vec::new()
+    }
+}
+
+/// A stream of owner UIDs: "something this object owns changed".
+pub type OwnerEvents = futures::stream::BoxStream<'static, String>;
+
+/// Owner UIDs of the objects of kind `K` that `api` sees change (created, updated or deleted),
+/// for owners of kind `owner_kind` (by controller owner reference).
+pub fn owner_events<K>(api: Api<K>, owner_kind: &'static str) -> OwnerEvents
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .filter_map(move |event| {
+            let owner = match event {
+                Ok(
+                    watcher::Event::Apply(obj)
+                    | watcher::Event::Delete(obj)
+                    | watcher::Event::InitApply(obj),
+                ) => obj
+                    .owner_references()
+                    .iter()
+                    .find(|r| r.controller == Some(true) && r.kind == owner_kind)
+                    .map(|r| r.uid.clone()),
+                _ => None,
+            };
+            futures::future::ready(owner)
+        })
+        .boxed()
 }
 
 /// Messages of a kind supervisor; all of them come from its own watch task or timers.
@@ -65,6 +100,8 @@ pub enum SupervisorMsg<K: Resource<DynamicType = ()>> {
     Respawn { uid: String },
     /// Periodic resync: trigger every child, covering any missed event.
     Resync,
+    /// Something the object with `uid` owns changed.
+    Owned { uid: String },
 }
 
 /// Supervisor of all actors of one kind.
@@ -91,6 +128,7 @@ pub struct SupervisorState<A: ObjectActor> {
     by_actor: HashMap<ActorId, String>,
     watch: JoinHandle<()>,
     resync: JoinHandle<()>,
+    owned: Vec<JoinHandle<()>>,
 }
 
 struct Child<A: ObjectActor> {
@@ -122,6 +160,10 @@ where
             args.ctx.clone(),
         ));
         let resync = myself.send_interval(args.resync, || SupervisorMsg::Resync);
+        let owned = A::owned_events(&args.ctx)
+            .into_iter()
+            .map(|events| tokio::spawn(forward_owned::<A>(events, myself.clone())))
+            .collect();
         args.ctx.metrics.init_kind(A::KIND);
         args.ctx.metrics.init_kind("supervisor");
         Ok(SupervisorState {
@@ -132,6 +174,7 @@ where
             by_actor: HashMap::new(),
             watch,
             resync,
+            owned,
         })
     }
 
@@ -142,6 +185,9 @@ where
     ) -> Result<(), ActorProcessingErr> {
         state.watch.abort();
         state.resync.abort();
+        for task in &state.owned {
+            task.abort();
+        }
         // ractor does not stop linked children with their supervisor.
         myself
             .stop_children_and_wait(Some("supervisor stopping".into()), Some(CHILD_STOP_TIMEOUT))
@@ -188,6 +234,11 @@ where
                 let wanted = state.children.get(&uid).is_some_and(|c| c.actor.is_none());
                 if wanted {
                     spawn_child(&myself, state, &uid).await;
+                }
+            }
+            SupervisorMsg::Owned { uid } => {
+                if let Some(actor) = state.children.get(&uid).and_then(|c| c.actor.as_ref()) {
+                    trigger(actor);
                 }
             }
             SupervisorMsg::Resync => {
@@ -320,6 +371,17 @@ async fn forward_events<A: ObjectActor>(
         if let Some(msg) = msg
             && supervisor.cast(msg).is_err()
         {
+            return;
+        }
+    }
+}
+
+async fn forward_owned<A: ObjectActor>(
+    mut events: OwnerEvents,
+    supervisor: ActorRef<SupervisorMsg<A::Object>>,
+) {
+    while let Some(uid) = events.next().await {
+        if supervisor.cast(SupervisorMsg::Owned { uid }).is_err() {
             return;
         }
     }

@@ -41,6 +41,8 @@ pub struct Options {
     pub health_addr: Option<SocketAddr>,
     pub metrics_addr: Option<SocketAddr>,
     pub tree: TreeConfig,
+    /// Image and service accounts of the Jobs the operator creates.
+    pub jobs: crate::resources::bundle::JobSettings,
 }
 
 /// Addresses the HTTP listeners actually bound (port 0 resolves to a free port).
@@ -59,7 +61,12 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
     on_bound: impl FnOnce(Bound),
 ) -> Result<(), Error> {
-    let ctx = Context::new(client.clone(), options.namespace.clone(), metrics);
+    let ctx = Context::new(
+        client.clone(),
+        options.namespace.clone(),
+        metrics,
+        options.jobs.clone(),
+    );
     let leading = Arc::new(AtomicBool::new(!options.leader_elect));
     let mut servers = Vec::new();
     let mut bound = Bound::default();

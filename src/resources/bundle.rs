@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::batch::v1::{
+    Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyRule,
+};
 use k8s_openapi::api::core::v1::Volume;
 use k8s_openapi::api::core::v1::{
     Container, EnvVar, PersistentVolumeClaim, PersistentVolumeClaimSpec,
@@ -26,6 +28,8 @@ pub const GOLDEN_DIR: &str = "/golden";
 pub const SCRATCH_DIR: &str = "/work";
 /// Prep Job limits (upstream: backoffLimit 2, 2 h).
 pub const PREP_BACKOFF_LIMIT: i32 = 2;
+/// The container's termination message file (the Kubernetes default, stated explicitly).
+pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
 pub const PREP_DEADLINE_SECONDS: i64 = 7200;
 
 /// Names of a bundle's objects: `<bundle>-golden`, `-scratch`, `-prep`, `-ssh-key`, `-metadata`.
@@ -86,6 +90,18 @@ pub struct JobSettings {
     pub image: String,
     /// Service account of the prep Job (needs Secrets and ConfigMaps in the operator namespace).
     pub prep_service_account: String,
+}
+
+/// Image of the operator's Jobs unless configured (`--job-image`).
+pub const DEFAULT_JOB_IMAGE: &str = "quay.io/opdev/guestcluster:latest";
+
+impl Default for JobSettings {
+    fn default() -> Self {
+        Self {
+            image: DEFAULT_JOB_IMAGE.to_owned(),
+            prep_service_account: "bundle-prep".to_owned(),
+        }
+    }
 }
 
 fn pvc(name: &str, bundle: &CRCBundle, namespace: &str, size: &str) -> PersistentVolumeClaim {
@@ -152,6 +168,8 @@ pub fn prep_job(bundle: &CRCBundle, namespace: &str, urls: &Urls, settings: &Job
         ("METADATA_CONFIGMAP_NAME", names.metadata.as_str()),
         ("GOLDEN_DIR", GOLDEN_DIR),
         ("SCRATCH_DIR", SCRATCH_DIR),
+        // Where the failure reason goes, so the operator can surface it from the pod status.
+        ("TERMINATION_MESSAGE_PATH", TERMINATION_MESSAGE_PATH),
     ]
     .into_iter()
     .map(|(name, value)| EnvVar {
@@ -183,6 +201,7 @@ pub fn prep_job(bundle: &CRCBundle, namespace: &str, urls: &Urls, settings: &Job
         },
         spec: Some(JobSpec {
             backoff_limit: Some(PREP_BACKOFF_LIMIT),
+            pod_failure_policy: Some(permanent_failures()),
             active_deadline_seconds: Some(PREP_DEADLINE_SECONDS),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
@@ -201,6 +220,7 @@ pub fn prep_job(bundle: &CRCBundle, namespace: &str, urls: &Urls, settings: &Job
                             mount("golden", GOLDEN_DIR),
                             mount("scratch", SCRATCH_DIR),
                         ]),
+                        termination_message_path: Some(TERMINATION_MESSAGE_PATH.to_owned()),
                         termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
                         security_context: Some(SecurityContext {
                             allow_privilege_escalation: Some(false),
@@ -218,6 +238,27 @@ pub fn prep_job(bundle: &CRCBundle, namespace: &str, urls: &Urls, settings: &Job
             ..Default::default()
         }),
         ..Default::default()
+    }
+}
+
+/// Bad input (a checksum mismatch, an unsafe archive, …) fails the Job at once; only failures a
+/// retry can fix (network, storage) use the backoff limit.
+fn permanent_failures() -> PodFailurePolicy {
+    let codes = crate::jobs::bundle_prep::PERMANENT_REASONS
+        .iter()
+        .filter_map(|r| crate::jobs::bundle_prep::exit_code_of(r))
+        .map(i32::from)
+        .collect();
+    PodFailurePolicy {
+        rules: vec![PodFailurePolicyRule {
+            action: "FailJob".to_owned(),
+            on_exit_codes: Some(PodFailurePolicyOnExitCodesRequirement {
+                container_name: Some("bundle-prep".to_owned()),
+                operator: "In".to_owned(),
+                values: codes,
+            }),
+            on_pod_conditions: None,
+        }],
     }
 }
 

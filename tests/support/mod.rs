@@ -2,6 +2,8 @@
 //! a deadline, the samples, kubectl, and the operator as a child process.
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod world;
+
 use std::future::Future;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -53,6 +55,21 @@ pub async fn namespace(client: &kube::Client, prefix: &str) -> String {
         .await
         .expect("create test namespace");
     name
+}
+
+/// Creates the namespace `name` unless it exists; returns its name.
+pub async fn ensure_namespace(client: &kube::Client, name: &str) -> String {
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    match Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(e) => panic!("create namespace {name}: {e}"),
+    }
+    name.to_owned()
 }
 
 /// Polls `check` until it yields a value; panics after [`DEADLINE`] saying what it waited for.

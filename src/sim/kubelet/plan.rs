@@ -97,6 +97,11 @@ pub struct ProcessPlan {
     pub cwd: PathBuf,
     /// stdout and stderr.
     pub log: PathBuf,
+    /// The host file behind the container's `terminationMessagePath`.
+    pub termination_log: PathBuf,
+    /// `terminationMessagePolicy: FallbackToLogsOnError`: an empty message of a failed
+    /// container is taken from the end of its log.
+    pub fallback_to_logs: bool,
 }
 
 /// Everything needed to start a pod.
@@ -106,6 +111,9 @@ pub struct PodPlan {
     pub files: Vec<FileToWrite>,
     pub processes: Vec<ProcessPlan>,
 }
+
+/// Where a container writes its termination message unless it says otherwise.
+pub const DEFAULT_TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
 
 /// A path inside the container and where it is on the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -323,6 +331,23 @@ fn plan_process(
         Some((first, rest)) => (PathBuf::from(rewrite(first, mounts)), rest.to_vec()),
     };
     argv.extend(args);
+    // The termination message file is one more "mount": a kubelet bind-mounts a file at
+    // `terminationMessagePath`; here the path is rewritten like any other mount path.
+    let termination_log = host
+        .sandbox
+        .join(format!("{}.termination-log", container.name));
+    let mut with_termination = mounts.to_vec();
+    with_termination.push(Mount {
+        container_path: normalize(
+            container
+                .termination_message_path
+                .as_deref()
+                .unwrap_or(DEFAULT_TERMINATION_MESSAGE_PATH),
+        ),
+        host_path: termination_log.clone(),
+    });
+    with_termination.sort_by_key(|m| std::cmp::Reverse(m.container_path.len()));
+    let mounts = with_termination.as_slice();
     let argv = argv.iter().map(|a| rewrite(a, mounts)).collect();
     let cwd = container
         .working_dir
@@ -336,6 +361,9 @@ fn plan_process(
         env: process_env(&container_env, mounts, host),
         cwd,
         log: host.sandbox.join(format!("{}.log", container.name)),
+        termination_log,
+        fallback_to_logs: container.termination_message_policy.as_deref()
+            == Some("FallbackToLogsOnError"),
     })
 }
 

@@ -19,6 +19,38 @@ pub struct Process {
     group: Option<libc::pid_t>,
     started: Timestamp,
     result: Option<Terminated>,
+    log: std::path::PathBuf,
+    termination_log: std::path::PathBuf,
+    fallback_to_logs: bool,
+}
+
+/// The container's termination message, as a kubelet reads it: the file (at most 4096 bytes),
+/// else, with `fallback`, the last 80 lines (at most 2048 bytes) of the log.
+fn termination_message(
+    file: &std::path::Path,
+    log: &std::path::Path,
+    fallback: bool,
+) -> Option<String> {
+    let from_file = std::fs::read(file)
+        .ok()
+        .filter(|m| !m.is_empty())
+        .map(|mut m| {
+            m.truncate(4096);
+            String::from_utf8_lossy(&m).into_owned()
+        });
+    from_file.or_else(|| {
+        if !fallback {
+            return None;
+        }
+        let text = std::fs::read_to_string(log).ok()?;
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(80)..].join("\n");
+        let start = tail.len().saturating_sub(2048);
+        let start = (start..tail.len())
+            .find(|i| tail.is_char_boundary(*i))
+            .unwrap_or(tail.len());
+        Some(tail[start..].to_owned()).filter(|m| !m.is_empty())
+    })
 }
 
 impl Process {
@@ -48,6 +80,9 @@ impl Process {
             group,
             started: Timestamp::now(),
             result: None,
+            log: plan.log.clone(),
+            termination_log: plan.termination_log.clone(),
+            fallback_to_logs: plan.fallback_to_logs,
         })
     }
 
@@ -67,7 +102,12 @@ impl Process {
         };
         // The container is over: whatever it left running in its group goes too.
         self.signal(libc::SIGKILL);
-        let result = Terminated::exited(&self.container, code, self.started, Timestamp::now());
+        let mut result = Terminated::exited(&self.container, code, self.started, Timestamp::now());
+        result.message = termination_message(
+            &self.termination_log,
+            &self.log,
+            code != 0 && self.fallback_to_logs,
+        );
         self.result = Some(result.clone());
         result
     }
@@ -164,7 +204,26 @@ mod tests {
             ],
             cwd: dir.to_path_buf(),
             log: dir.join("main.log"),
+            termination_log: dir.join("main.termination-log"),
+            fallback_to_logs: true,
         }
+    }
+
+    #[test]
+    fn termination_message_prefers_the_file_then_the_log_tail() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (file, log) = (dir.path().join("t"), dir.path().join("l"));
+        std::fs::write(&log, "line 1\nChecksumMismatch: bad\n").unwrap();
+        assert_eq!(termination_message(&file, &log, false), None);
+        assert_eq!(
+            termination_message(&file, &log, true).as_deref(),
+            Some("line 1\nChecksumMismatch: bad")
+        );
+        std::fs::write(&file, "MissingMember: crc.qcow2").unwrap();
+        assert_eq!(
+            termination_message(&file, &log, true).as_deref(),
+            Some("MissingMember: crc.qcow2")
+        );
     }
 
     #[tokio::test]

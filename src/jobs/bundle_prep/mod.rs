@@ -1,0 +1,1047 @@
+//! `guestcluster bundle-prep`: the per-bundle prep Job of the download source (upstream
+//! `B-prep`, whose shell script this replaces).
+//!
+//! Everything comes from the environment the operator puts on the Job ([`Config::from_env`]):
+//!
+//! 1. fetch `SHA256_URL` and find the digest listed for `basename(BUNDLE_URL)`;
+//! 2. download `BUNDLE_URL` to `SCRATCH_DIR/bundle.crcbundle`, resuming a partial file or a cut
+//!    connection with `Range`, hashing as it goes, and compare the digests;
+//! 3. extract only `DIR/crc.qcow2`, `DIR/id_ecdsa_crc` and `DIR/crc-bundle-info.json` (the
+//!    whole archive is checked: no absolute or `..` paths, no links or devices, size caps) into
+//!    `SCRATCH_DIR/extracted/`, then delete the archive;
+//! 4. read `clusterInfo.openshiftVersion` and the key (before any disk is written);
+//! 5. `qemu-img convert` the qcow2 to raw `GOLDEN_DIR/.disk.img.partial`, hash it, and rename it
+//!    to `GOLDEN_DIR/disk.img` — a half-converted disk is never `disk.img`;
+//! 6. server-side apply the key Secret and the metadata ConfigMap, owned by the CRCBundle;
+//! 7. clean the scratch directory.
+//!
+//! Reruns converge: a partial download resumes, a complete one is reused when its digest matches,
+//! and an extraction of the same archive (marked with the archive digest) is reused.
+//!
+//! A failure ends the process with a non-zero exit code and writes `<Reason>: <message>` to the
+//! termination-message file and as the last line on stderr, where the operator reads it
+//! ([`PrepError::reason`], [`REASONS`]).
+
+mod checksum;
+mod download;
+mod extract;
+mod publish;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use crate::tools::qemu_img;
+
+pub use download::HttpOptions;
+
+/// Field manager of the Secret and ConfigMap this Job applies.
+pub const FIELD_MANAGER: &str = "guestcluster-bundle-prep";
+/// The download, in `SCRATCH_DIR`.
+pub const ARCHIVE_FILE: &str = "bundle.crcbundle";
+/// The raw golden disk, in `GOLDEN_DIR`.
+pub const DISK_FILE: &str = "disk.img";
+/// The conversion's output until it is complete and hashed, in `GOLDEN_DIR`.
+pub const PARTIAL_DISK_FILE: &str = ".disk.img.partial";
+/// Completed extraction, in `SCRATCH_DIR` (holds [`EXTRACTED_MARKER`]).
+const EXTRACTED_DIR: &str = "extracted";
+/// Extraction in progress, in `SCRATCH_DIR`; renamed to [`EXTRACTED_DIR`] when complete.
+const EXTRACTING_DIR: &str = ".extracting";
+/// In [`EXTRACTED_DIR`]: the SHA-256 of the archive the members came from.
+const EXTRACTED_MARKER: &str = "archive.sha256";
+
+/// Members taken from the archive, under its top-level directory.
+pub const QCOW2_MEMBER: &str = "crc.qcow2";
+pub const KEY_MEMBER: &str = "id_ecdsa_crc";
+pub const INFO_MEMBER: &str = "crc-bundle-info.json";
+
+/// Secret data key of the bundle's private key.
+pub const SECRET_KEY: &str = "id_ecdsa";
+/// ConfigMap keys.
+pub const CM_OCP_VERSION: &str = "ocpVersion";
+pub const CM_SHA256: &str = "sha256";
+pub const CM_DISK_SHA256: &str = "diskSHA256";
+pub const CM_DISK_VIRTUAL_SIZE: &str = "diskVirtualSize";
+
+/// Kubernetes keeps at most this many bytes of a termination message.
+const TERMINATION_MESSAGE_MAX: usize = 4096;
+/// Where the kubelet expects the termination message unless the container says otherwise.
+const DEFAULT_TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
+
+/// Every reason [`PrepError::reason`] can return, for the operator's condition mapping.
+pub const REASONS: &[&str] = &[
+    "InvalidConfig",
+    "HttpError",
+    "DownloadInterrupted",
+    "ChecksumMissing",
+    "ChecksumMismatch",
+    "TooLarge",
+    "ArchiveInvalid",
+    "MissingMember",
+    "UnsafeMember",
+    "BundleInfoUnreadable",
+    "KeyUnreadable",
+    "ConvertFailed",
+    "PublishFailed",
+    "StorageError",
+];
+
+/// Reasons a retry of the same Job cannot fix (bad input, not a flaky network): the prep Job's
+/// `podFailurePolicy` fails the Job at once on their exit codes.
+pub const PERMANENT_REASONS: &[&str] = &[
+    "InvalidConfig",
+    "ChecksumMissing",
+    "ChecksumMismatch",
+    "TooLarge",
+    "ArchiveInvalid",
+    "MissingMember",
+    "UnsafeMember",
+    "BundleInfoUnreadable",
+    "KeyUnreadable",
+];
+
+/// The process exit code of `reason` (10 + its index in [`REASONS`]).
+pub fn exit_code_of(reason: &str) -> Option<u8> {
+    let index = REASONS.iter().position(|r| *r == reason)?;
+    u8::try_from(index).ok().map(|i| 10 + i)
+}
+
+/// Why bundle preparation failed. Each variant is one condition reason ([`Self::reason`]).
+#[derive(Debug, thiserror::Error)]
+pub enum PrepError {
+    /// A required environment variable is missing or a value does not parse.
+    #[error("{0}")]
+    InvalidConfig(String),
+    /// The server answered with an error status (after retries for 5xx/408/429), or the URL is
+    /// unusable.
+    #[error("GET {url}: {message}")]
+    Http { url: String, message: String },
+    /// The transfer kept failing (connect/read timeouts, cut connections, short bodies).
+    #[error("GET {url} did not complete after {attempts} attempts; last error: {last}")]
+    DownloadInterrupted {
+        url: String,
+        attempts: u32,
+        last: String,
+    },
+    /// The checksum file does not list the archive (or lists it twice, differently).
+    #[error("{checksums_url} does not give one SHA-256 for {file}: {detail}")]
+    ChecksumMissing {
+        file: String,
+        checksums_url: String,
+        detail: String,
+    },
+    /// The archive's digest is not the listed one.
+    #[error("{file} has SHA-256 {actual}, but the checksum file lists {expected}")]
+    ChecksumMismatch {
+        file: String,
+        expected: String,
+        actual: String,
+    },
+    /// A download or archive member exceeds its limit.
+    #[error("{what} is larger than the limit of {limit} bytes (set {setting} to allow more)")]
+    TooLarge {
+        what: String,
+        limit: u64,
+        setting: &'static str,
+    },
+    /// The archive is not a readable zstd-compressed tar.
+    #[error("the archive is not a readable zstd tar: {0}")]
+    ArchiveInvalid(String),
+    /// An expected member is not in the archive.
+    #[error("the archive has no member {member}")]
+    MissingMember { member: String },
+    /// A member would escape the extraction directory, is a link or special file, appears
+    /// twice, or makes qemu-img open other files.
+    #[error("archive member {member:?} {why}; refusing the archive")]
+    UnsafeMember { member: String, why: String },
+    /// `crc-bundle-info.json` is not JSON or lacks `clusterInfo.openshiftVersion`.
+    #[error("crc-bundle-info.json: {0}")]
+    BundleInfoUnreadable(String),
+    /// `id_ecdsa_crc` is empty or not a private key (its content is never shown).
+    #[error("id_ecdsa_crc: {0}")]
+    KeyUnreadable(String),
+    /// `qemu-img` could not inspect or convert the image.
+    #[error("{0}")]
+    ConvertFailed(String),
+    /// The Secret or ConfigMap could not be applied.
+    #[error("{0}")]
+    PublishFailed(String),
+    /// Reading or writing the scratch or golden volume failed.
+    #[error("{what}: {source}")]
+    Storage {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl PrepError {
+    /// The condition reason: a CamelCase word from [`REASONS`].
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PrepError::InvalidConfig(_) => "InvalidConfig",
+            PrepError::Http { .. } => "HttpError",
+            PrepError::DownloadInterrupted { .. } => "DownloadInterrupted",
+            PrepError::ChecksumMissing { .. } => "ChecksumMissing",
+            PrepError::ChecksumMismatch { .. } => "ChecksumMismatch",
+            PrepError::TooLarge { .. } => "TooLarge",
+            PrepError::ArchiveInvalid(_) => "ArchiveInvalid",
+            PrepError::MissingMember { .. } => "MissingMember",
+            PrepError::UnsafeMember { .. } => "UnsafeMember",
+            PrepError::BundleInfoUnreadable(_) => "BundleInfoUnreadable",
+            PrepError::KeyUnreadable(_) => "KeyUnreadable",
+            PrepError::ConvertFailed(_) => "ConvertFailed",
+            PrepError::PublishFailed(_) => "PublishFailed",
+            PrepError::Storage { .. } => "StorageError",
+        }
+    }
+
+    /// The process exit code: 10 + the reason's index in [`REASONS`].
+    pub fn exit_code(&self) -> u8 {
+        exit_code_of(self.reason()).unwrap_or(u8::MAX)
+    }
+
+    /// `<Reason>: <message>`, as written to the termination message.
+    pub fn termination_message(&self) -> String {
+        format!("{}: {self}", self.reason())
+    }
+
+    fn storage(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> PrepError {
+        let what = what.into();
+        move |source| PrepError::Storage { what, source }
+    }
+}
+
+/// Size limits (bytes).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// `MAX_BUNDLE_BYTES` (default 64 GiB): the downloaded archive.
+    pub bundle: u64,
+    /// `MAX_SHA256SUM_BYTES` (default 1 MiB): the checksum file.
+    pub checksums: u64,
+    /// `MAX_QCOW2_BYTES` (default 128 GiB): `crc.qcow2` as stored in the archive.
+    pub qcow2: u64,
+    /// `MAX_KEY_BYTES` (default 64 KiB): `id_ecdsa_crc`.
+    pub key: u64,
+    /// `MAX_BUNDLE_INFO_BYTES` (default 1 MiB): `crc-bundle-info.json`.
+    pub info: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            bundle: 64 << 30,
+            checksums: 1 << 20,
+            qcow2: 128 << 30,
+            key: 64 << 10,
+            info: 1 << 20,
+        }
+    }
+}
+
+/// The Job's settings, from its environment.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub bundle_url: String,
+    pub sha256_url: String,
+    /// Namespace of the Secret and ConfigMap (the operator namespace).
+    pub namespace: String,
+    pub bundle_name: String,
+    pub bundle_uid: String,
+    pub ssh_secret_name: String,
+    pub metadata_configmap_name: String,
+    /// `GOLDEN_DIR` (default `/golden`): the golden PVC's mount.
+    pub golden_dir: PathBuf,
+    /// `SCRATCH_DIR` (default `/work`): the scratch PVC's mount.
+    pub scratch_dir: PathBuf,
+    pub limits: Limits,
+    pub http: HttpOptions,
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Config, PrepError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Reads settings through `lookup` (an environment).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, PrepError> {
+        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let required = [
+            "BUNDLE_URL",
+            "SHA256_URL",
+            "NAMESPACE",
+            "BUNDLE_NAME",
+            "BUNDLE_UID",
+            "SSH_SECRET_NAME",
+            "METADATA_CONFIGMAP_NAME",
+        ];
+        let missing: Vec<&str> = required
+            .iter()
+            .copied()
+            .filter(|name| get(name).is_none())
+            .collect();
+        if !missing.is_empty() {
+            return Err(PrepError::InvalidConfig(format!(
+                "missing environment variables: {}",
+                missing.join(", ")
+            )));
+        }
+        let value = |name: &str| get(name).unwrap_or_default().trim().to_owned();
+        let bytes = |name: &str, default: u64| match get(name) {
+            None => Ok(default),
+            Some(text) => parse_bytes(&text).ok_or_else(|| {
+                PrepError::InvalidConfig(format!(
+                    "{name}={text:?} is not a byte count (digits, optionally with Ki, Mi, Gi or Ti)"
+                ))
+            }),
+        };
+        let number = |name: &str, default: u64| match get(name) {
+            None => Ok(default),
+            Some(text) => text.trim().parse::<u64>().map_err(|_| {
+                PrepError::InvalidConfig(format!("{name}={text:?} is not a whole number"))
+            }),
+        };
+        let defaults = Limits::default();
+        let limits = Limits {
+            bundle: bytes("MAX_BUNDLE_BYTES", defaults.bundle)?,
+            checksums: bytes("MAX_SHA256SUM_BYTES", defaults.checksums)?,
+            qcow2: bytes("MAX_QCOW2_BYTES", defaults.qcow2)?,
+            key: bytes("MAX_KEY_BYTES", defaults.key)?,
+            info: bytes("MAX_BUNDLE_INFO_BYTES", defaults.info)?,
+        };
+        let http_defaults = HttpOptions::default();
+        let attempts = number("DOWNLOAD_ATTEMPTS", u64::from(http_defaults.attempts))?;
+        let http = HttpOptions {
+            connect_timeout: Duration::from_secs(number(
+                "HTTP_CONNECT_TIMEOUT_SECONDS",
+                http_defaults.connect_timeout.as_secs(),
+            )?),
+            read_timeout: Duration::from_secs(number(
+                "HTTP_READ_TIMEOUT_SECONDS",
+                http_defaults.read_timeout.as_secs(),
+            )?),
+            attempts: u32::try_from(attempts.max(1)).unwrap_or(u32::MAX),
+            backoff: Duration::from_millis(number(
+                "DOWNLOAD_RETRY_BACKOFF_MS",
+                u64::try_from(http_defaults.backoff.as_millis()).unwrap_or(u64::MAX),
+            )?),
+            max_backoff: http_defaults.max_backoff,
+            ca_file: get("SSL_CERT_FILE").map(PathBuf::from),
+        };
+        Ok(Config {
+            bundle_url: value("BUNDLE_URL"),
+            sha256_url: value("SHA256_URL"),
+            namespace: value("NAMESPACE"),
+            bundle_name: value("BUNDLE_NAME"),
+            bundle_uid: value("BUNDLE_UID"),
+            ssh_secret_name: value("SSH_SECRET_NAME"),
+            metadata_configmap_name: value("METADATA_CONFIGMAP_NAME"),
+            golden_dir: PathBuf::from(get("GOLDEN_DIR").unwrap_or_else(|| "/golden".into())),
+            scratch_dir: PathBuf::from(get("SCRATCH_DIR").unwrap_or_else(|| "/work".into())),
+            limits,
+            http,
+        })
+    }
+}
+
+/// `123`, `64Gi`, `512Mi`, `64Ki`, `2Ti`.
+fn parse_bytes(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let (digits, shift) = [("Ki", 10), ("Mi", 20), ("Gi", 30), ("Ti", 40)]
+        .iter()
+        .find_map(|(suffix, shift)| text.strip_suffix(suffix).map(|d| (d, *shift)))
+        .unwrap_or((text, 0));
+    digits.parse::<u64>().ok()?.checked_mul(1u64 << shift)
+}
+
+/// What a successful run produced, and how long each step took.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub ocp_version: String,
+    /// SHA-256 of the archive.
+    pub sha256: String,
+    pub disk_sha256: String,
+    pub disk_virtual_size: u64,
+    /// Whether the archive was downloaded (false: an earlier run's extraction was reused).
+    pub downloaded: bool,
+    pub timings: Timings,
+}
+
+/// Durations of the steps of a run.
+#[derive(Clone, Debug, Default)]
+pub struct Timings {
+    /// Checksum file and archive, including hashing the archive.
+    pub download: Duration,
+    pub extract: Duration,
+    pub convert: Duration,
+    /// SHA-256 of the raw disk.
+    pub hash: Duration,
+    pub publish: Duration,
+    pub total: Duration,
+}
+
+impl Outcome {
+    /// The success line written to the termination message.
+    pub fn summary(&self) -> String {
+        let t = &self.timings;
+        format!(
+            "Prepared: ocpVersion {}, sha256 {}, diskSHA256 {}, diskVirtualSize {} (download {:.1}s, extract {:.1}s, convert {:.1}s, hash {:.1}s, publish {:.1}s, total {:.1}s)",
+            self.ocp_version,
+            self.sha256,
+            self.disk_sha256,
+            self.disk_virtual_size,
+            t.download.as_secs_f64(),
+            t.extract.as_secs_f64(),
+            t.convert.as_secs_f64(),
+            t.hash.as_secs_f64(),
+            t.publish.as_secs_f64(),
+            t.total.as_secs_f64(),
+        )
+    }
+}
+
+/// The bundle's private key. Its content never appears in `Debug` output, logs or errors.
+pub struct PrivateKey(Vec<u8>);
+
+impl std::fmt::Debug for PrivateKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PrivateKey(<{} bytes, redacted>)", self.0.len())
+    }
+}
+
+impl PrivateKey {
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// The archive's file name: the last segment of the URL's path (`crc_libvirt_4.16.0_amd64.crcbundle`).
+pub fn archive_file_name(url: &str) -> Result<String, PrepError> {
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| PrepError::InvalidConfig(format!("BUNDLE_URL {url:?} is not a URL: {e}")))?;
+    let name = uri.path().rsplit('/').next().unwrap_or_default();
+    if name.is_empty() || name == "." || name == ".." {
+        return Err(PrepError::InvalidConfig(format!(
+            "BUNDLE_URL {url} does not end in a file name"
+        )));
+    }
+    Ok(name.to_owned())
+}
+
+/// The archive's top-level directory: the file name without `.crcbundle`.
+pub fn archive_dir_name(file_name: &str) -> &str {
+    file_name.strip_suffix(".crcbundle").unwrap_or(file_name)
+}
+
+/// `clusterInfo.openshiftVersion` of `crc-bundle-info.json`.
+pub fn ocp_version(info_json: &[u8]) -> Result<String, PrepError> {
+    let info: serde_json::Value = serde_json::from_slice(info_json)
+        .map_err(|e| PrepError::BundleInfoUnreadable(format!("not JSON: {e}")))?;
+    let version = info
+        .pointer("/clusterInfo/openshiftVersion")
+        .and_then(|v| v.as_str())
+        .map(str::trim)
+        .unwrap_or_default();
+    if version.is_empty() || version == "null" {
+        return Err(PrepError::BundleInfoUnreadable(
+            "clusterInfo.openshiftVersion is missing or empty".into(),
+        ));
+    }
+    if version.len() > 128 || version.chars().any(char::is_control) {
+        return Err(PrepError::BundleInfoUnreadable(
+            "clusterInfo.openshiftVersion is not a version string".into(),
+        ));
+    }
+    Ok(version.to_owned())
+}
+
+/// Checks the key file looks like a private key, without ever showing its content.
+pub fn private_key(bytes: Vec<u8>) -> Result<PrivateKey, PrepError> {
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|_| PrepError::KeyUnreadable("not text (a PEM/OpenSSH private key)".into()))?;
+    let text = text.trim_start();
+    if text.is_empty() {
+        return Err(PrepError::KeyUnreadable("empty".into()));
+    }
+    if !(text.starts_with("-----BEGIN ") && text.contains("PRIVATE KEY-----")) {
+        return Err(PrepError::KeyUnreadable(
+            "not a PEM/OpenSSH private key".into(),
+        ));
+    }
+    Ok(PrivateKey(bytes))
+}
+
+/// Runs the whole preparation.
+pub async fn run(config: &Config) -> Result<Outcome, PrepError> {
+    let started = Instant::now();
+    let mut timings = Timings::default();
+    let file_name = archive_file_name(&config.bundle_url)?;
+    let dir_name = archive_dir_name(&file_name).to_owned();
+    for dir in [&config.scratch_dir, &config.golden_dir] {
+        std::fs::create_dir_all(dir)
+            .map_err(PrepError::storage(format!("creating {}", dir.display())))?;
+    }
+    remove_if_present(&config.golden_dir.join(PARTIAL_DISK_FILE))?;
+    tracing::info!(bundle = %config.bundle_name, url = %config.bundle_url, "preparing bundle {file_name}");
+
+    // 1–3: checksum, archive, members.
+    let client = download::Client::new(config.http.clone());
+    let listing = client
+        .fetch_small(
+            &config.sha256_url,
+            config.limits.checksums,
+            "MAX_SHA256SUM_BYTES",
+        )
+        .await?;
+    let expected = checksum::expected_digest(&String::from_utf8_lossy(&listing), &file_name)
+        .map_err(|detail| PrepError::ChecksumMissing {
+            file: file_name.clone(),
+            checksums_url: config.sha256_url.clone(),
+            detail,
+        })?;
+    tracing::info!(
+        "{} lists sha256 {expected} for {file_name}",
+        config.sha256_url
+    );
+
+    let (members, downloaded) = match reuse_extraction(&config.scratch_dir, &expected)? {
+        Some(members) => {
+            tracing::info!("reusing the extraction of an earlier run (archive sha256 {expected})");
+            timings.download = started.elapsed();
+            (members, false)
+        }
+        None => {
+            let archive = config.scratch_dir.join(ARCHIVE_FILE);
+            download_verified(&client, config, &file_name, &expected, &archive).await?;
+            timings.download = started.elapsed();
+            let step = Instant::now();
+            let members = extract_archive(config, &archive, &dir_name, &expected).await?;
+            timings.extract = step.elapsed();
+            (members, true)
+        }
+    };
+
+    // 4: what the bundle says, before any disk is written.
+    let info = read_member(&members.info, "crc-bundle-info.json")?;
+    let ocp_version = ocp_version(&info)?;
+    let key = private_key(read_member(&members.key, "id_ecdsa_crc")?)?;
+    tracing::info!("bundle {dir_name}: OpenShift {ocp_version}");
+
+    // 5: the raw golden disk.
+    let disk = convert(
+        &members.qcow2,
+        &format!("{dir_name}/{QCOW2_MEMBER}"),
+        &config.golden_dir,
+    )
+    .await?;
+    timings.convert = disk.convert;
+    timings.hash = disk.hash;
+
+    // 6: publish.
+    let step = Instant::now();
+    publish::publish(&publish::Publication {
+        namespace: &config.namespace,
+        bundle_name: &config.bundle_name,
+        bundle_uid: &config.bundle_uid,
+        secret_name: &config.ssh_secret_name,
+        configmap_name: &config.metadata_configmap_name,
+        key: &key,
+        ocp_version: &ocp_version,
+        sha256: &expected,
+        disk_sha256: &disk.sha256,
+        disk_virtual_size: disk.virtual_size,
+    })
+    .await?;
+    timings.publish = step.elapsed();
+
+    // 7: scratch.
+    clean_scratch(&config.scratch_dir);
+    timings.total = started.elapsed();
+    Ok(Outcome {
+        ocp_version,
+        sha256: expected,
+        disk_sha256: disk.sha256,
+        disk_virtual_size: disk.virtual_size,
+        downloaded,
+        timings,
+    })
+}
+
+/// Downloads and checks the archive. A mismatch on a download that reused bytes of an earlier
+/// run (which may have come from another file of the same name) downloads once more from zero.
+async fn download_verified(
+    client: &download::Client,
+    config: &Config,
+    file_name: &str,
+    expected: &str,
+    archive: &Path,
+) -> Result<(), PrepError> {
+    let mut fresh = false;
+    loop {
+        let got = client
+            .download(&config.bundle_url, archive, config.limits.bundle)
+            .await?;
+        if got.sha256 == expected {
+            tracing::info!("{file_name}: {} bytes, sha256 verified", got.len);
+            return Ok(());
+        }
+        remove_if_present(archive)?;
+        if got.reused > 0 && !fresh {
+            tracing::warn!(
+                "{file_name}: sha256 {} does not match after resuming an earlier download; downloading again from the start",
+                got.sha256
+            );
+            fresh = true;
+            continue;
+        }
+        return Err(PrepError::ChecksumMismatch {
+            file: file_name.to_owned(),
+            expected: expected.to_owned(),
+            actual: got.sha256,
+        });
+    }
+}
+
+/// The extracted members' paths.
+#[derive(Clone, Debug)]
+struct Members {
+    qcow2: PathBuf,
+    key: PathBuf,
+    info: PathBuf,
+}
+
+impl Members {
+    fn in_dir(dir: &Path) -> Members {
+        Members {
+            qcow2: dir.join(QCOW2_MEMBER),
+            key: dir.join(KEY_MEMBER),
+            info: dir.join(INFO_MEMBER),
+        }
+    }
+}
+
+/// The members of an earlier run's extraction of the same archive, if complete; removes a stale
+/// one.
+fn reuse_extraction(scratch: &Path, expected: &str) -> Result<Option<Members>, PrepError> {
+    let dir = scratch.join(EXTRACTED_DIR);
+    let marker = std::fs::read_to_string(dir.join(EXTRACTED_MARKER)).unwrap_or_default();
+    let members = Members::in_dir(&dir);
+    if marker.trim() == expected
+        && [&members.qcow2, &members.key, &members.info]
+            .iter()
+            .all(|p| p.is_file())
+    {
+        return Ok(Some(members));
+    }
+    remove_dir_if_present(&dir)?;
+    Ok(None)
+}
+
+async fn extract_archive(
+    config: &Config,
+    archive: &Path,
+    dir_name: &str,
+    sha256: &str,
+) -> Result<Members, PrepError> {
+    let scratch = config.scratch_dir.clone();
+    let archive = archive.to_path_buf();
+    let dir_name = dir_name.to_owned();
+    let sha256 = sha256.to_owned();
+    let limits = config.limits.clone();
+    tokio::task::spawn_blocking(move || {
+        let working = scratch.join(EXTRACTING_DIR);
+        remove_dir_if_present(&working)?;
+        std::fs::create_dir(&working).map_err(PrepError::storage(format!(
+            "creating {}",
+            working.display()
+        )))?;
+        let result = extract::extract(&archive, &dir_name, &working, &limits).and_then(|()| {
+            let marker = working.join(EXTRACTED_MARKER);
+            std::fs::write(&marker, format!("{sha256}\n"))
+                .map_err(PrepError::storage(format!("writing {}", marker.display())))?;
+            let done = scratch.join(EXTRACTED_DIR);
+            std::fs::rename(&working, &done).map_err(PrepError::storage(format!(
+                "renaming {} to {}",
+                working.display(),
+                done.display()
+            )))?;
+            sync_dir(&scratch)?;
+            Ok(Members::in_dir(&done))
+        });
+        match result {
+            Ok(members) => {
+                remove_if_present(&archive)?;
+                tracing::info!("extracted the bundle's members; deleted the archive");
+                Ok(members)
+            }
+            Err(err) => {
+                let _ = std::fs::remove_dir_all(&working);
+                Err(err)
+            }
+        }
+    })
+    .await
+    .map_err(|e| PrepError::Storage {
+        what: "extracting the archive".into(),
+        source: std::io::Error::other(e),
+    })?
+}
+
+fn read_member(path: &Path, name: &str) -> Result<Vec<u8>, PrepError> {
+    std::fs::read(path).map_err(PrepError::storage(format!(
+        "reading extracted {name} ({})",
+        path.display()
+    )))
+}
+
+/// The published raw disk.
+struct Disk {
+    sha256: String,
+    virtual_size: u64,
+    convert: Duration,
+    hash: Duration,
+}
+
+/// Converts `qcow2` to raw `golden/disk.img` via a temporary name; hashes it before the rename.
+async fn convert(qcow2: &Path, member: &str, golden: &Path) -> Result<Disk, PrepError> {
+    let source = qemu_img::info_as(qcow2, "qcow2")
+        .await
+        .map_err(|e| PrepError::ConvertFailed(format!("inspecting {member}: {e}")))?;
+    let external = source.external_files();
+    if !external.is_empty() {
+        return Err(PrepError::UnsafeMember {
+            member: member.to_owned(),
+            why: format!(
+                "refers to other files that qemu-img would read ({})",
+                external.join(", ")
+            ),
+        });
+    }
+    tracing::info!(
+        "converting {member} ({} bytes virtual) to raw {}",
+        source.virtual_size,
+        golden.join(DISK_FILE).display()
+    );
+    let partial = golden.join(PARTIAL_DISK_FILE);
+    let result = convert_to(qcow2, &partial, golden).await;
+    if result.is_err() {
+        let _ = std::fs::remove_file(&partial);
+    }
+    result
+}
+
+async fn convert_to(qcow2: &Path, partial: &Path, golden: &Path) -> Result<Disk, PrepError> {
+    let step = Instant::now();
+    qemu_img::convert(qcow2, "qcow2", partial, "raw")
+        .await
+        .map_err(|e| PrepError::ConvertFailed(e.to_string()))?;
+    let raw = qemu_img::info_as(partial, "raw")
+        .await
+        .map_err(|e| PrepError::ConvertFailed(format!("inspecting the converted disk: {e}")))?;
+    let convert = step.elapsed();
+    tracing::info!(
+        "converted in {:.1}s; hashing the raw disk",
+        convert.as_secs_f64()
+    );
+
+    let step = Instant::now();
+    let path = partial.to_path_buf();
+    let (sha256, len) =
+        tokio::task::spawn_blocking(move || checksum::sha256_sparse_file(&path, true))
+            .await
+            .map_err(|e| PrepError::Storage {
+                what: "hashing the raw disk".into(),
+                source: std::io::Error::other(e),
+            })?
+            .map_err(PrepError::storage(format!("hashing {}", partial.display())))?;
+    if len != raw.virtual_size {
+        return Err(PrepError::ConvertFailed(format!(
+            "the raw disk is {len} bytes, but qemu-img reports a virtual size of {}",
+            raw.virtual_size
+        )));
+    }
+    let hash = step.elapsed();
+    tracing::info!(
+        "raw disk: {len} bytes, sha256 {sha256} ({:.1}s)",
+        hash.as_secs_f64()
+    );
+
+    let disk = golden.join(DISK_FILE);
+    std::fs::rename(partial, &disk).map_err(PrepError::storage(format!(
+        "renaming {} to {}",
+        partial.display(),
+        disk.display()
+    )))?;
+    sync_dir(golden)?;
+    Ok(Disk {
+        sha256,
+        virtual_size: raw.virtual_size,
+        convert,
+        hash,
+    })
+}
+
+/// Removes what the run left in the scratch directory. Failures only warn: the bundle is
+/// published by now, and the operator deletes the scratch volume anyway.
+fn clean_scratch(scratch: &Path) {
+    for dir in [EXTRACTED_DIR, EXTRACTING_DIR] {
+        if let Err(err) = remove_dir_if_present(&scratch.join(dir)) {
+            tracing::warn!("cleaning scratch: {err}");
+        }
+    }
+    if let Err(err) = remove_if_present(&scratch.join(ARCHIVE_FILE)) {
+        tracing::warn!("cleaning scratch: {err}");
+    }
+}
+
+fn remove_if_present(path: &Path) -> Result<(), PrepError> {
+    match std::fs::remove_file(path) {
+        Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(PrepError::Storage {
+            what: format!("removing {}", path.display()),
+            source: err,
+        }),
+        _ => Ok(()),
+    }
+}
+
+fn remove_dir_if_present(path: &Path) -> Result<(), PrepError> {
+    match std::fs::remove_dir_all(path) {
+        Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(PrepError::Storage {
+            what: format!("removing {}", path.display()),
+            source: err,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Makes a rename in `dir` durable.
+fn sync_dir(dir: &Path) -> Result<(), PrepError> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(PrepError::storage(format!("syncing {}", dir.display())))
+}
+
+/// Writes the termination message: to `TERMINATION_MESSAGE_PATH` when set, else to
+/// `/dev/termination-log` only if it exists (the kubelet creates it); errors are ignored.
+fn write_termination_message(message: &str) {
+    let mut end = message.len().min(TERMINATION_MESSAGE_MAX);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    let message = &message[..end];
+    let _ = match std::env::var_os("TERMINATION_MESSAGE_PATH").filter(|p| !p.is_empty()) {
+        Some(path) => std::fs::write(path, message),
+        None => std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(DEFAULT_TERMINATION_MESSAGE_PATH)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, message.as_bytes())),
+    };
+}
+
+/// The `bundle-prep` subcommand: runs, reports, and returns the exit code (0, or 10 + the
+/// reason's index in [`REASONS`]). Logging must already be set up.
+pub fn main() -> ExitCode {
+    let result = Config::from_env().and_then(|config| {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(PrepError::storage("starting the async runtime"))?;
+        runtime.block_on(run(&config))
+    });
+    match result {
+        Ok(outcome) => {
+            let summary = outcome.summary();
+            write_termination_message(&summary);
+            eprintln!("{summary}");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            let message = err.termination_message();
+            write_termination_message(&message);
+            eprintln!("{message}");
+            ExitCode::from(err.exit_code())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(extra: &[(&str, &str)]) -> HashMap<String, String> {
+        let mut env: HashMap<String, String> = [
+            (
+                "BUNDLE_URL",
+                "https://mirror.example/crc/4.16.0/crc_libvirt_4.16.0_amd64.crcbundle",
+            ),
+            (
+                "SHA256_URL",
+                "https://mirror.example/crc/4.16.0/sha256sum.txt",
+            ),
+            ("NAMESPACE", "guestcluster-system"),
+            ("BUNDLE_NAME", "crc-4.16.0-amd64"),
+            ("BUNDLE_UID", "0b7c-uid"),
+            ("SSH_SECRET_NAME", "crc-4.16.0-amd64-ssh-key"),
+            ("METADATA_CONFIGMAP_NAME", "crc-4.16.0-amd64-metadata"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        for (k, v) in extra {
+            env.insert(k.to_string(), v.to_string());
+        }
+        env
+    }
+
+    #[test]
+    fn config_has_upstream_defaults() {
+        let env = env(&[]);
+        let config = Config::from_lookup(|k| env.get(k).cloned()).unwrap();
+        assert_eq!(config.golden_dir, Path::new("/golden"));
+        assert_eq!(config.scratch_dir, Path::new("/work"));
+        assert_eq!(config.limits.bundle, 64 << 30);
+        assert_eq!(config.http, HttpOptions::default());
+    }
+
+    #[test]
+    fn config_reads_limits_and_names_what_is_missing_or_wrong() {
+        let env1 = env(&[
+            ("MAX_BUNDLE_BYTES", "2Gi"),
+            ("DOWNLOAD_ATTEMPTS", "3"),
+            ("GOLDEN_DIR", "/g"),
+        ]);
+        let config = Config::from_lookup(|k| env1.get(k).cloned()).unwrap();
+        assert_eq!(config.limits.bundle, 2 << 30);
+        assert_eq!(config.http.attempts, 3);
+        assert_eq!(config.golden_dir, Path::new("/g"));
+
+        let err =
+            Config::from_lookup(|k| (k == "BUNDLE_URL").then(|| "http://x/y".into())).unwrap_err();
+        assert_eq!(err.reason(), "InvalidConfig");
+        assert!(err.to_string().contains("SHA256_URL, NAMESPACE"), "{err}");
+
+        let env2 = env(&[("MAX_BUNDLE_BYTES", "lots")]);
+        let err = Config::from_lookup(|k| env2.get(k).cloned()).unwrap_err();
+        assert!(err.to_string().contains("MAX_BUNDLE_BYTES"), "{err}");
+    }
+
+    #[test]
+    fn byte_counts_take_binary_suffixes() {
+        assert_eq!(parse_bytes("123"), Some(123));
+        assert_eq!(parse_bytes("64Gi"), Some(64 << 30));
+        assert_eq!(parse_bytes("1Ki"), Some(1024));
+        assert_eq!(parse_bytes("1G"), None);
+        assert_eq!(parse_bytes("99999999Ti"), None);
+    }
+
+    #[test]
+    fn names_come_from_the_url_path() {
+        let name = archive_file_name("https://m.example/a/crc_libvirt_4.16.0_amd64.crcbundle?x=1")
+            .unwrap();
+        assert_eq!(name, "crc_libvirt_4.16.0_amd64.crcbundle");
+        assert_eq!(archive_dir_name(&name), "crc_libvirt_4.16.0_amd64");
+        assert_eq!(archive_dir_name("bundle.tar"), "bundle.tar");
+        assert_eq!(
+            archive_file_name("https://m.example/dir/")
+                .unwrap_err()
+                .reason(),
+            "InvalidConfig"
+        );
+    }
+
+    #[test]
+    fn the_version_must_be_present() {
+        let ok = br#"{"clusterInfo": {"openshiftVersion": "4.16.0"}}"#;
+        assert_eq!(ocp_version(ok).unwrap(), "4.16.0");
+        for bad in [
+            &br#"{"clusterInfo": {}}"#[..],
+            br#"{"clusterInfo": {"openshiftVersion": ""}}"#,
+            br#"{"clusterInfo": {"openshiftVersion": null}}"#,
+            br#"{"clusterInfo": {"openshiftVersion": "null"}}"#,
+            br#"{"clusterInfo": {"openshiftVersion": 4}}"#,
+            br#"{}"#,
+            b"not json",
+        ] {
+            assert_eq!(
+                ocp_version(bad).unwrap_err().reason(),
+                "BundleInfoUnreadable"
+            );
+        }
+    }
+
+    #[test]
+    fn keys_are_checked_but_never_shown() {
+        let key = "-----BEGIN OPENSSH PRIVATE KEY-----\nsecretmaterial\n-----END OPENSSH PRIVATE KEY-----\n";
+        let parsed = private_key(key.as_bytes().to_vec()).unwrap();
+        assert!(!format!("{parsed:?}").contains("secretmaterial"));
+        for bad in [&b""[..], b"   \n", b"ssh-ed25519 AAAA public", b"\xff\xfe"] {
+            let err = private_key(bad.to_vec()).unwrap_err();
+            assert_eq!(err.reason(), "KeyUnreadable");
+        }
+    }
+
+    #[test]
+    fn every_error_has_a_listed_reason_and_its_own_exit_code() {
+        let errors = [
+            PrepError::InvalidConfig(String::new()),
+            PrepError::Http {
+                url: String::new(),
+                message: String::new(),
+            },
+            PrepError::DownloadInterrupted {
+                url: String::new(),
+                attempts: 1,
+                last: String::new(),
+            },
+            PrepError::ChecksumMissing {
+                file: String::new(),
+                checksums_url: String::new(),
+                detail: String::new(),
+            },
+            PrepError::ChecksumMismatch {
+                file: String::new(),
+                expected: String::new(),
+                actual: String::new(),
+            },
+            PrepError::TooLarge {
+                what: String::new(),
+                limit: 0,
+                setting: "",
+            },
+            PrepError::ArchiveInvalid(String::new()),
+            PrepError::MissingMember {
+                member: String::new(),
+            },
+            PrepError::UnsafeMember {
+                member: String::new(),
+                why: String::new(),
+            },
+            PrepError::BundleInfoUnreadable(String::new()),
+            PrepError::KeyUnreadable(String::new()),
+            PrepError::ConvertFailed(String::new()),
+            PrepError::PublishFailed(String::new()),
+            PrepError::Storage {
+                what: String::new(),
+                source: std::io::Error::other("x"),
+            },
+        ];
+        let reasons: Vec<&str> = errors.iter().map(PrepError::reason).collect();
+        assert_eq!(reasons, REASONS);
+        let codes: Vec<u8> = errors.iter().map(PrepError::exit_code).collect();
+        assert_eq!(codes, (10..10 + REASONS.len() as u8).collect::<Vec<_>>());
+        let mismatch = PrepError::ChecksumMismatch {
+            file: "f".into(),
+            expected: "aa".into(),
+            actual: "bb".into(),
+        };
+        assert_eq!(
+            mismatch.termination_message(),
+            "ChecksumMismatch: f has SHA-256 bb, but the checksum file lists aa"
+        );
+    }
+}

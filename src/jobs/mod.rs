@@ -1,0 +1,3 @@
+//! The bodies of the Jobs the operator runs, one subcommand each (`guestcluster <job>`).
+
+pub mod bundle_prep;

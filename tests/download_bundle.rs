@@ -1,0 +1,233 @@
+//! The download source end to end: a CRCBundle with a mirror URL → the prep Job (the real
+//! `guestcluster bundle-prep`, run by the simulated kubelet) → the golden PVC's raw disk, the key
+//! Secret and the metadata ConfigMap → `Ready`; each bad input ends `Failed` with its reason; a
+//! lost key is restored.
+
+mod support;
+
+use guestcluster::api::bundle::BundlePhase;
+use guestcluster::api::conditions::{self, reasons, types};
+use guestcluster::api::{CRCBundle, CRCBundleSpec};
+use guestcluster::sim::bundles::{self, BundleSpec, Flaw};
+use guestcluster::sim::file_server::Fault;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret};
+use kube::api::{Api, DeleteParams, PostParams};
+use support::wait_for;
+use support::world::{OPERATOR_NS, world};
+
+/// Builds a bundle with `flaw`, serves it, and creates a CRCBundle pointing at it.
+/// `fault` is chosen knowing the archive's size.
+async fn create_bundle(
+    client: &kube::Client,
+    version: &str,
+    flaw: Flaw,
+    fault: impl Fn(u64) -> Fault,
+) -> (String, bundles::Bundle) {
+    let w = world();
+    let name = support::unique(&format!("crc-{version}"));
+    let dir = w.root.join("served").join(&name);
+    let bundle =
+        bundles::build(&dir, &BundleSpec::new(version).with_flaw(flaw)).expect("build test bundle");
+    let size = std::fs::metadata(&bundle.archive).expect("archive").len();
+    let bundle_url = w.files.publish(
+        &format!("{name}/{}", bundle.file_name),
+        bundle.archive.clone(),
+        fault(size),
+    );
+    let sha_url = w.files.publish(
+        &format!("{name}/sha256sum.txt"),
+        bundle.sha256sum_txt.clone(),
+        Fault::None,
+    );
+    let spec: CRCBundleSpec = serde_json::from_value(serde_json::json!({
+        "version": version, "bundleURL": bundle_url, "sha256URL": sha_url, "goldenVolumeSize": "1Gi"
+    }))
+    .unwrap();
+    Api::<CRCBundle>::all(client.clone())
+        .create(&PostParams::default(), &CRCBundle::new(&name, spec))
+        .await
+        .expect("create CRCBundle");
+    (name, bundle)
+}
+
+async fn phase(api: &Api<CRCBundle>, name: &str, phase: BundlePhase) -> Option<CRCBundle> {
+    let b = api.get(name).await.ok()?;
+    (b.status.as_ref()?.phase == Some(phase)).then_some(b)
+}
+
+fn ready(b: &CRCBundle) -> (String, String, String) {
+    let c = conditions::find(&b.status.as_ref().unwrap().conditions, types::READY).unwrap();
+    (c.status.clone(), c.reason.clone(), c.message.clone())
+}
+
+#[tokio::test]
+async fn a_downloaded_bundle_becomes_ready_and_heals() {
+    let client = support::client().await;
+    let api: Api<CRCBundle> = Api::all(client.clone());
+    let (name, built) = create_bundle(&client, "4.16.0", Flaw::None, |size| Fault::Cut {
+        after: size / 2,
+        times: 1,
+    })
+    .await;
+
+    let b = wait_for("bundle Ready", || phase(&api, &name, BundlePhase::Ready)).await;
+    let status = b.status.clone().unwrap();
+    assert_eq!(ready(&b).1, reasons::BUNDLE_READY);
+    assert_eq!(status.ocp_version.as_deref(), Some("4.16.0"));
+    assert_eq!(status.sha256.as_deref(), Some(built.sha256.as_str()));
+    assert_eq!(
+        status.disk_sha256.as_deref(),
+        Some(built.raw_disk_sha256.as_str()),
+        "the golden disk is the raw disk of the bundle"
+    );
+    assert_eq!(status.qcow2_pvc_namespace.as_deref(), Some(OPERATOR_NS));
+    assert_eq!(status.vm_profile.as_deref(), Some("crc-download-v0"));
+    let golden = status.qcow2_pvc_ref.unwrap().name;
+    let secret_name = status.ssh_key_secret_ref.unwrap().name;
+
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), OPERATOR_NS);
+    let key = secrets.get(&secret_name).await.unwrap().data.unwrap()["id_ecdsa"]
+        .0
+        .clone();
+    assert_eq!(
+        key,
+        built.private_key.as_bytes(),
+        "the key Secret holds the bundle's key"
+    );
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), OPERATOR_NS);
+    assert!(pvcs.get_opt(&golden).await.unwrap().is_some());
+    wait_for("scratch PVC and prep Job cleaned up", || async {
+        let scratch = pvcs.get_opt(&format!("{name}-scratch")).await.ok()?;
+        let job = Api::<Job>::namespaced(client.clone(), OPERATOR_NS)
+            .get_opt(&format!("{name}-prep"))
+            .await
+            .ok()?;
+        (scratch.is_none() && job.is_none()).then_some(())
+    })
+    .await;
+    assert!(
+        world()
+            .files
+            .requests(&format!("{name}/{}", built.file_name))
+            >= 2,
+        "the cut download was retried"
+    );
+
+    // Self-healing: the key disappears → the bundle is prepared again and comes back Ready.
+    secrets
+        .delete(&secret_name, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("bundle leaves Ready when its key is gone", || async {
+        let b = api.get(&name).await.ok()?;
+        (b.status?.phase != Some(BundlePhase::Ready)).then_some(())
+    })
+    .await;
+    wait_for("bundle Ready again with its key", || async {
+        let b = phase(&api, &name, BundlePhase::Ready).await?;
+        secrets.get_opt(&secret_name).await.ok()??;
+        Some(b)
+    })
+    .await;
+
+    // Deleting the bundle takes everything it owns with it (real garbage collection).
+    api.delete(&name, &DeleteParams::default()).await.unwrap();
+    wait_for("owned objects collected", || async {
+        let gone = pvcs.get_opt(&golden).await.ok()?.is_none()
+            && secrets.get_opt(&secret_name).await.ok()?.is_none()
+            && Api::<ConfigMap>::namespaced(client.clone(), OPERATOR_NS)
+                .get_opt(&format!("{name}-metadata"))
+                .await
+                .ok()?
+                .is_none();
+        gone.then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn each_bad_input_fails_with_its_reason() {
+    let client = support::client().await;
+    let api: Api<CRCBundle> = Api::all(client.clone());
+    let cases = [
+        (Flaw::WrongChecksum, Fault::None, "ChecksumMismatch"),
+        (Flaw::UnlistedInChecksums, Fault::None, "ChecksumMissing"),
+        (
+            Flaw::MissingMember("crc.qcow2"),
+            Fault::None,
+            "MissingMember",
+        ),
+        (Flaw::PathTraversal, Fault::None, "UnsafeMember"),
+        (Flaw::NoVersion, Fault::None, "BundleInfoUnreadable"),
+        (Flaw::None, Fault::Status(404), "HttpError"),
+    ];
+    let mut created = Vec::new();
+    for (flaw, fault, reason) in cases {
+        let (name, _) = create_bundle(&client, "4.17.0", flaw, |_| fault).await;
+        created.push((name, reason));
+    }
+    for (name, reason) in &created {
+        let b = wait_for(&format!("{name} Failed"), || {
+            phase(&api, name, BundlePhase::Failed)
+        })
+        .await;
+        let (status, condition_reason, message) = ready(&b);
+        assert_eq!(
+            (status.as_str(), condition_reason.as_str()),
+            ("False", reasons::PREP_JOB_FAILED)
+        );
+        assert!(
+            message.contains(reason),
+            "{name}: expected {reason} in {message:?}"
+        );
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), OPERATOR_NS);
+        assert!(
+            secrets
+                .get_opt(&format!("{name}-ssh-key"))
+                .await
+                .unwrap()
+                .is_none(),
+            "{name}: no key published"
+        );
+    }
+
+    // Deleting the failed Job retries (and fails again, for the same reason).
+    let (name, reason) = &created[0];
+    let jobs: Api<Job> = Api::namespaced(client.clone(), OPERATOR_NS);
+    let first = jobs
+        .get(&format!("{name}-prep"))
+        .await
+        .unwrap()
+        .metadata
+        .uid;
+    jobs.delete(&format!("{name}-prep"), &DeleteParams::background())
+        .await
+        .unwrap();
+    wait_for("a new prep Job", || async {
+        let job = jobs.get_opt(&format!("{name}-prep")).await.ok()??;
+        (job.metadata.uid != first).then_some(())
+    })
+    .await;
+    let b = wait_for("Failed again", || async {
+        let b = phase(&api, name, BundlePhase::Failed).await?;
+        let job = jobs.get_opt(&format!("{name}-prep")).await.ok()??;
+        (job.metadata.uid != first).then_some(b)
+    })
+    .await;
+    assert!(ready(&b).2.contains(reason));
+
+    // Nothing leaks: deleting the bundles collects their PVCs and Jobs.
+    for (name, _) in &created {
+        api.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), OPERATOR_NS);
+    for (name, _) in &created {
+        wait_for(&format!("{name}'s objects collected"), || async {
+            let pvc = pvcs.get_opt(&format!("{name}-golden")).await.ok()?;
+            let job = jobs.get_opt(&format!("{name}-prep")).await.ok()?;
+            (pvc.is_none() && job.is_none()).then_some(())
+        })
+        .await;
+    }
+}

@@ -1,0 +1,116 @@
+//! The whole simulated world for scenario tests: the shared control plane, one simulation
+//! (KubeVirt, CDI, kubelet, guests and their APIs), a download server, and the operator's
+//! supervision tree, all on a runtime of their own for the life of the test process (a kube
+//! client is bound to the runtime it was made in, and two simulations would fight over pods).
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use guestcluster::actors::Context;
+use guestcluster::actors::root::{self, TreeConfig};
+use guestcluster::metrics::Metrics;
+use guestcluster::resources::bundle::JobSettings;
+use guestcluster::sim::file_server::FileServer;
+use guestcluster::sim::{Options, Sim, Timings};
+use guestcluster::testenv::ControlPlane;
+
+/// The operator namespace of the scenario world.
+pub const OPERATOR_NS: &str = "guestcluster-system";
+/// Our Job image in the scenario world (the simulated kubelet runs it as the test binary).
+pub const IMAGE: &str = "quay.io/opdev/guestcluster:scenario";
+
+pub struct World {
+    /// Where the world keeps files (simulation root, bundles to serve).
+    pub root: PathBuf,
+    pub files: FileServer,
+    pub metrics: Metrics,
+}
+
+/// The world, started on first use.
+pub fn world() -> &'static World {
+    static WORLD: OnceLock<World> = OnceLock::new();
+    WORLD.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("world".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .expect("world runtime");
+                runtime.block_on(async move {
+                    match start().await {
+                        Ok((world, _sim)) => {
+                            let _ = tx.send(Ok(world));
+                            // Keep the simulation and the operator running for the process.
+                            std::future::pending::<()>().await;
+                        }
+                        Err(err) => {
+                            let _ = tx.send(Err(err));
+                        }
+                    }
+                });
+            })
+            .expect("world thread");
+        match rx.recv() {
+            Ok(Ok(world)) => world,
+            Ok(Err(err)) => panic!("the scenario world did not start: {err}"),
+            Err(_) => panic!("the scenario world thread died"),
+        }
+    })
+}
+
+async fn start() -> Result<(World, Sim), String> {
+    let cp = ControlPlane::shared().await.map_err(|e| e.to_string())?;
+    let client = cp.client().map_err(|e| e.to_string())?;
+    super::ensure_namespace(&client, OPERATOR_NS).await;
+    let root = tempfile::Builder::new()
+        .prefix("scenario-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .map_err(|e| e.to_string())?
+        .keep();
+    let mut sim = Sim::start(
+        client.clone(),
+        Options {
+            root: root.join("sim"),
+            timings: Timings::fast(),
+            kubeconfig: cp.kubeconfig_path().to_path_buf(),
+            guestcluster_bin: env!("CARGO_BIN_EXE_guestcluster").into(),
+            our_image_prefix: IMAGE
+                .rsplit_once(':')
+                .map(|(repo, _)| repo)
+                .unwrap_or(IMAGE)
+                .to_owned(),
+            node_name: "scenario-node".into(),
+        },
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    sim.serve_guest_apis(cp.apiserver_launcher());
+    let files = FileServer::start("127.0.0.1".parse().expect("loopback"))
+        .await
+        .map_err(|e| e.to_string())?;
+    let metrics = Metrics::default();
+    let jobs = JobSettings {
+        image: IMAGE.to_owned(),
+        prep_service_account: "default".to_owned(),
+    };
+    let ctx = Context::new(client, OPERATOR_NS, metrics.clone(), jobs);
+    let config = TreeConfig {
+        backoff: guestcluster::actors::backoff::Backoff {
+            base: std::time::Duration::from_millis(100),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    root::start(ctx, config).await.map_err(|e| e.to_string())?;
+    Ok((
+        World {
+            root,
+            files,
+            metrics,
+        },
+        sim,
+    ))
+}

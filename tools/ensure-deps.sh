@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the system packages the tests and the demo use when they are missing:
+# qemu-img (Debian's qemu-utils) — the bundle preparation converts qcow2 with the real tool.
+set -euo pipefail
+missing=()
+command -v qemu-img >/dev/null || missing+=(qemu-utils)
+[ ${#missing[@]} -eq 0 ] && exit 0
+if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  echo "installing ${missing[*]} ..." >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq "${missing[@]}" >/dev/null 2>&1 || {
+    apt-get update -qq >/dev/null && apt-get install -y -qq "${missing[@]}" >/dev/null
+  }
+else
+  echo "missing ${missing[*]}: install them with your package manager (e.g. sudo apt-get install ${missing[*]})" >&2
+  exit 1
+fi
