@@ -10,7 +10,6 @@ pub mod actors;
 pub mod api;
 pub mod apidocs;
 pub mod crdgen;
-pub mod demo;
 pub mod guest;
 pub mod jobs;
 pub mod kubevirt;

@@ -162,11 +162,11 @@ fn demo(keep_running: Option<bool>) -> Result<(), Box<dyn std::error::Error>> {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    let options = guestcluster::demo::Options {
+    let options = guestcluster::sim::demo::Options {
         keep_running,
         ..Default::default()
     };
-    tokio::runtime::Runtime::new()?.block_on(guestcluster::demo::run(options))?;
+    tokio::runtime::Runtime::new()?.block_on(guestcluster::sim::demo::run(options))?;
     Ok(())
 }
 

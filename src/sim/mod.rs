@@ -16,9 +16,11 @@
 //! | [`openshift`] | each running guest's OpenShift API: a kube-apiserver plus simulated operators |
 //! | [`route_proxy`] | the router for passthrough Routes, as an HTTP `CONNECT` proxy |
 //! | [`bundles`], [`file_server`] | `.crcbundle` archives and an HTTP server for downloads |
+//! | [`demo`] | `guestcluster demo`: control plane + simulation + operator, end to end |
 
 pub mod bundles;
 pub mod cdi;
+pub mod demo;
 pub mod file_server;
 pub mod guest;
 pub mod kubelet;
