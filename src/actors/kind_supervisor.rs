@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
@@ -56,6 +57,10 @@ pub trait ObjectActor:
     fn owned_events(_ctx: &Arc<Context>) -> Vec<OwnerEvents> {
         Vec::new()
     }
+
+    /// Whether a change of a Namespace (labels, deletion) triggers the actors of every object in
+    /// it, for kinds whose decisions depend on their namespace (the namespace policy).
+    const WATCHES_NAMESPACES: bool = false;
 }
 
 /// A stream of owner UIDs: "something this object owns changed".
@@ -102,6 +107,8 @@ pub enum SupervisorMsg<K: Resource<DynamicType = ()>> {
     Resync,
     /// Something the object with `uid` owns changed.
     Owned { uid: String },
+    /// The Namespace `name` changed: trigger every object in it.
+    Namespace { name: String },
 }
 
 /// Supervisor of all actors of one kind.
@@ -160,10 +167,16 @@ where
             args.ctx.clone(),
         ));
         let resync = myself.send_interval(args.resync, || SupervisorMsg::Resync);
-        let owned = A::owned_events(&args.ctx)
+        let mut owned: Vec<JoinHandle<()>> = A::owned_events(&args.ctx)
             .into_iter()
             .map(|events| tokio::spawn(forward_owned::<A>(events, myself.clone())))
             .collect();
+        if A::WATCHES_NAMESPACES {
+            owned.push(tokio::spawn(forward_namespaces::<A>(
+                args.ctx.client.clone(),
+                myself.clone(),
+            )));
+        }
         args.ctx.metrics.init_kind(A::KIND);
         args.ctx.metrics.init_kind("supervisor");
         Ok(SupervisorState {
@@ -238,6 +251,16 @@ where
             }
             SupervisorMsg::Owned { uid } => {
                 if let Some(actor) = state.children.get(&uid).and_then(|c| c.actor.as_ref()) {
+                    trigger(actor);
+                }
+            }
+            SupervisorMsg::Namespace { name } => {
+                let in_namespace = state
+                    .children
+                    .values()
+                    .filter(|c| c.key.namespace.as_deref() == Some(name.as_str()))
+                    .filter_map(|c| c.actor.as_ref());
+                for actor in in_namespace {
                     trigger(actor);
                 }
             }
@@ -382,6 +405,31 @@ async fn forward_owned<A: ObjectActor>(
 ) {
     while let Some(uid) = events.next().await {
         if supervisor.cast(SupervisorMsg::Owned { uid }).is_err() {
+            return;
+        }
+    }
+}
+
+/// Watches Namespaces and tells the supervisor the name of each one that changed.
+async fn forward_namespaces<A: ObjectActor>(
+    client: kube::Client,
+    supervisor: ActorRef<SupervisorMsg<A::Object>>,
+) {
+    let events = watcher(Api::<Namespace>::all(client), watcher::Config::default())
+        .default_backoff()
+        .filter_map(|event| {
+            futures::future::ready(match event {
+                Ok(
+                    watcher::Event::Apply(ns)
+                    | watcher::Event::Delete(ns)
+                    | watcher::Event::InitApply(ns),
+                ) => Some(ns.name_any()),
+                _ => None,
+            })
+        });
+    futures::pin_mut!(events);
+    while let Some(name) = events.next().await {
+        if supervisor.cast(SupervisorMsg::Namespace { name }).is_err() {
             return;
         }
     }

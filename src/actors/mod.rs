@@ -2,8 +2,10 @@
 //!
 //! ```text
 //! root
-//! └── supervisor/crcbundle        one watcher + reflector for CRCBundles
-//!     └── crcbundle/<uid>         one actor per bundle
+//! ├── supervisor/crcbundle        one watcher + reflector for CRCBundles
+//! │   └── crcbundle/<uid>         one actor per bundle
+//! └── supervisor/clusterinstance  one watcher + reflector for ClusterInstances (+ Namespaces)
+//!     └── clusterinstance/<uid>   one actor per instance
 //! ```
 //!
 //! Truth lives in the API server: messages are only triggers ("object X changed"), and on every
@@ -14,6 +16,8 @@ pub mod backoff;
 pub mod bundle;
 pub mod context;
 pub mod download;
+pub mod instance;
+pub mod instance_gates;
 pub mod kind_supervisor;
 pub mod root;
 

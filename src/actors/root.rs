@@ -10,6 +10,7 @@ use super::ObjectActor;
 use super::backoff::{Backoff, Failures};
 use super::bundle::BundleActor;
 use super::context::Context;
+use super::instance::InstanceActor;
 use super::kind_supervisor::{CHILD_STOP_TIMEOUT, KindSupervisor, SupervisorArgs, name_of};
 
 /// Name under which the root supervisor is registered.
@@ -19,12 +20,13 @@ pub const ROOT_NAME: &str = "root";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
     CrcBundle,
+    ClusterInstance,
 }
 
-const KINDS: [Kind; 1] = [Kind::CrcBundle];
+const KINDS: [Kind; 2] = [Kind::CrcBundle, Kind::ClusterInstance];
 
 /// Kind names (as used by object actors) whose watches the tree runs.
-pub const KIND_NAMES: &[&str] = &[BundleActor::KIND];
+pub const KIND_NAMES: &[&str] = &[BundleActor::KIND, InstanceActor::KIND];
 
 #[derive(Debug)]
 pub enum RootMsg {
@@ -103,6 +105,7 @@ impl Actor for Root {
         };
         let cell = match kind {
             Kind::CrcBundle => spawn::<BundleActor>(args, myself.get_cell()).await,
+            Kind::ClusterInstance => spawn::<InstanceActor>(args, myself.get_cell()).await,
         };
         match cell {
             Ok(cell) => {

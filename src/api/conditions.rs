@@ -54,6 +54,18 @@ pub mod reasons {
     pub const VMI_UNAVAILABLE: &str = "VMIUnavailable";
     pub const VMI_REPLACED: &str = "VMIReplaced";
     pub const VMI_IDENTITY_UNKNOWN: &str = "VMIIdentityUnknown";
+    // Namespace policy (upstream §4.4).
+    pub const NAMESPACE_UNAVAILABLE: &str = "NamespaceUnavailable";
+    pub const NAMESPACE_TERMINATING: &str = "NamespaceTerminating";
+    pub const NAMESPACE_DISABLED: &str = "NamespaceDisabled";
+    pub const NAMESPACE_ENABLED: &str = "NamespaceEnabled";
+    pub const PROVISIONING_AUTHORIZED: &str = "ProvisioningAuthorized";
+    // Platform gate (upstream §3.1).
+    pub const OPERAND_READY: &str = "OperandReady";
+    pub const OPERAND_NOT_FOUND: &str = "OperandNotFound";
+    pub const MULTIPLE_OPERANDS_FOUND: &str = "MultipleOperandsFound";
+    pub const OPERAND_NOT_READY: &str = "OperandNotReady";
+    pub const STATUS_STALE: &str = "StatusStale";
     // Build source (mission §5).
     pub const RESOURCE_REPLACED: &str = "ResourceReplaced";
     pub const RESOURCE_LOST: &str = "ResourceLost";

@@ -226,7 +226,21 @@ async fn drive(cp: &ControlPlane, opts: &Options, progress: &Progress) -> Result
         bound.health.map(|a| a.to_string()).unwrap_or_default(),
         bound.metrics.map(|a| a.to_string()).unwrap_or_default(),
     );
-    println!("not yet reconciled in this version: pools, instances, leases, and the build source");
+    println!();
+    print_kubectl(
+        cp,
+        &[
+            "get",
+            "clusterinstances",
+            "-A",
+            "-o",
+            "custom-columns=NAMESPACE:.metadata.namespace,NAME:.metadata.name,PHASE:.status.phase,PROVISIONING:.status.conditions[?(@.type==\"ProvisioningAllowed\")].reason,PLATFORM:.status.conditions[?(@.type==\"HyperConvergedReady\")].reason,READY:.status.conditions[?(@.type==\"Ready\")].reason",
+        ],
+    )?;
+    println!();
+    println!(
+        "not yet reconciled in this version: the CRC backing of instances (they stop at CRCBackingPending), pools, leases, and the build source"
+    );
     println!();
     let keep_running = opts
         .keep_running

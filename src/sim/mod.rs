@@ -12,6 +12,7 @@
 //! | [`tools`] | fake `oc`, `openshift-install`, `coreos-installer` put first on Job pods' `PATH` |
 //! | [`network`] | pod IPs: one loopback address (127.0.0.0/8) per pod |
 //! | [`kubevirt`] | KubeVirt: VirtualMachines, VMIs, virt-launcher pods |
+//! | [`platform`] | the `KubeVirt` and `CDI` operator objects, Deployed |
 //! | [`guest`] | CRC guests: a state model stored in the disk image, an SSH server per running VMI |
 //! | [`openshift`] | each running guest's OpenShift API: a kube-apiserver plus simulated operators |
 //! | [`route_proxy`] | the router for passthrough Routes, as an HTTP `CONNECT` proxy |
@@ -27,6 +28,7 @@ pub mod kubelet;
 pub mod kubevirt;
 pub mod network;
 pub mod openshift;
+pub mod platform;
 pub mod route_proxy;
 pub mod timing;
 pub mod tools;
@@ -91,6 +93,7 @@ impl Sim {
             path: options.root.clone(),
             source,
         })?;
+        platform::ensure(&client).await?;
         let ctx = Arc::new(SimContext {
             volumes: volumes::VolumeStore::new(options.root.join("volumes")),
             network: network::IpAllocator::default(),

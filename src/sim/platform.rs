@@ -1,0 +1,67 @@
+//! The operator objects a cluster with OpenShift Virtualization has: a `KubeVirt` and a `CDI`
+//! reporting themselves deployed and available, as their operators would.
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::json;
+
+use super::Error;
+
+const MANAGER: &str = "guestcluster-sim-platform";
+/// Where the simulated KubeVirt "installation" lives (OpenShift Virtualization's namespace).
+pub const KUBEVIRT_NAMESPACE: &str = "openshift-cnv";
+
+/// Creates (or refreshes) `KubeVirt openshift-cnv/kubevirt` and `CDI cdi`, both Deployed.
+pub async fn ensure(client: &kube::Client) -> Result<(), Error> {
+    let namespace =
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUBEVIRT_NAMESPACE}});
+    let ns_api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    ns_api
+        .patch(
+            KUBEVIRT_NAMESPACE,
+            &PatchParams::apply(MANAGER),
+            &Patch::Apply(namespace),
+        )
+        .await?;
+    let kubevirt = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kubevirt.io", "v1", "KubeVirt"),
+        "kubevirts",
+    );
+    let cdi = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("cdi.kubevirt.io", "v1beta1", "CDI"),
+        "cdis",
+    );
+    deployed(
+        Api::namespaced_with(client.clone(), KUBEVIRT_NAMESPACE, &kubevirt),
+        &kubevirt,
+        "kubevirt",
+    )
+    .await?;
+    deployed(Api::all_with(client.clone(), &cdi), &cdi, "cdi").await
+}
+
+async fn deployed(
+    api: Api<DynamicObject>,
+    resource: &ApiResource,
+    name: &str,
+) -> Result<(), Error> {
+    let object = json!({"apiVersion": resource.api_version, "kind": resource.kind, "metadata": {"name": name}, "spec": {}});
+    api.patch(
+        name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(object),
+    )
+    .await?;
+    let condition = |t: &str, s: &str| json!({"type": t, "status": s, "reason": "AllComponentsReady", "message": "simulated"});
+    let status = json!({
+        "apiVersion": resource.api_version, "kind": resource.kind, "metadata": {"name": name},
+        "status": {"phase": "Deployed", "conditions": [condition("Available", "True"), condition("Progressing", "False"), condition("Degraded", "False")]}
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(status),
+    )
+    .await?;
+    Ok(())
+}
