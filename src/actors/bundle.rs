@@ -6,24 +6,21 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use serde_json::json;
 
 use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret};
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::ListParams;
 
+use super::apply;
 use super::context::Context;
 use super::download::{self, Action};
 use super::kind_supervisor::{ObjectActor, ObjectArgs, OwnerEvents, Trigger, owner_events};
-use crate::api::API_VERSION;
 use crate::api::bundle::{BundlePhase, BundleSource, CRCBundle, CRCBundleStatus};
 use crate::api::conditions::{self, reasons, types};
-use crate::api::labels::FIELD_MANAGER;
 use crate::resources;
 use crate::resources::bundle::Names;
 
@@ -146,13 +143,7 @@ async fn write_status(
     status: &CRCBundleStatus,
 ) -> Result<(), Error> {
     let name = bundle.name_any();
-    let patch = json!({ "apiVersion": API_VERSION, "kind": "CRCBundle", "status": status });
-    Api::<CRCBundle>::all(ctx.client.clone())
-        .patch_status(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
+    apply::status(&Api::<CRCBundle>::all(ctx.client.clone()), &name, status)
         .await
         .map_err(|source| Error::WriteStatus {
             name: name.clone(),
@@ -257,23 +248,23 @@ async fn act(ctx: &Context, bundle: &CRCBundle, action: &Action) -> Result<(), E
     let names = Names::of(&bundle.name_any());
     let result = match action {
         Action::CreateGoldenPvc => {
-            create(
-                Api::namespaced(client.clone(), ns),
+            apply::create(
+                &Api::namespaced(client.clone(), ns),
                 &resources::bundle::golden_pvc(bundle, ns),
             )
             .await
         }
         Action::CreateScratchPvc => {
-            create(
-                Api::namespaced(client.clone(), ns),
+            apply::create(
+                &Api::namespaced(client.clone(), ns),
                 &resources::bundle::scratch_pvc(bundle, ns),
             )
             .await
         }
         Action::CreatePrepJob => match resources::bundle::urls(bundle) {
             Some(urls) => {
-                create(
-                    Api::namespaced(client.clone(), ns),
+                apply::create(
+                    &Api::namespaced(client.clone(), ns),
                     &resources::bundle::prep_job(bundle, ns, &urls, &ctx.jobs),
                 )
                 .await
@@ -281,11 +272,14 @@ async fn act(ctx: &Context, bundle: &CRCBundle, action: &Action) -> Result<(), E
             None => Ok(()),
         },
         Action::DeletePrepJob => {
-            delete::<Job>(Api::namespaced(client.clone(), ns), &names.prep_job).await
+            apply::delete::<Job>(&Api::namespaced(client.clone(), ns), &names.prep_job).await
         }
         Action::DeleteScratchPvc => {
-            delete::<PersistentVolumeClaim>(Api::namespaced(client.clone(), ns), &names.scratch_pvc)
-                .await
+            apply::delete::<PersistentVolumeClaim>(
+                &Api::namespaced(client.clone(), ns),
+                &names.scratch_pvc,
+            )
+            .await
         }
     };
     if result.is_ok() {
@@ -296,30 +290,6 @@ async fn act(ctx: &Context, bundle: &CRCBundle, action: &Action) -> Result<(), E
         action: action.clone(),
         source,
     })
-}
-
-/// Creates `obj`; an existing one is fine (the next reconcile looks at it).
-async fn create<K>(api: Api<K>, obj: &K) -> Result<(), kube::Error>
-where
-    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    match api.create(&PostParams::default(), obj).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
-/// Deletes `name` in the background; a missing one is fine.
-async fn delete<K>(api: Api<K>, name: &str) -> Result<(), kube::Error>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    match api.delete(name, &DeleteParams::background()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(e) => Err(e),
-    }
 }
 
 /// The status of a build-sourced bundle until the build source exists, or `None` when the
@@ -352,6 +322,7 @@ pub fn next_status(bundle: &CRCBundle, now: Time) -> Option<CRCBundleStatus> {
 mod tests {
     use super::*;
     use crate::api::bundle::CRCBundleSpec;
+    use serde_json::json;
 
     fn bundle(generation: i64) -> CRCBundle {
         let spec: CRCBundleSpec = serde_json::from_value(json!({"goldenVolumeSize": "80Gi",

@@ -17,12 +17,12 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, MessagingErr};
 use serde_json::json;
 use tokio::task::JoinHandle;
 
+use super::apply;
 use super::instance_gates::{self, NamespaceState, Observed, Platform};
 use super::kind_supervisor::{ObjectActor, ObjectArgs, Trigger};
-use crate::api::API_VERSION;
 use crate::api::conditions::{self, reasons, types};
 use crate::api::instance::{ClusterInstance, ClusterInstanceStatus};
-use crate::api::labels::{FIELD_MANAGER, FINALIZER_CLEANUP};
+use crate::api::labels::FINALIZER_CLEANUP;
 
 /// How soon an instance blocked by a gate looks again (upstream: 20 s). Namespace changes
 /// trigger at once; this covers the platform operands, which have no watch of their own.
@@ -310,17 +310,12 @@ async fn write_status(
     status: &ClusterInstanceStatus,
 ) -> Result<(), Error> {
     let name = instance.name_any();
-    let patch = json!({ "apiVersion": API_VERSION, "kind": "ClusterInstance", "status": status });
-    api.patch_status(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(|source| Error::WriteStatus {
-        name: name.clone(),
-        source,
-    })?;
+    apply::status(api, &name, status)
+        .await
+        .map_err(|source| Error::WriteStatus {
+            name: name.clone(),
+            source,
+        })?;
     let ready = conditions::find(&status.conditions, types::READY);
     tracing::info!(
         clusterinstance = %name,

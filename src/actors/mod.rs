@@ -12,6 +12,7 @@
 //! trigger an actor re-reads its object from the watch cache and takes the next step. Losing or
 //! duplicating a message is harmless, and so is killing any actor or the whole process.
 
+pub mod apply;
 pub mod backoff;
 pub mod bundle;
 pub mod context;

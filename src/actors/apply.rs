@@ -1,0 +1,53 @@
+//! The few API writes every object actor makes, each idempotent: a server-side apply of `status`
+//! (field manager `guestcluster-operator`), a create that accepts an existing object, a delete that
+//! accepts a missing one.
+
+use kube::Resource;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::api::labels::FIELD_MANAGER;
+
+/// Server-side applies `status` to the object `name`, taking ownership of every field in it.
+pub async fn status<K>(api: &Api<K>, name: &str, status: &impl Serialize) -> Result<(), kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let patch = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map(drop)
+}
+
+/// Creates `obj`; an existing one is fine (the next reconcile looks at it).
+pub async fn create<K>(api: &Api<K>, obj: &K) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), obj).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Deletes `name` in the background; a missing one is fine.
+pub async fn delete<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
