@@ -49,6 +49,28 @@ impl NamespaceState {
             Self::Disabled
         }
     }
+
+    /// The namespace policy for new work in namespace `ns` (instances and pools alike): `None`
+    /// when enabled, else the `ProvisioningAllowed=False` reason and message.
+    pub fn refusal(self, ns: &str) -> Option<(&'static str, String)> {
+        match self {
+            Self::Missing => Some((
+                reasons::NAMESPACE_UNAVAILABLE,
+                format!("namespace {ns} is unavailable"),
+            )),
+            Self::Terminating => Some((
+                reasons::NAMESPACE_TERMINATING,
+                format!("namespace {ns} is terminating; no new work starts"),
+            )),
+            Self::Disabled => Some((
+                reasons::NAMESPACE_DISABLED,
+                format!(
+                    "namespace {ns} is not enabled for guestcluster: label it {NAMESPACE_ENABLED}=true"
+                ),
+            )),
+            Self::Enabled => None,
+        }
+    }
 }
 
 /// The platform operands as listed (all namespaces). `hyperconverged` is empty when none exist or
@@ -245,21 +267,8 @@ pub fn decide(instance: &ClusterInstance, observed: &Observed, now: Time) -> Dec
 
     // Namespace policy: missing or terminating stops new work even once authorized.
     let blocked = match observed.namespace {
-        NamespaceState::Missing => Some((
-            reasons::NAMESPACE_UNAVAILABLE,
-            format!("namespace {ns} is unavailable"),
-        )),
-        NamespaceState::Terminating => Some((
-            reasons::NAMESPACE_TERMINATING,
-            format!("namespace {ns} is terminating; no new work starts"),
-        )),
-        NamespaceState::Disabled if status.provisioning.is_none() => Some((
-            reasons::NAMESPACE_DISABLED,
-            format!(
-                "namespace {ns} is not enabled for guestcluster: label it {NAMESPACE_ENABLED}=true"
-            ),
-        )),
-        NamespaceState::Disabled | NamespaceState::Enabled => None,
+        NamespaceState::Disabled if status.provisioning.is_some() => None,
+        state => state.refusal(ns),
     };
     if let Some((reason, message)) = blocked {
         for type_ in [types::PROVISIONING_ALLOWED, types::READY] {

@@ -4,8 +4,11 @@
 //! root
 //! ├── supervisor/crcbundle        one watcher + reflector for CRCBundles
 //! │   └── crcbundle/<uid>         one actor per bundle
-//! └── supervisor/clusterinstance  one watcher + reflector for ClusterInstances (+ Namespaces)
-//!     └── clusterinstance/<uid>   one actor per instance
+//! ├── supervisor/clusterinstance  one watcher + reflector for ClusterInstances (+ Namespaces)
+//! │   └── clusterinstance/<uid>   one actor per instance
+//! └── supervisor/clusterpool      one watcher + reflector for ClusterPools (+ Namespaces,
+//!     │                           owned ClusterInstances)
+//!     └── clusterpool/<uid>       one actor per pool
 //! ```
 //!
 //! Truth lives in the API server: messages are only triggers ("object X changed"), and on every
@@ -20,6 +23,8 @@ pub mod download;
 pub mod instance;
 pub mod instance_gates;
 pub mod kind_supervisor;
+pub mod pool;
+pub mod pool_decide;
 pub mod root;
 
 pub use context::Context;

@@ -12,6 +12,7 @@ use super::bundle::BundleActor;
 use super::context::Context;
 use super::instance::InstanceActor;
 use super::kind_supervisor::{CHILD_STOP_TIMEOUT, KindSupervisor, SupervisorArgs, name_of};
+use super::pool::PoolActor;
 
 /// Name under which the root supervisor is registered.
 pub const ROOT_NAME: &str = "root";
@@ -21,12 +22,13 @@ pub const ROOT_NAME: &str = "root";
 pub enum Kind {
     CrcBundle,
     ClusterInstance,
+    ClusterPool,
 }
 
-const KINDS: [Kind; 2] = [Kind::CrcBundle, Kind::ClusterInstance];
+const KINDS: [Kind; 3] = [Kind::CrcBundle, Kind::ClusterInstance, Kind::ClusterPool];
 
 /// Kind names (as used by object actors) whose watches the tree runs.
-pub const KIND_NAMES: &[&str] = &[BundleActor::KIND, InstanceActor::KIND];
+pub const KIND_NAMES: &[&str] = &[BundleActor::KIND, InstanceActor::KIND, PoolActor::KIND];
 
 #[derive(Debug)]
 pub enum RootMsg {
@@ -106,6 +108,7 @@ impl Actor for Root {
         let cell = match kind {
             Kind::CrcBundle => spawn::<BundleActor>(args, myself.get_cell()).await,
             Kind::ClusterInstance => spawn::<InstanceActor>(args, myself.get_cell()).await,
+            Kind::ClusterPool => spawn::<PoolActor>(args, myself.get_cell()).await,
         };
         match cell {
             Ok(cell) => {

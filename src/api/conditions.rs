@@ -60,6 +60,10 @@ pub mod reasons {
     pub const NAMESPACE_DISABLED: &str = "NamespaceDisabled";
     pub const NAMESPACE_ENABLED: &str = "NamespaceEnabled";
     pub const PROVISIONING_AUTHORIZED: &str = "ProvisioningAuthorized";
+    // ClusterPool `CapacityAvailable` (upstream §4.1).
+    pub const PROVISIONING: &str = "Provisioning";
+    pub const AT_CAPACITY: &str = "AtCapacity";
+    pub const CAPACITY_AVAILABLE: &str = "CapacityAvailable";
     // Platform gate (upstream §3.1).
     pub const OPERAND_READY: &str = "OperandReady";
     pub const OPERAND_NOT_FOUND: &str = "OperandNotFound";

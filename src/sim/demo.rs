@@ -123,9 +123,14 @@ async fn drive(cp: &ControlPlane, opts: &Options, progress: &Progress) -> Result
     .map_err(|e| Error::Operator(e.to_string()))?;
     sim.serve_guest_apis(cp.apiserver_launcher());
 
-    progress.step(format!("building CRC bundle {DEMO_VERSION} (a sealed guest disk, converted with qemu-img) for the local mirror"));
+    progress.step(format!(
+        "building CRC bundles {} (sealed guest disks, converted with qemu-img) for the local mirror",
+        DEMO_VERSIONS.join(" and ")
+    ));
     let mirror = Mirror::start(&sim_root.join("mirror")).await?;
-    progress.step(format!("  serving {}", mirror.bundle_url));
+    for served in &mirror.bundles {
+        progress.step(format!("  serving {}", served.bundle_url));
+    }
 
     progress.step(format!(
         "starting the operator in namespace {OPERATOR_NAMESPACE} (leader election on)"
@@ -161,9 +166,10 @@ async fn drive(cp: &ControlPlane, opts: &Options, progress: &Progress) -> Result
         .map_err(|_| Error::Operator("exited before listening".into()))?;
 
     progress.step(format!(
-        "creating CRCBundle {DEMO_BUNDLE} from the local mirror"
+        "creating CRCBundles {} from the local mirror (the sample pool uses the second)",
+        DEMO_VERSIONS.map(bundle_name).join(" and ")
     ));
-    mirror.apply_bundle(&client).await?;
+    mirror.apply_bundles(&client).await?;
 
     progress.step(format!("applying {}", opts.samples_dir.display()));
     let applied =
@@ -185,19 +191,22 @@ async fn drive(cp: &ControlPlane, opts: &Options, progress: &Progress) -> Result
     progress.step("waiting for the operator to observe every CRCBundle");
     let bundles: Api<CRCBundle> = Api::all(client.clone());
     wait_until_observed(&bundles, Duration::from_secs(120), progress).await?;
-    progress.step(format!("waiting for the download of {DEMO_BUNDLE} (prep Job: download, verify, extract, qemu-img convert to raw, publish the key)"));
-    let ready =
-        wait_until_settled(&bundles, DEMO_BUNDLE, Duration::from_secs(300), progress).await?;
-    if let Some(status) = &ready.status {
-        progress.step(format!(
-            "  {DEMO_BUNDLE} is {:?}: OpenShift {}, raw disk sha256 {}, {} bytes virtual",
-            status
-                .phase
-                .unwrap_or(crate::api::bundle::BundlePhase::Pending),
-            status.ocp_version.as_deref().unwrap_or("?"),
-            status.disk_sha256.as_deref().unwrap_or("?"),
-            status.disk_virtual_size.unwrap_or_default(),
-        ));
+    for version in DEMO_VERSIONS {
+        let name = bundle_name(version);
+        progress.step(format!("waiting for the download of {name} (prep Job: download, verify, extract, qemu-img convert to raw, publish the key)"));
+        let settled =
+            wait_until_settled(&bundles, &name, Duration::from_secs(300), progress).await?;
+        if let Some(status) = &settled.status {
+            progress.step(format!(
+                "  {name} is {:?}: OpenShift {}, raw disk sha256 {}, {} bytes virtual",
+                status
+                    .phase
+                    .unwrap_or(crate::api::bundle::BundlePhase::Pending),
+                status.ocp_version.as_deref().unwrap_or("?"),
+                status.disk_sha256.as_deref().unwrap_or("?"),
+                status.disk_virtual_size.unwrap_or_default(),
+            ));
+        }
     }
 
     println!();
@@ -239,7 +248,7 @@ async fn drive(cp: &ControlPlane, opts: &Options, progress: &Progress) -> Result
     )?;
     println!();
     println!(
-        "not yet reconciled in this version: the CRC backing of instances (they stop at CRCBackingPending), pools, leases, and the build source"
+        "not yet reconciled in this version: the CRC backing of instances (they stop at CRCBackingPending), pool scale-down, leases, and the build source"
     );
     println!();
     let keep_running = opts
@@ -349,57 +358,74 @@ fn print_kubectl(cp: &ControlPlane, args: &[&str]) -> Result<(), Error> {
 /// Repository of the operator's Job image in the demo; the simulated kubelet runs pods of it as
 /// this very binary.
 const JOB_IMAGE_REPO: &str = "quay.io/opdev/guestcluster";
-const DEMO_VERSION: &str = "4.16.0";
-const DEMO_BUNDLE: &str = "crc-4.16.0-amd64";
+/// The versions the samples use: the standalone instance's and the pool's.
+const DEMO_VERSIONS: [&str; 2] = ["4.16.0", "4.22.7"];
+
+fn bundle_name(version: &str) -> String {
+    format!("crc-{version}-amd64")
+}
 
 /// The local stand-in for mirror.openshift.com.
 struct Mirror {
     _files: FileServer,
+    bundles: Vec<Served>,
+}
+
+struct Served {
+    version: &'static str,
     bundle_url: String,
     sha256_url: String,
 }
 
 impl Mirror {
     async fn start(dir: &Path) -> Result<Mirror, Error> {
-        let bundle = bundles::build(dir, &bundles::BundleSpec::new(DEMO_VERSION))
-            .map_err(|e| Error::Operator(format!("building the demo bundle: {e}")))?;
         let files = FileServer::start(std::net::IpAddr::from([127, 0, 0, 1]))
             .await
             .map_err(|e| Error::Operator(format!("starting the mirror: {e}")))?;
-        let prefix = format!("pub/openshift-v4/clients/crc/bundles/openshift/{DEMO_VERSION}");
-        let bundle_url = files.publish(
-            &format!("{prefix}/{}", bundle.file_name),
-            bundle.archive.clone(),
-            Fault::None,
-        );
-        let sha256_url = files.publish(
-            &format!("{prefix}/sha256sum.txt"),
-            bundle.sha256sum_txt.clone(),
-            Fault::None,
-        );
+        let mut served = Vec::new();
+        for version in DEMO_VERSIONS {
+            let bundle = bundles::build(&dir.join(version), &bundles::BundleSpec::new(version))
+                .map_err(|e| Error::Operator(format!("building the demo bundle {version}: {e}")))?;
+            let prefix = format!("pub/openshift-v4/clients/crc/bundles/openshift/{version}");
+            served.push(Served {
+                version,
+                bundle_url: files.publish(
+                    &format!("{prefix}/{}", bundle.file_name),
+                    bundle.archive.clone(),
+                    Fault::None,
+                ),
+                sha256_url: files.publish(
+                    &format!("{prefix}/sha256sum.txt"),
+                    bundle.sha256sum_txt.clone(),
+                    Fault::None,
+                ),
+            });
+        }
         Ok(Mirror {
             _files: files,
-            bundle_url,
-            sha256_url,
+            bundles: served,
         })
     }
 
-    /// The sample bundle, pointed at this mirror (its own field manager, so applying the samples
-    /// afterwards keeps the URLs).
-    async fn apply_bundle(&self, client: &kube::Client) -> Result<(), Error> {
-        let bundle = serde_json::json!({
-            "apiVersion": crate::api::API_VERSION,
-            "kind": "CRCBundle",
-            "metadata": {"name": DEMO_BUNDLE},
-            "spec": {"version": DEMO_VERSION, "bundleURL": self.bundle_url, "sha256URL": self.sha256_url, "goldenVolumeSize": "1Gi"},
-        });
-        Api::<CRCBundle>::all(client.clone())
-            .patch(
-                DEMO_BUNDLE,
-                &PatchParams::apply("guestcluster-demo-mirror"),
-                &Patch::Apply(bundle),
-            )
-            .await?;
+    /// The bundles the samples need, pointed at this mirror (own field manager, so applying the
+    /// samples, or a pool creating its bundle, keeps the URLs).
+    async fn apply_bundles(&self, client: &kube::Client) -> Result<(), Error> {
+        for served in &self.bundles {
+            let name = bundle_name(served.version);
+            let bundle = serde_json::json!({
+                "apiVersion": crate::api::API_VERSION,
+                "kind": "CRCBundle",
+                "metadata": {"name": name},
+                "spec": {"version": served.version, "bundleURL": served.bundle_url, "sha256URL": served.sha256_url, "goldenVolumeSize": "1Gi"},
+            });
+            Api::<CRCBundle>::all(client.clone())
+                .patch(
+                    &name,
+                    &PatchParams::apply("guestcluster-demo-mirror"),
+                    &Patch::Apply(bundle),
+                )
+                .await?;
+        }
         Ok(())
     }
 }
