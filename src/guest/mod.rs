@@ -26,6 +26,7 @@ pub mod command;
 pub mod fake;
 pub mod keys;
 pub mod ssh;
+pub mod steps;
 
 use std::future::Future;
 
