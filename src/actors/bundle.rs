@@ -7,7 +7,6 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::{Api, ResourceExt};
-use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use std::sync::Arc;
 
@@ -18,7 +17,7 @@ use kube::api::ListParams;
 use super::apply;
 use super::context::Context;
 use super::download::{self, Action};
-use super::kind_supervisor::{ObjectActor, ObjectArgs, OwnerEvents, Trigger, owner_events};
+use super::kind_supervisor::{Next, ObjectActor, OwnerEvents, ReconcileError, owner_events};
 use crate::api::bundle::{BundlePhase, BundleSource, CRCBundle, CRCBundleStatus};
 use crate::api::conditions::{self, reasons, types};
 use crate::resources;
@@ -43,9 +42,8 @@ pub enum Error {
     },
 }
 
-impl Error {
-    /// The condition reason this error is reported under.
-    pub fn reason(&self) -> &'static str {
+impl ReconcileError for Error {
+    fn reason(&self) -> &'static str {
         reasons::RECONCILE_ERROR
     }
 }
@@ -55,7 +53,12 @@ pub struct BundleActor;
 
 impl ObjectActor for BundleActor {
     type Object = CRCBundle;
+    type Error = Error;
     const KIND: &'static str = "crcbundle";
+
+    async fn reconcile(bundle: &CRCBundle, ctx: &Arc<Context>) -> Result<Next, Error> {
+        reconcile(bundle, ctx).await.map(|()| Next::Done)
+    }
 
     /// The prep Job, the PVCs and what the Job publishes live in the operator namespace and are
     /// owned by the bundle.
@@ -77,62 +80,21 @@ impl ObjectActor for BundleActor {
     }
 }
 
-impl Actor for BundleActor {
-    type Msg = Trigger;
-    type State = ObjectArgs<CRCBundle>;
-    type Arguments = ObjectArgs<CRCBundle>;
-
-    async fn pre_start(
-        &self,
-        _myself: ActorRef<Trigger>,
-        args: ObjectArgs<CRCBundle>,
-    ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(args)
-    }
-
-    async fn handle(
-        &self,
-        myself: ActorRef<Trigger>,
-        Trigger::Reconcile: Trigger,
-        state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        // Observe from the watch cache; a missing object or a different UID means the bundle we
-        // serve is gone and the supervisor is about to stop us.
-        let Some(bundle) = state.store.get(&state.key) else {
-            return Ok(());
-        };
-        if bundle.uid().as_deref() != Some(state.uid.as_str()) {
-            return Ok(());
-        }
-        let result = reconcile(&bundle, state).await;
-        let outcome = match &result {
-            Ok(()) => "ok",
-            Err(err) => err.reason(),
-        };
-        state.ctx.metrics.reconciled(BundleActor::KIND, outcome);
-        if let Err(err) = result {
-            tracing::warn!(crcbundle = %bundle.name_any(), "reconcile failed, retrying: {err}");
-            myself.send_after(std::time::Duration::from_secs(5), || Trigger::Reconcile);
-        }
-        Ok(())
-    }
-}
-
-async fn reconcile(bundle: &CRCBundle, state: &ObjectArgs<CRCBundle>) -> Result<(), Error> {
+async fn reconcile(bundle: &CRCBundle, ctx: &Context) -> Result<(), Error> {
     let now = Time(Timestamp::now());
     if bundle.spec.build.is_some() {
         return match next_status(bundle, now) {
-            Some(status) => write_status(&state.ctx, bundle, &status).await,
+            Some(status) => write_status(ctx, bundle, &status).await,
             None => Ok(()),
         };
     }
-    let observed = observe(&state.ctx, bundle).await?;
-    let decision = download::decide(bundle, &observed, &state.ctx.namespace, now);
+    let observed = observe(ctx, bundle).await?;
+    let decision = download::decide(bundle, &observed, &ctx.namespace, now);
     for action in &decision.actions {
-        act(&state.ctx, bundle, action).await?;
+        act(ctx, bundle, action).await?;
     }
     if Some(&decision.status) != bundle.status.as_ref() {
-        write_status(&state.ctx, bundle, &decision.status).await?;
+        write_status(ctx, bundle, &decision.status).await?;
     }
     Ok(())
 }

@@ -6,6 +6,7 @@
 //! pure ([`super::instance_gates`]); this module observes, patches the finalizer and records the
 //! status with one server-side apply when it changed.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -13,13 +14,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
-use ractor::{Actor, ActorProcessingErr, ActorRef, MessagingErr};
 use serde_json::json;
-use tokio::task::JoinHandle;
 
 use super::apply;
 use super::instance_gates::{self, NamespaceState, Observed, Platform};
-use super::kind_supervisor::{ObjectActor, ObjectArgs, Trigger};
+use super::kind_supervisor::{Next, ObjectActor, ReconcileError};
 use crate::api::conditions::{self, reasons, types};
 use crate::api::instance::{ClusterInstance, ClusterInstanceStatus};
 use crate::api::labels::FINALIZER_CLEANUP;
@@ -27,8 +26,6 @@ use crate::api::labels::FINALIZER_CLEANUP;
 /// How soon an instance blocked by a gate looks again (upstream: 20 s). Namespace changes
 /// trigger at once; this covers the platform operands, which have no watch of their own.
 pub const PROVISIONING_REQUEUE: Duration = Duration::from_secs(20);
-/// How soon a failed reconcile is retried.
-pub const ERROR_RETRY: Duration = Duration::from_secs(5);
 
 /// Errors of an instance reconcile.
 #[derive(Debug, thiserror::Error)]
@@ -45,9 +42,8 @@ pub enum Error {
     },
 }
 
-impl Error {
-    /// The condition reason this error is reported under.
-    pub fn reason(&self) -> &'static str {
+impl ReconcileError for Error {
+    fn reason(&self) -> &'static str {
         reasons::RECONCILE_ERROR
     }
 }
@@ -57,85 +53,16 @@ pub struct InstanceActor;
 
 impl ObjectActor for InstanceActor {
     type Object = ClusterInstance;
+    type Error = Error;
     const KIND: &'static str = "clusterinstance";
     /// The namespace policy reads the instance's Namespace: a label change must be seen at once.
     const WATCHES_NAMESPACES: bool = true;
-}
 
-pub struct InstanceState {
-    args: ObjectArgs<ClusterInstance>,
-    /// The pending "look again" timer, replaced by every reconcile.
-    requeue: Option<JoinHandle<Result<(), MessagingErr<Trigger>>>>,
-}
-
-/// What a reconcile asks for afterwards.
-enum Next {
-    Done,
-    Requeue(Duration),
-}
-
-impl Actor for InstanceActor {
-    type Msg = Trigger;
-    type State = InstanceState;
-    type Arguments = ObjectArgs<ClusterInstance>;
-
-    async fn pre_start(
-        &self,
-        _myself: ActorRef<Trigger>,
-        args: ObjectArgs<ClusterInstance>,
-    ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(InstanceState {
-            args,
-            requeue: None,
-        })
-    }
-
-    async fn post_stop(
-        &self,
-        _myself: ActorRef<Trigger>,
-        state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        if let Some(timer) = state.requeue.take() {
-            timer.abort();
-        }
-        Ok(())
-    }
-
-    async fn handle(
-        &self,
-        myself: ActorRef<Trigger>,
-        Trigger::Reconcile: Trigger,
-        state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        // This reconcile covers whatever the pending timer would have looked at.
-        if let Some(timer) = state.requeue.take() {
-            timer.abort();
-        }
-        let args = &state.args;
-        let Some(instance) = args.store.get(&args.key) else {
-            return Ok(());
-        };
-        if instance.uid().as_deref() != Some(args.uid.as_str()) {
-            return Ok(());
-        }
-        let result = reconcile(&instance, &args.ctx).await;
-        let outcome = match &result {
-            Ok(_) => "ok",
-            Err(err) => err.reason(),
-        };
-        args.ctx.metrics.reconciled(InstanceActor::KIND, outcome);
-        let next = result.unwrap_or_else(|err| {
-            tracing::warn!(
-                clusterinstance = %instance.name_any(),
-                namespace = instance.namespace().unwrap_or_default(),
-                "reconcile failed, retrying: {err}"
-            );
-            Next::Requeue(ERROR_RETRY)
-        });
-        if let Next::Requeue(delay) = next {
-            state.requeue = Some(myself.send_after(delay, || Trigger::Reconcile));
-        }
-        Ok(())
+    async fn reconcile(
+        instance: &ClusterInstance,
+        ctx: &Arc<super::Context>,
+    ) -> Result<Next, Error> {
+        reconcile(instance, ctx).await
     }
 }
 

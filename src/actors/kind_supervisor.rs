@@ -38,10 +38,27 @@ pub struct ObjectArgs<K: Resource<DynamicType = ()> + Clone + 'static> {
     pub ctx: Arc<Context>,
 }
 
-/// An actor that owns one object of kind [`ObjectActor::Object`].
-pub trait ObjectActor:
-    Actor<Msg = Trigger, Arguments = ObjectArgs<Self::Object>> + Default
-{
+/// What a reconcile asks for afterwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Nothing until the next trigger (a watch event or the periodic resync).
+    Done,
+    /// Look again after this long even without a trigger (e.g. while a gate blocks).
+    Requeue(Duration),
+}
+
+/// How long a failed reconcile waits before it is tried again.
+pub const ERROR_RETRY: Duration = Duration::from_secs(5);
+
+/// An error of a reconcile: logged, counted under its condition reason, retried.
+pub trait ReconcileError: std::error::Error + Send + 'static {
+    /// The condition reason this error is reported under.
+    fn reason(&self) -> &'static str;
+}
+
+/// One kind of object the operator reconciles: each object gets an [`ObjectWorker`] actor (by
+/// UID) that runs [`ObjectActor::reconcile`] on every trigger.
+pub trait ObjectActor: Default + Send + Sync + 'static {
     type Object: Resource<DynamicType = ()>
         + Clone
         + DeserializeOwned
@@ -49,8 +66,13 @@ pub trait ObjectActor:
         + Send
         + Sync
         + 'static;
+    type Error: ReconcileError;
     /// Lower-case kind, used in actor names, logs and metrics.
     const KIND: &'static str;
+
+    /// Whether a change of a Namespace (labels, deletion) triggers the actors of every object in
+    /// it, for kinds whose decisions depend on their namespace (the namespace policy).
+    const WATCHES_NAMESPACES: bool = false;
 
     /// Watches of the objects these actors own, as owner UIDs; each event triggers the owner's
     /// actor, so a finished Job or a deleted PVC is noticed without polling.
@@ -58,9 +80,89 @@ pub trait ObjectActor:
         Vec::new()
     }
 
-    /// Whether a change of a Namespace (labels, deletion) triggers the actors of every object in
-    /// it, for kinds whose decisions depend on their namespace (the namespace policy).
-    const WATCHES_NAMESPACES: bool = false;
+    /// One observe → decide → act → record pass over `object` (as the watch cache has it).
+    fn reconcile(
+        object: &Self::Object,
+        ctx: &Arc<Context>,
+    ) -> impl std::future::Future<Output = Result<Next, Self::Error>> + Send;
+}
+
+/// The actor of one object: re-reads its object on every trigger and reconciles it.
+pub struct ObjectWorker<A>(PhantomData<fn() -> A>);
+
+impl<A> Default for ObjectWorker<A> {
+    fn default() -> Self {
+        Self(PhantomData)
+    }
+}
+
+pub struct WorkerState<A: ObjectActor> {
+    args: ObjectArgs<A::Object>,
+    /// The pending "look again" timer, replaced by every reconcile.
+    requeue: Option<JoinHandle<Result<(), ractor::MessagingErr<Trigger>>>>,
+}
+
+impl<A: ObjectActor> Actor for ObjectWorker<A> {
+    type Msg = Trigger;
+    type State = WorkerState<A>;
+    type Arguments = ObjectArgs<A::Object>;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Trigger>,
+        args: ObjectArgs<A::Object>,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(WorkerState {
+            args,
+            requeue: None,
+        })
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Trigger>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(timer) = state.requeue.take() {
+            timer.abort();
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Trigger>,
+        Trigger::Reconcile: Trigger,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // This reconcile covers whatever the pending timer would have looked at.
+        if let Some(timer) = state.requeue.take() {
+            timer.abort();
+        }
+        let args = &state.args;
+        // A missing object or a different UID means the object we serve is gone and the
+        // supervisor is about to stop us.
+        let Some(object) = args.store.get(&args.key) else {
+            return Ok(());
+        };
+        if object.uid().as_deref() != Some(args.uid.as_str()) {
+            return Ok(());
+        }
+        let result = A::reconcile(&object, &args.ctx).await;
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(err) => err.reason(),
+        };
+        args.ctx.metrics.reconciled(A::KIND, outcome);
+        let next = result.unwrap_or_else(|err| {
+            tracing::warn!(kind = A::KIND, object = %args.key, "reconcile failed, retrying: {err}");
+            Next::Requeue(ERROR_RETRY)
+        });
+        if let Next::Requeue(delay) = next {
+            state.requeue = Some(myself.send_after(delay, || Trigger::Reconcile));
+        }
+        Ok(())
+    }
 }
 
 /// A stream of owner UIDs: "something this object owns changed".
@@ -327,7 +429,14 @@ async fn spawn_child<A>(
         ctx: state.ctx.clone(),
     };
     let name = object_actor_name(A::KIND, uid);
-    match Actor::spawn_linked(Some(name), A::default(), args, myself.get_cell()).await {
+    match Actor::spawn_linked(
+        Some(name),
+        ObjectWorker::<A>::default(),
+        args,
+        myself.get_cell(),
+    )
+    .await
+    {
         Ok((actor, _)) => {
             state.by_actor.insert(actor.get_id(), uid.to_owned());
             trigger(&actor);

@@ -8,20 +8,17 @@
 
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
-use ractor::{Actor, ActorProcessingErr, ActorRef, MessagingErr};
 use serde_json::json;
-use tokio::task::JoinHandle;
 
-use super::instance::{ERROR_RETRY, PROVISIONING_REQUEUE};
+use super::instance::PROVISIONING_REQUEUE;
 use super::instance_gates::NamespaceState;
-use super::kind_supervisor::{ObjectActor, ObjectArgs, OwnerEvents, Trigger, owner_events};
+use super::kind_supervisor::{Next, ObjectActor, OwnerEvents, ReconcileError, owner_events};
 use super::pool_decide;
 use crate::api::conditions::{self, reasons, types};
 use crate::api::labels::{FIELD_MANAGER, POOL};
@@ -52,9 +49,8 @@ pub enum Error {
     },
 }
 
-impl Error {
-    /// The outcome this error is counted under.
-    pub fn reason(&self) -> &'static str {
+impl ReconcileError for Error {
+    fn reason(&self) -> &'static str {
         reasons::RECONCILE_ERROR
     }
 }
@@ -64,6 +60,7 @@ pub struct PoolActor;
 
 impl ObjectActor for PoolActor {
     type Object = ClusterPool;
+    type Error = Error;
     const KIND: &'static str = "clusterpool";
     /// The namespace policy reads the pool's Namespace: a label change must be seen at once.
     const WATCHES_NAMESPACES: bool = true;
@@ -75,82 +72,9 @@ impl ObjectActor for PoolActor {
             "ClusterPool",
         )]
     }
-}
 
-pub struct PoolState {
-    args: ObjectArgs<ClusterPool>,
-    /// The pending "look again" timer, replaced by every reconcile.
-    requeue: Option<JoinHandle<Result<(), MessagingErr<Trigger>>>>,
-}
-
-/// What a reconcile asks for afterwards.
-enum Next {
-    Done,
-    Requeue(Duration),
-}
-
-impl Actor for PoolActor {
-    type Msg = Trigger;
-    type State = PoolState;
-    type Arguments = ObjectArgs<ClusterPool>;
-
-    async fn pre_start(
-        &self,
-        _myself: ActorRef<Trigger>,
-        args: ObjectArgs<ClusterPool>,
-    ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(PoolState {
-            args,
-            requeue: None,
-        })
-    }
-
-    async fn post_stop(
-        &self,
-        _myself: ActorRef<Trigger>,
-        state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        if let Some(timer) = state.requeue.take() {
-            timer.abort();
-        }
-        Ok(())
-    }
-
-    async fn handle(
-        &self,
-        myself: ActorRef<Trigger>,
-        Trigger::Reconcile: Trigger,
-        state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        // This reconcile covers whatever the pending timer would have looked at.
-        if let Some(timer) = state.requeue.take() {
-            timer.abort();
-        }
-        let args = &state.args;
-        let Some(pool) = args.store.get(&args.key) else {
-            return Ok(());
-        };
-        if pool.uid().as_deref() != Some(args.uid.as_str()) {
-            return Ok(());
-        }
-        let result = reconcile(&pool, &args.ctx).await;
-        let outcome = match &result {
-            Ok(_) => "ok",
-            Err(err) => err.reason(),
-        };
-        args.ctx.metrics.reconciled(PoolActor::KIND, outcome);
-        let next = result.unwrap_or_else(|err| {
-            tracing::warn!(
-                clusterpool = %pool.name_any(),
-                namespace = pool.namespace().unwrap_or_default(),
-                "reconcile failed, retrying: {err}"
-            );
-            Next::Requeue(ERROR_RETRY)
-        });
-        if let Next::Requeue(delay) = next {
-            state.requeue = Some(myself.send_after(delay, || Trigger::Reconcile));
-        }
-        Ok(())
+    async fn reconcile(pool: &ClusterPool, ctx: &Arc<super::Context>) -> Result<Next, Error> {
+        reconcile(pool, ctx).await
     }
 }
 
