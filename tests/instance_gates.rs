@@ -29,27 +29,6 @@ fn instance(name: &str, type_: &str) -> ClusterInstance {
     .unwrap()
 }
 
-/// The instance once its `type_` condition has `status` and `reason` at the current generation.
-async fn with_condition(
-    api: &Api<ClusterInstance>,
-    name: &str,
-    type_: &str,
-    status: &str,
-    reason: &str,
-) -> ClusterInstance {
-    wait_for(&format!("{name}: {type_}={status} {reason}"), || async {
-        let i = api.get(name).await.ok()?;
-        let s = i.status.as_ref()?;
-        let c = conditions::find(&s.conditions, type_)?;
-        (c.status == status
-            && c.reason == reason
-            && c.observed_generation == i.metadata.generation
-            && s.observed_generation == i.metadata.generation)
-            .then_some(i)
-    })
-    .await
-}
-
 fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
 }
@@ -92,7 +71,7 @@ async fn instance_gates_follow_namespace_policy_and_platform() {
     api.create(&PostParams::default(), &instance(&name, "crc"))
         .await
         .expect("create instance");
-    let i = with_condition(
+    let i = support::with_condition(
         &api,
         &name,
         types::PROVISIONING_ALLOWED,
@@ -124,7 +103,7 @@ async fn instance_gates_follow_namespace_policy_and_platform() {
         )
         .await
         .expect("label namespace");
-    let i = with_condition(
+    let i = support::with_condition(
         &api,
         &name,
         types::HYPER_CONVERGED_READY,
@@ -163,7 +142,7 @@ async fn instance_gates_follow_namespace_policy_and_platform() {
     let cdi_name = support::unique("cdi");
     deployed(&kv_api, &kv_ar, "kubevirt").await;
     deployed(&cdi_api, &cdi_ar, &cdi_name).await;
-    let i = with_condition(
+    let i = support::with_condition(
         &api,
         &name,
         types::READY,
@@ -188,7 +167,7 @@ async fn instance_gates_follow_namespace_policy_and_platform() {
     api.create(&PostParams::default(), &instance(&hcp, "hcp"))
         .await
         .expect("create hcp instance");
-    let h = with_condition(
+    let h = support::with_condition(
         &api,
         &hcp,
         types::READY,

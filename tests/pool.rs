@@ -34,27 +34,6 @@ fn template(source: Value) -> Value {
     t
 }
 
-/// The pool once its `type_` condition has `status` and `reason` at the current generation.
-async fn with_condition(
-    api: &Api<ClusterPool>,
-    name: &str,
-    type_: &str,
-    status: &str,
-    reason: &str,
-) -> ClusterPool {
-    wait_for(&format!("{name}: {type_}={status} {reason}"), || async {
-        let p = api.get(name).await.ok()?;
-        let s = p.status.as_ref()?;
-        let c = conditions::find(&s.conditions, type_)?;
-        (c.status == status
-            && c.reason == reason
-            && c.observed_generation == p.metadata.generation
-            && s.observed_generation == p.metadata.generation)
-            .then_some(p)
-    })
-    .await
-}
-
 async fn members(api: &Api<ClusterInstance>, pool: &str) -> Vec<ClusterInstance> {
     api.list(&ListParams::default().labels(&format!("{POOL}={pool}")))
         .await
@@ -139,7 +118,7 @@ async fn pools_scale_up_within_namespace_policy() {
         (p.status?.total_instances == Some(2)).then_some(())
     })
     .await;
-    let p = with_condition(
+    let p = support::with_condition(
         &pools,
         &name,
         types::PROVISIONING_ALLOWED,
@@ -199,7 +178,7 @@ async fn pools_scale_up_within_namespace_policy() {
         )
         .await
         .expect("create disabled pool");
-    let p = with_condition(
+    let p = support::with_condition(
         &off_pools,
         &off,
         types::PROVISIONING_ALLOWED,
@@ -223,7 +202,7 @@ async fn pools_scale_up_within_namespace_policy() {
         )
         .await
         .expect("create hcp pool");
-    let p = with_condition(
+    let p = support::with_condition(
         &pools,
         &hcp,
         types::CAPACITY_AVAILABLE,

@@ -75,6 +75,43 @@ pub mod reasons {
     pub const RESOURCE_LOST: &str = "ResourceLost";
 }
 
+/// A kind whose status carries conditions and the generation they describe.
+pub trait Conditioned {
+    /// The status conditions (empty without a status).
+    fn conditions(&self) -> &[Condition];
+    /// `status.observedGeneration`.
+    fn observed_generation(&self) -> Option<i64>;
+}
+
+macro_rules! conditioned {
+    ($($kind:ty),*) => {$(
+        impl Conditioned for $kind {
+            fn conditions(&self) -> &[Condition] {
+                self.status.as_ref().map_or(&[], |s| s.conditions.as_slice())
+            }
+            fn observed_generation(&self) -> Option<i64> {
+                self.status.as_ref().and_then(|s| s.observed_generation)
+            }
+        }
+    )*};
+}
+
+conditioned!(super::CRCBundle, super::ClusterInstance, super::ClusterPool);
+
+/// Whether `object` has condition `type_` with `status` and `reason`, recorded (like the status
+/// itself) for the object's current generation.
+pub fn holds<K: Conditioned + kube::Resource>(
+    object: &K,
+    type_: &str,
+    status: &str,
+    reason: &str,
+) -> bool {
+    let generation = object.meta().generation;
+    find(object.conditions(), type_).is_some_and(|c| {
+        c.status == status && c.reason == reason && c.observed_generation == generation
+    }) && object.observed_generation() == generation
+}
+
 /// `status` value of a condition.
 pub fn status_str(status: bool) -> &'static str {
     if status { "True" } else { "False" }

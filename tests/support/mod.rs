@@ -90,6 +90,28 @@ where
     }
 }
 
+/// The object once its `type_` condition has `status` and `reason` at its current generation.
+pub async fn with_condition<K>(
+    api: &Api<K>,
+    name: &str,
+    type_: &str,
+    status: &str,
+    reason: &str,
+) -> K
+where
+    K: guestcluster::api::conditions::Conditioned
+        + kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    wait_for(&format!("{name}: {type_}={status} {reason}"), || async {
+        let object = api.get(name).await.ok()?;
+        guestcluster::api::conditions::holds(&object, type_, status, reason).then_some(object)
+    })
+    .await
+}
+
 /// Project root.
 pub fn project_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
