@@ -7,16 +7,20 @@
 //! - [`testenv`]: an embedded kube-apiserver + etcd for tests, `make demo` and `guestcluster dev up`.
 
 pub mod actors;
+pub mod agent;
 pub mod api;
 pub mod apidocs;
+pub mod cdi;
 pub mod crdgen;
 pub mod guest;
+pub mod identity;
 pub mod jobs;
 pub mod kubevirt;
 pub mod manifests;
 pub mod metrics;
 pub mod operator;
 pub mod resources;
+pub mod route;
 pub mod sim;
 pub mod testenv;
 pub mod tools;

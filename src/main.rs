@@ -32,6 +32,12 @@ enum Command {
         #[command(flatten)]
         log: LogArgs,
     },
+    /// Body of an instance's crc-agent Job: configure the freshly booted CRC guest and publish
+    /// the handoff Secret. Settings come from the environment (see `guestcluster::agent`).
+    Agent {
+        #[command(flatten)]
+        log: LogArgs,
+    },
     /// Print the CRDs as YAML, or write one file per CRD into a directory.
     Crdgen {
         /// Write `<group>_<plural>.yaml` files here instead of printing to stdout.
@@ -185,6 +191,10 @@ fn main() -> ExitCode {
         Command::BundlePrep { log } => {
             init_logging(&log);
             return guestcluster::jobs::bundle_prep::main();
+        }
+        Command::Agent { log } => {
+            init_logging(&log);
+            return guestcluster::agent::main();
         }
         Command::Operator(args) => operator(args),
         Command::Demo { keep_running } => demo(keep_running),

@@ -1,11 +1,11 @@
 //! The ClusterPool controller against a real API server, with the supervision tree in process:
 //! CRCBundle creation, scale-up one instance at a time, the namespace policy, hcp and
-//! `crcBundleRef`.
+//! `crcBundleRef`. Lease demand and scale-down are in `tests/lease.rs`.
 
 mod support;
 
 use guestcluster::actors::Context;
-use guestcluster::actors::root::{self, TreeConfig};
+use guestcluster::actors::root::{self, Kind, TreeConfig};
 use guestcluster::api::conditions::{self, reasons, types};
 use guestcluster::api::labels::{MANAGED_BY, MANAGED_BY_OPERATOR, NAMESPACE_ENABLED, POOL};
 use guestcluster::api::{CRCBundle, ClusterInstance, ClusterPool, LocalRef};
@@ -86,9 +86,12 @@ async fn pools_scale_up_within_namespace_policy() {
         Metrics::default(),
         Default::default(),
     );
-    let tree = root::start(ctx, TreeConfig::default())
-        .await
-        .expect("tree starts");
+    // The instance controller stays out: these instances never get past their gates anyway.
+    let config = TreeConfig {
+        kinds: vec![Kind::ClusterPool, Kind::ClusterLease],
+        ..TreeConfig::default()
+    };
+    let tree = root::start(ctx, config).await.expect("tree starts");
     let bundles: Api<CRCBundle> = Api::all(client.clone());
 
     // A crc pool with minSize 2 in an enabled namespace.
@@ -133,19 +136,16 @@ async fn pools_scale_up_within_namespace_policy() {
     .unwrap();
     assert_eq!(
         (capacity.status.as_str(), capacity.reason.as_str()),
-        ("True", reasons::CAPACITY_AVAILABLE)
+        ("True", reasons::CAPACITY_SUFFICIENT)
     );
     // Later reconciles (new generations, same desired size) create nothing more.
     bump(&pools, &name, 1).await;
     bump(&pools, &name, 2).await;
-    let created = members(&instances, &name).await;
+    let mut created = members(&instances, &name).await;
     assert_eq!(created.len(), 2, "exactly minSize instances");
-    for i in &created {
-        let iname = i.name_any();
-        assert!(
-            iname.len() == name.len() + 6 && iname.starts_with(&format!("{name}-")),
-            "{iname}"
-        );
+    created.sort_by_key(|i| i.name_any());
+    for (n, i) in created.iter().enumerate() {
+        assert_eq!(i.name_any(), format!("{name}-{n}"), "smallest free number");
         assert_eq!(
             i.labels().get(MANAGED_BY).map(String::as_str),
             Some(MANAGED_BY_OPERATOR)

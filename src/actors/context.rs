@@ -2,9 +2,13 @@
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use super::events::Events;
+use crate::guest::route::RouteAccess;
 use crate::metrics::Metrics;
 use crate::resources::bundle::JobSettings;
+use crate::resources::instance::AGENT_CLUSTER_ROLE;
 
 /// Shared, read-mostly state of the operator process.
 pub struct Context {
@@ -15,6 +19,16 @@ pub struct Context {
     pub readiness: Readiness,
     /// Image and service accounts of the Jobs the operator creates.
     pub jobs: JobSettings,
+    /// Timings of the controllers (tests shorten them).
+    pub tuning: Tuning,
+    /// Serializes every decision about who holds a pool instance: lease binding, lease release
+    /// and pool scale-up/down (upstream's process-wide mutex). Holders decide on live reads, so
+    /// one instance never goes to two leases and the pool never trims one being bound.
+    pub claims: tokio::sync::Mutex<()>,
+    /// How guests are reached and what their agents get.
+    pub guests: GuestSettings,
+    /// Kubernetes Events about our objects.
+    pub events: Events,
 }
 
 impl Context {
@@ -24,13 +38,85 @@ impl Context {
         metrics: Metrics,
         jobs: JobSettings,
     ) -> Arc<Self> {
+        Self::with_tuning(client, namespace, metrics, jobs, Tuning::default())
+    }
+
+    /// [`Context::new`] with other [`Tuning`].
+    pub fn with_tuning(
+        client: kube::Client,
+        namespace: impl Into<String>,
+        metrics: Metrics,
+        jobs: JobSettings,
+        tuning: Tuning,
+    ) -> Arc<Self> {
+        Self::build(
+            client,
+            namespace,
+            metrics,
+            jobs,
+            tuning,
+            GuestSettings::from_env(),
+        )
+    }
+
+    /// Every setting explicit.
+    pub fn build(
+        client: kube::Client,
+        namespace: impl Into<String>,
+        metrics: Metrics,
+        jobs: JobSettings,
+        tuning: Tuning,
+        guests: GuestSettings,
+    ) -> Arc<Self> {
         Arc::new(Self {
+            events: Events::new(client.clone()),
+            guests,
             client,
             namespace: namespace.into(),
             metrics,
             readiness: Readiness::default(),
             jobs,
+            tuning,
+            claims: tokio::sync::Mutex::new(()),
         })
+    }
+}
+
+/// How the operator reaches guest APIs and what it grants their agents.
+#[derive(Clone, Debug)]
+pub struct GuestSettings {
+    /// How Route hosts are reached for the readiness probe (`HTTPS_PROXY` is honoured).
+    pub route_access: RouteAccess,
+    /// The ClusterRole every instance's agent account is bound to (`CRC_AGENT_CLUSTER_ROLE`).
+    pub agent_cluster_role: String,
+}
+
+impl GuestSettings {
+    /// From the environment: `HTTPS_PROXY`/`NO_PROXY` and `CRC_AGENT_CLUSTER_ROLE`.
+    pub fn from_env() -> Self {
+        Self {
+            route_access: RouteAccess::from_env(),
+            agent_cluster_role: std::env::var("CRC_AGENT_CLUSTER_ROLE")
+                .ok()
+                .filter(|r| !r.is_empty())
+                .unwrap_or_else(|| AGENT_CLUSTER_ROLE.to_owned()),
+        }
+    }
+}
+
+/// Timings of the controllers; the defaults are upstream's.
+#[derive(Clone, Debug)]
+pub struct Tuning {
+    /// How long a Ready, unclaimed pool instance must have been idle before scale-down may
+    /// delete it (upstream: 2 minutes).
+    pub pool_idle_grace: Duration,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Self {
+            pool_idle_grace: Duration::from_secs(120),
+        }
     }
 }
 

@@ -1,10 +1,10 @@
 //! The ClusterInstance actor: one per instance, keyed by UID.
 //!
-//! This slice runs the gates that come before any backing object (upstream §3.1): deletion
-//! (release of our finalizer), the finalizer itself, the topology (hcp is reported unsupported),
-//! the namespace policy (§4.4) and the platform (KubeVirt, CDI, HyperConverged). The decisions are
-//! pure ([`super::instance_gates`]); this module observes, patches the finalizer and records the
-//! status with one server-side apply when it changed.
+//! A pass (upstream §3.1): deletion runs the ordered teardown ([`super::crc::teardown`]) and
+//! then releases our finalizer; otherwise the finalizer is added, the gates are decided (topology,
+//! namespace policy, platform: pure, in [`super::instance_gates`]), and once they are open the
+//! CRC backing takes the next step ([`super::crc`]). The status is recorded with one server-side
+//! apply when it changed, with an Event when the `Ready` reason changed.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,16 +16,27 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch,
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Secret;
+
 use super::apply;
+use super::crc;
 use super::instance_gates::{self, NamespaceState, Observed, Platform};
-use super::kind_supervisor::{Next, ObjectActor, ReconcileError};
+use super::kind_supervisor::{
+    Next, ObjectActor, OwnerEvents, ReconcileError, Related, RelatedEvents, owner_events,
+    related_events,
+};
 use crate::api::conditions::{self, reasons, types};
-use crate::api::instance::{ClusterInstance, ClusterInstanceStatus};
-use crate::api::labels::FINALIZER_CLEANUP;
+use crate::api::instance::{ClusterInstance, ClusterInstanceStatus, InstancePhase};
+use crate::api::labels::{CLUSTER_INSTANCE, FINALIZER_CLEANUP};
+use crate::api::lease::ClusterLease;
+use crate::cdi::DataVolume;
+use crate::kubevirt::{VirtualMachine, VirtualMachineInstance};
+use crate::route::Route;
 
 /// How soon an instance blocked by a gate looks again (upstream: 20 s). Namespace changes
 /// trigger at once; this covers the platform operands, which have no watch of their own.
-pub const PROVISIONING_REQUEUE: Duration = Duration::from_secs(20);
+pub const PROVISIONING_REQUEUE: Duration = crc::PROVISIONING_REQUEUE;
 
 /// Errors of an instance reconcile.
 #[derive(Debug, thiserror::Error)]
@@ -40,13 +51,23 @@ pub enum Error {
         what: String,
         source: kube::Error,
     },
+    #[error(transparent)]
+    Backing(#[from] crc::Error),
+    #[error(transparent)]
+    Teardown(#[from] crc::teardown::Error),
 }
 
 impl ReconcileError for Error {
     fn reason(&self) -> &'static str {
-        reasons::RECONCILE_ERROR
+        match self {
+            Self::Teardown(_) => reasons::CLEANUP_ERROR,
+            _ => reasons::RECONCILE_ERROR,
+        }
     }
 }
+
+/// After this long in teardown, `Terminating` says `CleanupTimedOut` (the finalizer stays).
+pub const CLEANUP_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
 #[derive(Default)]
 pub struct InstanceActor;
@@ -58,6 +79,44 @@ impl ObjectActor for InstanceActor {
     /// The namespace policy reads the instance's Namespace: a label change must be seen at once.
     const WATCHES_NAMESPACES: bool = true;
 
+    /// Objects the instance controls (Jobs, Secrets, the VM and DataVolume, the Route) and the
+    /// VMIs labelled with its name wake it.
+    fn owned_events(ctx: &Arc<super::Context>) -> Vec<OwnerEvents> {
+        let c = &ctx.client;
+        vec![
+            owner_events(Api::<Job>::all(c.clone()), "ClusterInstance"),
+            owner_events(Api::<Secret>::all(c.clone()), "ClusterInstance"),
+            owner_events(Api::<VirtualMachine>::all(c.clone()), "ClusterInstance"),
+            owner_events(Api::<DataVolume>::all(c.clone()), "ClusterInstance"),
+            owner_events(Api::<Route>::all(c.clone()), "ClusterInstance"),
+        ]
+    }
+
+    fn related_events(ctx: &Arc<super::Context>) -> Vec<RelatedEvents<ClusterInstance>> {
+        vec![
+            related_events(
+                Api::<VirtualMachineInstance>::all(ctx.client.clone()),
+                |vmi: &VirtualMachineInstance| {
+                    let name = vmi.labels().get(CLUSTER_INSTANCE)?.clone();
+                    Some(Related::new(
+                        vmi.namespace()?,
+                        move |i: &ClusterInstance| i.name_any() == name,
+                    ))
+                },
+            ),
+            related_events(
+                Api::<ClusterLease>::all(ctx.client.clone()),
+                |lease: &ClusterLease| {
+                    let name = lease.status.as_ref()?.instance_ref.as_ref()?.name.clone();
+                    Some(Related::new(
+                        lease.namespace()?,
+                        move |i: &ClusterInstance| i.name_any() == name,
+                    ))
+                },
+            ),
+        ]
+    }
+
     async fn reconcile(
         instance: &ClusterInstance,
         ctx: &Arc<super::Context>,
@@ -66,15 +125,20 @@ impl ObjectActor for InstanceActor {
     }
 }
 
-async fn reconcile(instance: &ClusterInstance, ctx: &super::Context) -> Result<Next, Error> {
+async fn reconcile(instance: &ClusterInstance, ctx: &Arc<super::Context>) -> Result<Next, Error> {
     let name = instance.name_any();
     let ns = instance.namespace().unwrap_or_default();
     let api: Api<ClusterInstance> = Api::namespaced(ctx.client.clone(), &ns);
     let has_finalizer = instance.finalizers().iter().any(|f| f == FINALIZER_CLEANUP);
 
     if instance.metadata.deletion_timestamp.is_some() {
-        // Nothing backs an instance yet: teardown is releasing our finalizer.
-        if has_finalizer {
+        if !has_finalizer {
+            return Ok(Next::Done);
+        }
+        if let Some(next) = teardown(instance, ctx, &api).await? {
+            return Ok(next);
+        }
+        {
             let rest: Vec<&String> = instance
                 .finalizers()
                 .iter()
@@ -95,41 +159,148 @@ async fn reconcile(instance: &ClusterInstance, ctx: &super::Context) -> Result<N
         return Ok(Next::Done);
     }
 
-    // `startedAt` is written once and must never move: before authorizing, decide on a live read
-    // rather than a watch cache that may not have seen our own earlier write yet.
-    let live;
-    let instance = if instance
-        .status
-        .as_ref()
-        .is_none_or(|s| s.provisioning.is_none())
-    {
-        live = api
-            .get_opt(&name)
-            .await
-            .map_err(|source| Error::Observe {
-                name: name.clone(),
-                what: "the instance".into(),
-                source,
-            })?
-            .filter(|i| i.uid() == instance.uid());
-        match &live {
-            Some(live) => live,
-            // Gone or replaced: the supervisor stops or retriggers us.
-            None => return Ok(Next::Done),
-        }
-    } else {
-        instance
+    // Decide on a live read, never on a watch cache that may not have seen our own last write:
+    // `startedAt`, the boot-key binding and the API endpoint are written once, ahead of what
+    // they guard, and the status is applied whole — a stale copy would erase them.
+    let live = api
+        .get_opt(&name)
+        .await
+        .map_err(|source| Error::Observe {
+            name: name.clone(),
+            what: "the instance".into(),
+            source,
+        })?
+        .filter(|i| i.uid() == instance.uid());
+    let Some(instance) = &live else {
+        // Gone or replaced: the supervisor stops or retriggers us.
+        return Ok(Next::Done);
     };
     let observed = observe(ctx, instance).await?;
     let decision = instance_gates::decide(instance, &observed, Time(Timestamp::now()));
-    if Some(&decision.status) != instance.status.as_ref() {
-        write_status(&api, instance, &decision.status).await?;
-    }
-    Ok(if decision.requeue {
+    let mut status = decision.status;
+    let mut next = if decision.requeue {
         Next::Requeue(PROVISIONING_REQUEUE)
     } else {
         Next::Done
-    })
+    };
+    if decision.open {
+        // Record what the pass learned even when it ends in an error: write-ahead fields
+        // (binding, endpoint) must not be lost to a later failing call.
+        let outcome = crc::reconcile(instance, ctx, &mut status).await;
+        status.lease_ref = lease_projection(ctx, instance).await?;
+        next = match &outcome {
+            Ok(crc::Outcome::Ready) => Next::Requeue(crc::READY_RECHECK),
+            Ok(crc::Outcome::Wait(after)) => Next::Requeue(*after),
+            Err(_) => next,
+        };
+        record(ctx, &api, instance, &status).await?;
+        outcome?;
+        return Ok(next);
+    }
+    record(ctx, &api, instance, &status).await?;
+    Ok(next)
+}
+
+/// Writes the status when it changed, with an Event when the `Ready` reason changed.
+async fn record(
+    ctx: &super::Context,
+    api: &Api<ClusterInstance>,
+    instance: &ClusterInstance,
+    status: &ClusterInstanceStatus,
+) -> Result<(), Error> {
+    if Some(status) == instance.status.as_ref() {
+        return Ok(());
+    }
+    write_status(api, instance, status).await?;
+    let before = instance
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    ctx.events
+        .ready_transition(instance, before, &status.conditions)
+        .await;
+    Ok(())
+}
+
+/// `status.leaseRef`: the lease that claims this instance (informational, upstream §4.3).
+async fn lease_projection(
+    ctx: &super::Context,
+    instance: &ClusterInstance,
+) -> Result<Option<crate::api::common::LocalRef>, Error> {
+    let ns = instance.namespace().unwrap_or_default();
+    let leases = Api::<ClusterLease>::namespaced(ctx.client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .map_err(|source| Error::Observe {
+            name: instance.name_any(),
+            what: "leases".into(),
+            source,
+        })?
+        .items;
+    Ok(super::lease_decide::lease_projection(
+        &leases,
+        &instance.name_any(),
+    ))
+}
+
+/// One teardown pass. `Some(next)` while backing objects remain; `None` once the finalizer may
+/// go. Progress is recorded as `phase=Terminating`, `Terminating=True CleanupInProgress` (or
+/// `CleanupTimedOut`, or `CleanupError` on a failed call).
+async fn teardown(
+    instance: &ClusterInstance,
+    ctx: &Arc<super::Context>,
+    api: &Api<ClusterInstance>,
+) -> Result<Option<Next>, Error> {
+    let result = crc::teardown::run(instance, ctx).await;
+    let (reason, message) = match &result {
+        Ok(crc::teardown::Progress::Done) => return Ok(None),
+        Ok(crc::teardown::Progress::Pending(step)) => {
+            let started = instance
+                .metadata
+                .deletion_timestamp
+                .as_ref()
+                .map(|t| t.0)
+                .unwrap_or_else(Timestamp::now);
+            let overdue =
+                (Timestamp::now() - started).get_seconds() > CLEANUP_TIMEOUT.as_secs() as i64;
+            if overdue {
+                (
+                    reasons::CLEANUP_TIMED_OUT,
+                    format!("cleanup has taken over 15 minutes; now {step}"),
+                )
+            } else {
+                (reasons::CLEANUP_IN_PROGRESS, step.clone())
+            }
+        }
+        Err(e) => (reasons::CLEANUP_ERROR, e.to_string()),
+    };
+    let mut status = instance.status.clone().unwrap_or_default();
+    status.phase = Some(InstancePhase::Terminating);
+    conditions::set(
+        &mut status.conditions,
+        conditions::new(
+            types::TERMINATING,
+            true,
+            reason,
+            message,
+            instance.metadata.generation,
+            Time(Timestamp::now()),
+        ),
+    );
+    if Some(&status) != instance.status.as_ref() {
+        match write_status(api, instance, &status).await {
+            Ok(()) => {}
+            // Gone meanwhile: nothing left to record.
+            Err(Error::WriteStatus {
+                source: kube::Error::Api(s),
+                ..
+            }) if s.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    result?;
+    Ok(Some(Next::Requeue(crc::teardown::STEP_REQUEUE)))
 }
 
 /// Replaces `metadata.finalizers`, guarded by the resourceVersion we decided on (a concurrent

@@ -114,14 +114,13 @@ pub struct Observed {
 pub struct Decision {
     pub status: ClusterInstanceStatus,
     pub requeue: bool,
+    /// Every gate passed: the CRC backing may proceed.
+    pub open: bool,
 }
 
 /// Message of `Ready=False reason=TopologyUnsupported`.
 pub const HCP_MESSAGE: &str =
     "hosted control planes are not supported by guestcluster; use type crc";
-/// Message of `Ready=False reason=CRCBackingPending` while the CRC backing is not implemented.
-pub const BACKING_PENDING_MESSAGE: &str =
-    "waiting for the CRC backing objects (not implemented in this version)";
 
 fn condition_value(obj: &DynamicObject, type_: &str) -> Option<String> {
     obj.data
@@ -244,6 +243,7 @@ pub fn decide(instance: &ClusterInstance, observed: &Observed, now: Time) -> Dec
     let generation = instance.metadata.generation;
     let ns = instance.metadata.namespace.as_deref().unwrap_or_default();
     status.observed_generation = generation;
+    let previous_phase = status.phase;
     status.phase = Some(InstancePhase::Provisioning);
     let cond = |type_: &str, ok: bool, reason: &str, message: &str| {
         conditions::new(type_, ok, reason, message, generation, now.clone())
@@ -262,6 +262,7 @@ pub fn decide(instance: &ClusterInstance, observed: &Observed, now: Time) -> Dec
         return Decision {
             status,
             requeue: false,
+            open: false,
         };
     }
 
@@ -277,6 +278,7 @@ pub fn decide(instance: &ClusterInstance, observed: &Observed, now: Time) -> Dec
         return Decision {
             status,
             requeue: true,
+            open: false,
         };
     }
     // Durable: once written, `startedAt` never changes and the label no longer matters.
@@ -300,6 +302,7 @@ pub fn decide(instance: &ClusterInstance, observed: &Observed, now: Time) -> Dec
         return Decision {
             status,
             requeue: true,
+            open: false,
         };
     };
     let gate = platform_gate(platform);
@@ -325,20 +328,15 @@ pub fn decide(instance: &ClusterInstance, observed: &Observed, now: Time) -> Dec
         return Decision {
             status,
             requeue: true,
+            open: false,
         };
     }
-    conditions::set(
-        &mut status.conditions,
-        cond(
-            types::READY,
-            false,
-            reasons::CRC_BACKING_PENDING,
-            BACKING_PENDING_MESSAGE,
-        ),
-    );
+    // The gates are open: the CRC backing decides the phase and `Ready` from here.
+    status.phase = previous_phase.or(Some(InstancePhase::Provisioning));
     Decision {
         status,
         requeue: false,
+        open: true,
     }
 }
 
@@ -561,28 +559,36 @@ mod tests {
     }
 
     #[test]
-    fn all_gates_pass_to_backing_pending() {
+    fn all_gates_pass_and_open_the_backing() {
         let d = decide(
             &instance("crc"),
             &observed(NamespaceState::Enabled, Some(healthy_platform())),
             at(10),
         );
-        assert!(!d.requeue);
+        assert!(d.open && !d.requeue);
         assert_eq!(d.status.phase, Some(InstancePhase::Provisioning));
         assert_eq!(
             reason_of(&d.status, types::HYPER_CONVERGED_READY),
             pair("True", reasons::OPERAND_READY)
         );
-        assert_eq!(
-            reason_of(&d.status, types::READY),
-            pair("False", reasons::CRC_BACKING_PENDING)
+        assert!(conditions::find(&d.status.conditions, types::READY).is_none());
+    }
+
+    #[test]
+    fn open_gates_keep_a_ready_phase() {
+        let mut ready = instance("crc");
+        ready.status = Some(ClusterInstanceStatus {
+            phase: Some(InstancePhase::Ready),
+            provisioning: Some(ProvisioningStatus { started_at: at(1) }),
+            ..Default::default()
+        });
+        let d = decide(
+            &ready,
+            &observed(NamespaceState::Disabled, Some(healthy_platform())),
+            at(10),
         );
-        assert_eq!(
-            conditions::find(&d.status.conditions, types::READY)
-                .unwrap()
-                .message,
-            BACKING_PENDING_MESSAGE
-        );
+        assert!(d.open);
+        assert_eq!(d.status.phase, Some(InstancePhase::Ready));
     }
 
     #[test]

@@ -80,6 +80,13 @@ pub trait ObjectActor: Default + Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Watches of related objects that are not owned (e.g. the instances a lease may bind, the
+    /// leases of a pool): each event names which of this kind's objects care, and those actors
+    /// are triggered. See [`related_events`].
+    fn related_events(_ctx: &Arc<Context>) -> Vec<RelatedEvents<Self::Object>> {
+        Vec::new()
+    }
+
     /// One observe → decide → act → record pass over `object` (as the watch cache has it).
     fn reconcile(
         object: &Self::Object,
@@ -194,6 +201,59 @@ where
         .boxed()
 }
 
+/// "These objects of kind `K` care about a change": the objects in `namespace` for which
+/// `matches` holds (as the supervisor's watch cache has them).
+pub struct Related<K> {
+    pub namespace: String,
+    pub matches: Box<dyn Fn(&K) -> bool + Send + Sync>,
+}
+
+impl<K> Related<K> {
+    pub fn new(namespace: String, matches: impl Fn(&K) -> bool + Send + Sync + 'static) -> Self {
+        Self {
+            namespace,
+            matches: Box::new(matches),
+        }
+    }
+}
+
+impl<K> Debug for Related<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Related")
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A stream of [`Related`] selections of a kind's objects.
+pub type RelatedEvents<K> = futures::stream::BoxStream<'static, Related<K>>;
+
+/// Watches kind `R` through `api` and maps every changed (created, updated or deleted) object
+/// to the objects of kind `K` that care, with `map` (`None`: nobody cares).
+pub fn related_events<R, K>(
+    api: Api<R>,
+    map: impl Fn(&R) -> Option<Related<K>> + Send + 'static,
+) -> RelatedEvents<K>
+where
+    R: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: 'static,
+{
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .filter_map(move |event| {
+            let related = match event {
+                Ok(
+                    watcher::Event::Apply(obj)
+                    | watcher::Event::Delete(obj)
+                    | watcher::Event::InitApply(obj),
+                ) => map(&obj),
+                _ => None,
+            };
+            futures::future::ready(related)
+        })
+        .boxed()
+}
+
 /// Messages of a kind supervisor; all of them come from its own watch task or timers.
 #[derive(Debug)]
 pub enum SupervisorMsg<K: Resource<DynamicType = ()>> {
@@ -211,6 +271,8 @@ pub enum SupervisorMsg<K: Resource<DynamicType = ()>> {
     Owned { uid: String },
     /// The Namespace `name` changed: trigger every object in it.
     Namespace { name: String },
+    /// A related object changed: trigger the objects it selects.
+    Related(Related<K>),
 }
 
 /// Supervisor of all actors of one kind.
@@ -273,6 +335,11 @@ where
             .into_iter()
             .map(|events| tokio::spawn(forward_owned::<A>(events, myself.clone())))
             .collect();
+        owned.extend(
+            A::related_events(&args.ctx)
+                .into_iter()
+                .map(|events| tokio::spawn(forward_related::<A>(events, myself.clone()))),
+        );
         if A::WATCHES_NAMESPACES {
             owned.push(tokio::spawn(forward_namespaces::<A>(
                 args.ctx.client.clone(),
@@ -364,6 +431,23 @@ where
                     .filter_map(|c| c.actor.as_ref());
                 for actor in in_namespace {
                     trigger(actor);
+                }
+            }
+            SupervisorMsg::Related(related) => {
+                for child in state.children.values() {
+                    let (Some(actor), Some(ns)) = (&child.actor, &child.key.namespace) else {
+                        continue;
+                    };
+                    if *ns != related.namespace {
+                        continue;
+                    }
+                    if state
+                        .store
+                        .get(&child.key)
+                        .is_some_and(|obj| (related.matches)(&obj))
+                    {
+                        trigger(actor);
+                    }
                 }
             }
             SupervisorMsg::Resync => {
@@ -514,6 +598,17 @@ async fn forward_owned<A: ObjectActor>(
 ) {
     while let Some(uid) = events.next().await {
         if supervisor.cast(SupervisorMsg::Owned { uid }).is_err() {
+            return;
+        }
+    }
+}
+
+async fn forward_related<A: ObjectActor>(
+    mut events: RelatedEvents<A::Object>,
+    supervisor: ActorRef<SupervisorMsg<A::Object>>,
+) {
+    while let Some(related) = events.next().await {
+        if supervisor.cast(SupervisorMsg::Related(related)).is_err() {
             return;
         }
     }

@@ -6,9 +6,12 @@
 //! │   └── crcbundle/<uid>         one actor per bundle
 //! ├── supervisor/clusterinstance  one watcher + reflector for ClusterInstances (+ Namespaces)
 //! │   └── clusterinstance/<uid>   one actor per instance
-//! └── supervisor/clusterpool      one watcher + reflector for ClusterPools (+ Namespaces,
-//!     │                           owned ClusterInstances)
-//!     └── clusterpool/<uid>       one actor per pool
+//! ├── supervisor/clusterpool      one watcher + reflector for ClusterPools (+ Namespaces,
+//! │   │                           owned ClusterInstances, ClusterLeases → their pool)
+//! │   └── clusterpool/<uid>       one actor per pool
+//! └── supervisor/clusterlease     one watcher + reflector for ClusterLeases (+ Namespaces,
+//!     │                           pool ClusterInstances → Pending leases of that pool)
+//!     └── clusterlease/<uid>      one actor per lease
 //! ```
 //!
 //! Truth lives in the API server: messages are only triggers ("object X changed"), and on every
@@ -19,15 +22,20 @@ pub mod apply;
 pub mod backoff;
 pub mod bundle;
 pub mod context;
+pub mod crc;
 pub mod download;
+pub mod events;
 pub mod instance;
 pub mod instance_gates;
 pub mod kind_supervisor;
+pub mod lease;
+pub mod lease_decide;
 pub mod pool;
 pub mod pool_decide;
+pub mod resolve;
 pub mod root;
 
-pub use context::Context;
+pub use context::{Context, Tuning};
 pub use kind_supervisor::{ObjectActor, ObjectArgs, Trigger};
 pub use root::{Root, RootMsg};
 

@@ -1,28 +1,32 @@
 //! The ClusterPool actor: one per pool, keyed by UID.
 //!
-//! This slice scales up (upstream §4.1): it records the namespace policy (`ProvisioningAllowed`),
-//! ensures the pool's CRCBundle (§2.5), counts the pool's instances and creates at most one
-//! instance per reconcile toward the desired size. The decisions are pure
-//! ([`super::pool_decide`]); this module observes with live reads, acts and records the status
-//! with one server-side apply when it changed. Scale-down and idle trimming are not implemented.
+//! Upstream §4.1: it records the namespace policy (`ProvisioningAllowed`), ensures the pool's
+//! CRCBundle (§2.5), accounts the pool's instances and its namespace's leases, and makes at most
+//! one change per reconcile: create one instance, or delete the newest idle unclaimed one. The
+//! decisions are pure ([`super::pool_decide`]); this module observes with live reads under
+//! [`super::Context::claims`] (so it never trims an instance a lease is binding), acts, and
+//! records the status with one server-side apply when it changed. Its instances (owned) and the
+//! leases naming it trigger it.
 
-use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use super::instance::PROVISIONING_REQUEUE;
 use super::instance_gates::NamespaceState;
-use super::kind_supervisor::{Next, ObjectActor, OwnerEvents, ReconcileError, owner_events};
+use super::kind_supervisor::{
+    Next, ObjectActor, OwnerEvents, ReconcileError, Related, RelatedEvents, owner_events,
+    related_events,
+};
 use super::pool_decide;
 use crate::api::conditions::{self, reasons, types};
-use crate::api::labels::{FIELD_MANAGER, POOL};
-use crate::api::{API_VERSION, CRCBundle, ClusterInstance, ClusterPool, ClusterPoolStatus};
+use crate::api::labels::{FIELD_MANAGER, MANAGED_BY, MANAGED_BY_OPERATOR, POOL};
+use crate::api::{
+    API_VERSION, CRCBundle, ClusterInstance, ClusterLease, ClusterPool, ClusterPoolStatus,
+};
 
 /// Errors of a pool reconcile.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +47,12 @@ pub enum Error {
     },
     #[error("creating ClusterInstance {instance} for ClusterPool {name}: {source}")]
     CreateInstance {
+        name: String,
+        instance: String,
+        source: kube::Error,
+    },
+    #[error("deleting idle ClusterInstance {instance} of ClusterPool {name}: {source}")]
+    DeleteInstance {
         name: String,
         instance: String,
         source: kube::Error,
@@ -73,6 +83,19 @@ impl ObjectActor for PoolActor {
         )]
     }
 
+    /// Leases naming the pool trigger it (demand and claims change with them).
+    fn related_events(ctx: &Arc<super::Context>) -> Vec<RelatedEvents<ClusterPool>> {
+        vec![related_events(
+            Api::<ClusterLease>::all(ctx.client.clone()),
+            |lease: &ClusterLease| {
+                let pool = lease.spec.pool_ref.name.clone();
+                Some(Related::new(lease.namespace()?, move |p: &ClusterPool| {
+                    p.name_any() == pool
+                }))
+            },
+        )]
+    }
+
     async fn reconcile(pool: &ClusterPool, ctx: &Arc<super::Context>) -> Result<Next, Error> {
         reconcile(pool, ctx).await
     }
@@ -90,8 +113,10 @@ async fn reconcile(pool: &ClusterPool, ctx: &super::Context) -> Result<Next, Err
         move |source| Error::Observe { name, what, source }
     };
 
-    // Live reads: a watch cache may not show the instance this actor created a moment ago, and
-    // acting on it would create one too many.
+    // Under the claims lock, on live reads: a watch cache may not show the instance this actor
+    // created a moment ago (acting on it would create one too many), nor a lease bound a moment
+    // ago (acting on it would trim a leased instance).
+    let _claims = ctx.claims.lock().await;
     let namespace = Api::<Namespace>::all(ctx.client.clone())
         .get_opt(&ns)
         .await
@@ -99,37 +124,77 @@ async fn reconcile(pool: &ClusterPool, ctx: &super::Context) -> Result<Next, Err
     let namespace = NamespaceState::of(namespace.as_ref());
     let instances: Api<ClusterInstance> = Api::namespaced(ctx.client.clone(), &ns);
     let members = instances
-        .list(&ListParams::default().labels(&format!("{POOL}={name}")))
+        .list(
+            &ListParams::default()
+                .labels(&format!("{MANAGED_BY}={MANAGED_BY_OPERATOR},{POOL}={name}")),
+        )
         .await
         .map_err(err("instances"))?
         .items;
+    let leases = Api::<ClusterLease>::namespaced(ctx.client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .map_err(err("leases"))?
+        .items;
 
-    let decision = pool_decide::decide(pool, namespace, &members, Time(Timestamp::now()));
+    let decision = pool_decide::decide(
+        pool,
+        pool_decide::Observed {
+            namespace,
+            instances: &members,
+            leases: &leases,
+            now: Timestamp::now(),
+            idle_grace: ctx.tuning.pool_idle_grace,
+        },
+    );
     if let Some(bundle) = &decision.bundle {
         ensure_bundle(ctx, &name, bundle).await?;
     }
-    if decision.create {
-        let instance_name = pool_decide::instance_name(&name, RandomState::new().hash_one(&name));
-        let instance = pool_decide::new_instance(pool, &instance_name);
-        instances
-            .create(&PostParams::default(), &instance)
-            .await
-            .map_err(|source| Error::CreateInstance {
-                name: name.clone(),
-                instance: instance_name.clone(),
-                source,
-            })?;
-        tracing::info!(clusterpool = %name, namespace = %ns, clusterinstance = %instance_name, "instance created");
+    if let Some(instance) = &decision.create {
+        let instance_name = instance.name_any();
+        match instances.create(&PostParams::default(), instance).await {
+            Ok(_) => {
+                tracing::info!(clusterpool = %name, namespace = %ns, clusterinstance = %instance_name, "instance created");
+            }
+            // Created by an earlier reconcile: the watch brings its event.
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(source) => {
+                return Err(Error::CreateInstance {
+                    name: name.clone(),
+                    instance: instance_name,
+                    source,
+                });
+            }
+        }
         // Its creation event (owned_events) brings us back to count it and go on.
+    }
+    if let Some((instance, uid)) = &decision.delete {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.clone()),
+                resource_version: None,
+            }),
+            ..DeleteParams::background()
+        };
+        match instances.delete(instance, &params).await {
+            Ok(_) => {
+                tracing::info!(clusterpool = %name, namespace = %ns, clusterinstance = %instance, "idle instance deleted (scale-down)");
+            }
+            // Gone already, or replaced by a new instance of the same name.
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
+            Err(source) => {
+                return Err(Error::DeleteInstance {
+                    name: name.clone(),
+                    instance: instance.clone(),
+                    source,
+                });
+            }
+        }
     }
     if Some(&decision.status) != pool.status.as_ref() {
         write_status(pool, ctx, &decision.status).await?;
     }
-    Ok(if decision.requeue {
-        Next::Requeue(PROVISIONING_REQUEUE)
-    } else {
-        Next::Done
-    })
+    Ok(decision.requeue.map_or(Next::Done, Next::Requeue))
 }
 
 /// Creates the pool's CRCBundle unless one of that name exists; an existing one is reused

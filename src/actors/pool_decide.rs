@@ -1,21 +1,23 @@
 //! Pure decisions of the ClusterPool controller (upstream §4.1, §2.5): the namespace policy, the
-//! instance accounting, the desired size, the CRCBundle a pool ensures and the one instance a
-//! reconcile may create. The actor (`super::pool`) observes, these functions decide, the actor
-//! acts and records the status.
-//!
-//! This slice scales up only; scale-down and idle trimming come later.
+//! lease and instance accounting, need/room/excess, the CRCBundle a pool ensures, and the one
+//! change a reconcile makes: create one instance, or delete the newest idle one. The actor
+//! (`super::pool`) observes, these functions decide, the actor acts and records the status.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
 use kube::{Resource, ResourceExt};
 
 use super::instance_gates::{HCP_MESSAGE, NamespaceState};
+use super::lease_decide::{claimed, is_pending};
 use crate::api::bundle::DEFAULT_GOLDEN_VOLUME_SIZE;
 use crate::api::common::{Arch, ClusterType, LocalRef};
 use crate::api::conditions::{self, reasons, types};
 use crate::api::instance::{ClusterInstance, ClusterInstanceSpec, InstancePhase};
 use crate::api::labels::{MANAGED_BY, MANAGED_BY_OPERATOR, POOL};
+use crate::api::lease::ClusterLease;
 use crate::api::pool::{ClusterPool, ClusterPoolSpec, ClusterPoolStatus};
 use crate::api::template::ClusterTemplate;
 use crate::api::{CRCBundle, CRCBundleSpec};
@@ -23,14 +25,29 @@ use crate::api::{CRCBundle, CRCBundleSpec};
 /// The pool's instances, counted (see [`count`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
-    /// Not terminating.
+    /// Every instance of the pool, terminating ones included.
     pub total: i32,
     /// With a deletionTimestamp.
     pub terminating: i32,
-    /// Not terminating, phase Ready, no `status.leaseRef`.
+    /// Not terminating, phase Ready, claimed by no lease.
     pub available: i32,
-    /// Not terminating, with a `status.leaseRef`.
+    /// Not terminating, phase Ready, claimed by a lease.
     pub leased: i32,
+    /// Terminating, or not yet Ready (no phase, Provisioning, Terminating); not Failed.
+    pub pending: i32,
+}
+
+/// The size the pool works toward (upstream §4.1 steps 6 and 10).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sizing {
+    /// Instances to add: `max(minSize − total, warmSpares − (available + pending),
+    /// pendingDemand − (available + pending))`.
+    pub need: i32,
+    /// Instances that may still be added: `maxSize − total`.
+    pub room: i32,
+    /// Available instances beyond what is wanted: `min(available − max(warmSpares,
+    /// pendingDemand), total − minSize)`.
+    pub excess: i32,
 }
 
 /// What a reconcile does besides recording `status`.
@@ -39,49 +56,146 @@ pub struct Decision {
     pub status: ClusterPoolStatus,
     /// The CRCBundle that must exist (created when missing, never changed).
     pub bundle: Option<CRCBundle>,
-    /// Create one instance (at most one per reconcile).
-    pub create: bool,
-    /// Look again after the provisioning requeue interval (blocked by the namespace policy).
-    pub requeue: bool,
+    /// Create this instance (at most one change per reconcile).
+    pub create: Option<ClusterInstance>,
+    /// Delete this idle instance (name, UID), scaling down.
+    pub delete: Option<(String, String)>,
+    /// Look again after this long (namespace policy blocks, or an instance is not idle long
+    /// enough to be trimmed yet).
+    pub requeue: Option<Duration>,
 }
 
-/// Whether `instance` belongs to the pool named `pool`: the pool label and `spec.poolRef` agree.
+/// How soon a pool blocked by the namespace policy looks again (upstream: 20 s).
+pub const NAMESPACE_REQUEUE: Duration = Duration::from_secs(20);
+
+/// Whether `instance` belongs to the pool named `pool`: it carries the pool label and the
+/// managed-by label of the operator (how upstream lists a pool's instances).
 pub fn is_member(pool: &str, instance: &ClusterInstance) -> bool {
-    instance.labels().get(POOL).is_some_and(|v| v == pool)
-        && instance
-            .spec
-            .pool_ref
-            .as_ref()
-            .is_some_and(|r| r.name == pool)
+    let labels = instance.labels();
+    labels.get(POOL).is_some_and(|v| v == pool)
+        && labels
+            .get(MANAGED_BY)
+            .is_some_and(|v| v == MANAGED_BY_OPERATOR)
 }
 
-/// Counts the members of `pool` among `instances`.
-pub fn count(pool: &str, instances: &[ClusterInstance]) -> Counts {
+/// Lease accounting of a pool (upstream §4.1 step 4).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeaseDemand {
+    /// Instance names in any lease's `status.instanceRef`, deleting leases included.
+    pub claimed: BTreeSet<String>,
+    /// Leases of this pool, not deleting, Pending or without a phase.
+    pub pending_demand: i32,
+}
+
+/// Lease accounting of `pool` over every lease of its namespace.
+pub fn lease_demand(pool: &str, leases: &[ClusterLease]) -> LeaseDemand {
+    let pending = leases
+        .iter()
+        .filter(|l| l.metadata.deletion_timestamp.is_none())
+        .filter(|l| l.spec.pool_ref.name == pool)
+        .filter(|l| is_pending(l))
+        .count();
+    LeaseDemand {
+        claimed: claimed(leases),
+        pending_demand: i32::try_from(pending).unwrap_or(i32::MAX),
+    }
+}
+
+fn is_ready(instance: &ClusterInstance) -> bool {
+    instance
+        .status
+        .as_ref()
+        .is_some_and(|s| s.phase == Some(InstancePhase::Ready))
+}
+
+/// Counts the members of `pool` among `instances`; `claimed` are the instances leases hold.
+pub fn count(pool: &str, instances: &[ClusterInstance], claimed: &BTreeSet<String>) -> Counts {
     let mut counts = Counts::default();
     for instance in instances.iter().filter(|i| is_member(pool, i)) {
+        counts.total += 1;
         if instance.metadata.deletion_timestamp.is_some() {
             counts.terminating += 1;
+            counts.pending += 1;
             continue;
         }
-        counts.total += 1;
-        let status = instance.status.as_ref();
-        if status.is_some_and(|s| s.lease_ref.is_some()) {
-            counts.leased += 1;
-        } else if status.is_some_and(|s| s.phase == Some(InstancePhase::Ready)) {
-            counts.available += 1;
+        let phase = instance.status.as_ref().and_then(|s| s.phase);
+        match phase {
+            Some(InstancePhase::Ready) if claimed.contains(&instance.name_any()) => {
+                counts.leased += 1
+            }
+            Some(InstancePhase::Ready) => counts.available += 1,
+            Some(InstancePhase::Failed) => {}
+            _ => counts.pending += 1,
         }
     }
     counts
 }
 
-/// How many instances the pool wants before the `maxSize` cap: `max(minSize, leased + warmSpares)`.
-pub fn demand(spec: &ClusterPoolSpec, leased: i32) -> i32 {
-    spec.min_size.max(leased.saturating_add(spec.warm_spares))
+/// The need, room and excess of a pool with `counts` and `pending_demand` waiting leases.
+pub fn sizing(spec: &ClusterPoolSpec, counts: Counts, pending_demand: i32) -> Sizing {
+    let coming = counts.available.saturating_add(counts.pending);
+    let need = (spec.min_size - counts.total)
+        .max(spec.warm_spares.saturating_sub(coming))
+        .max(pending_demand.saturating_sub(coming));
+    let spare_floor = spec.warm_spares.max(pending_demand);
+    Sizing {
+        need,
+        room: spec.max_size.saturating_sub(counts.total),
+        excess: (counts.available - spare_floor).min(counts.total - spec.min_size),
+    }
 }
 
-/// How many instances the pool keeps: [`demand`] capped at `maxSize`.
-pub fn desired(spec: &ClusterPoolSpec, leased: i32) -> i32 {
-    demand(spec, leased).min(spec.max_size).max(0)
+/// Since when an instance is idle: its `Ready` condition's lastTransitionTime, else its
+/// creation time.
+pub fn idle_since(instance: &ClusterInstance) -> Option<Timestamp> {
+    instance
+        .status
+        .as_ref()
+        .and_then(|s| conditions::find(&s.conditions, types::READY))
+        .map(|c| c.last_transition_time.0)
+        .or_else(|| instance.metadata.creation_timestamp.as_ref().map(|t| t.0))
+}
+
+/// The instance scale-down deletes: among the Ready, unclaimed, not deleting members idle for at
+/// least `grace`, the newest (by creation time, then name). `Err(wait)`: none is idle long
+/// enough yet, the first becomes so after `wait`; `Ok(None)`: no candidate at all.
+pub fn trim_candidate<'a>(
+    pool: &str,
+    instances: &'a [ClusterInstance],
+    claimed: &BTreeSet<String>,
+    now: Timestamp,
+    grace: Duration,
+) -> Result<Option<&'a ClusterInstance>, Duration> {
+    let mut shortest: Option<Duration> = None;
+    let mut idle: Vec<&ClusterInstance> = Vec::new();
+    let candidates = instances
+        .iter()
+        .filter(|i| is_member(pool, i))
+        .filter(|i| i.metadata.deletion_timestamp.is_none())
+        .filter(|i| is_ready(i))
+        .filter(|i| !claimed.contains(&i.name_any()));
+    for instance in candidates {
+        let since = idle_since(instance).unwrap_or(now);
+        let elapsed = Duration::try_from(now.duration_since(since)).unwrap_or_default();
+        match grace.checked_sub(elapsed) {
+            Some(left) if !left.is_zero() => {
+                shortest = Some(shortest.map_or(left, |s| s.min(left)));
+            }
+            _ => idle.push(instance),
+        }
+    }
+    if let Some(newest) = idle.into_iter().max_by_key(|i| {
+        (
+            i.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            i.name_any(),
+        )
+    }) {
+        return Ok(Some(newest));
+    }
+    match shortest {
+        Some(wait) => Err(wait),
+        None => Ok(None),
+    }
 }
 
 /// Name of the CRCBundle a pool with `crcVersion` uses: `crc-<crcVersion>-<arch>`.
@@ -112,19 +226,17 @@ pub fn bundle_for(template: &ClusterTemplate) -> Option<CRCBundle> {
     Some(CRCBundle::new(&bundle_name(version, arch), spec))
 }
 
-const NAME_ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
-
-/// `<pool>-<5 lowercase alphanumerics>`, the characters drawn from `seed`.
-pub fn instance_name(pool: &str, mut seed: u64) -> String {
-    let len = NAME_ALPHABET.len() as u64;
-    let suffix: String = (0..5)
-        .map(|_| {
-            let c = NAME_ALPHABET[(seed % len) as usize] as char;
-            seed /= len;
-            c
-        })
+/// `<pool>-<N>` with the smallest non-negative `N` no member of `pool` in `instances` (deleting
+/// ones included) is named with.
+pub fn instance_name(pool: &str, instances: &[ClusterInstance]) -> String {
+    let prefix = format!("{pool}-");
+    let used: BTreeSet<u64> = instances
+        .iter()
+        .filter(|i| is_member(pool, i))
+        .filter_map(|i| i.name_any().strip_prefix(&prefix)?.parse().ok())
         .collect();
-    format!("{pool}-{suffix}")
+    let n = (0..).find(|n| !used.contains(n)).unwrap_or_default();
+    format!("{prefix}{n}")
 }
 
 /// A new instance of `pool` named `name`: pool label, managed-by label, controller owner
@@ -144,7 +256,7 @@ pub fn new_instance(pool: &ClusterPool, name: &str) -> ClusterInstance {
             ..ObjectMeta::default()
         },
         spec: ClusterInstanceSpec {
-            type_: ClusterType::Crc,
+            type_: pool.spec.type_,
             pool_ref: Some(LocalRef::new(pool_name)),
             template: pool.spec.template.clone(),
         },
@@ -152,28 +264,46 @@ pub fn new_instance(pool: &ClusterPool, name: &str) -> ClusterInstance {
     }
 }
 
-/// The next status of a pool that is not being deleted, and what to do.
-pub fn decide(
-    pool: &ClusterPool,
-    namespace: NamespaceState,
-    instances: &[ClusterInstance],
-    now: Time,
-) -> Decision {
+/// What the pool controller observed (live reads) besides the pool itself.
+#[derive(Clone, Copy, Debug)]
+pub struct Observed<'a> {
+    pub namespace: NamespaceState,
+    /// The pool's instances (listed by its labels).
+    pub instances: &'a [ClusterInstance],
+    /// Every lease of the pool's namespace.
+    pub leases: &'a [ClusterLease],
+    pub now: Timestamp,
+    /// How long an instance must be idle before scale-down may delete it.
+    pub idle_grace: Duration,
+}
+
+/// The next status of a pool that is not being deleted, and the one change to make.
+pub fn decide(pool: &ClusterPool, observed: Observed<'_>) -> Decision {
     let generation = pool.metadata.generation;
     let ns = pool.metadata.namespace.as_deref().unwrap_or_default();
+    let name = pool.name_any();
     let spec = &pool.spec;
-    let counts = count(&pool.name_any(), instances);
+    let demand = lease_demand(&name, observed.leases);
+    let counts = count(&name, observed.instances, &demand.claimed);
     let mut status = pool.status.clone().unwrap_or_default();
     status.total_instances = Some(counts.total);
     status.terminating_instances = Some(counts.terminating);
     status.available_instances = Some(counts.available);
     status.leased_instances = Some(counts.leased);
     status.observed_generation = generation;
+    let now = Time(observed.now);
     let cond = |type_: &str, ok: bool, reason: &str, message: &str| {
         conditions::new(type_, ok, reason, message, generation, now.clone())
     };
+    let mut decision = Decision {
+        status: ClusterPoolStatus::default(),
+        bundle: None,
+        create: None,
+        delete: None,
+        requeue: None,
+    };
 
-    let refusal = namespace.refusal(ns);
+    let refusal = observed.namespace.refusal(ns);
     let allowed = match &refusal {
         Some((reason, message)) => cond(types::PROVISIONING_ALLOWED, false, reason, message),
         None => cond(
@@ -195,78 +325,89 @@ pub fn decide(
                 HCP_MESSAGE,
             ),
         );
-        return Decision {
-            status,
-            bundle: None,
-            create: false,
-            requeue: false,
-        };
+        decision.status = status;
+        return decision;
     }
 
-    let bundle = if refusal.is_none() {
-        bundle_for(&spec.template)
-    } else {
-        None
-    };
-    let desired = desired(spec, counts.leased);
-    let demand = demand(spec, counts.leased);
-    let (total, available, max) = (counts.total, counts.available, spec.max_size);
-    let mut create = false;
-    let capacity = if total < desired {
-        match &refusal {
-            Some((reason, message)) => cond(
-                types::CAPACITY_AVAILABLE,
-                false,
-                reason,
-                &format!("{total} of {desired} instances exist; none is created: {message}"),
+    let size = sizing(spec, counts, demand.pending_demand);
+    let (total, max) = (counts.total, spec.max_size);
+    let capacity = if max < spec.min_size || max < spec.warm_spares {
+        cond(
+            types::CAPACITY_AVAILABLE,
+            false,
+            reasons::MAX_SIZE_TOO_SMALL,
+            &format!(
+                "maxSize {max} is below minSize {} or warmSpares {}",
+                spec.min_size, spec.warm_spares
             ),
-            None => {
-                create = true;
-                cond(
-                    types::CAPACITY_AVAILABLE,
-                    true,
-                    reasons::PROVISIONING,
-                    &format!("{total} of {desired} instances exist; creating one at a time"),
-                )
-            }
-        }
-    } else if total >= max && (demand > total || available == 0) {
+        )
+    } else if size.need > 0 && size.room <= 0 {
         cond(
             types::CAPACITY_AVAILABLE,
             false,
             reasons::AT_CAPACITY,
             &format!(
-                "the pool is at maxSize {max} with {available} available of {demand} wanted; raise maxSize or release leases"
+                "{} more instances wanted but the pool has {total} of maxSize {max}; raise maxSize or release leases",
+                size.need
             ),
         )
     } else {
         cond(
             types::CAPACITY_AVAILABLE,
             true,
-            reasons::CAPACITY_AVAILABLE,
-            &format!("{total} instances ({available} available) for {desired} desired"),
+            reasons::CAPACITY_SUFFICIENT,
+            &format!("the pool can provide the instances it is asked for (maxSize {max})"),
         )
     };
     conditions::set(&mut status.conditions, capacity);
-    Decision {
-        status,
-        bundle,
-        create,
-        requeue: refusal.is_some(),
+    decision.status = status;
+
+    if refusal.is_some() {
+        // Status only: no bundle, no creation, no trimming.
+        decision.requeue = Some(NAMESPACE_REQUEUE);
+        return decision;
     }
+    decision.bundle = bundle_for(&spec.template);
+    if size.need > 0 {
+        if size.room > 0 {
+            let instance_name = instance_name(&name, observed.instances);
+            decision.create = Some(new_instance(pool, &instance_name));
+        }
+        return decision;
+    }
+    if size.excess > 0 {
+        match trim_candidate(
+            &name,
+            observed.instances,
+            &demand.claimed,
+            observed.now,
+            observed.idle_grace,
+        ) {
+            Ok(Some(instance)) => {
+                decision.delete = Some((instance.name_any(), instance.uid().unwrap_or_default()));
+            }
+            Ok(None) => {}
+            Err(wait) => decision.requeue = Some(wait),
+        }
+    }
+    decision
 }
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::jiff::Timestamp;
     use serde_json::json;
 
     use super::*;
     use crate::api::instance::ClusterInstanceStatus;
+    use crate::api::lease::{ClusterLeaseStatus, LeasePhase};
 
-    fn now() -> Time {
-        Time(Timestamp::from_second(1_700_000_000).unwrap())
+    const GRACE: Duration = Duration::from_secs(120);
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_second(secs).unwrap()
     }
+
+    const NOW: i64 = 1_700_000_000;
 
     fn pool(
         type_: &str,
@@ -293,22 +434,88 @@ mod tests {
         pool("crc", min, max, spares, crc_template())
     }
 
-    /// A member of pool `p`; `phase` Ready or not, leased or not, terminating or not.
-    fn member(name: &str, ready: bool, leased: bool, terminating: bool) -> ClusterInstance {
+    /// A member of pool `p` created at `created`, in `phase` (None: no status yet), Ready since
+    /// `ready_at` (a Ready condition) when given.
+    fn inst(
+        name: &str,
+        phase: Option<InstancePhase>,
+        created: i64,
+        ready_at: Option<i64>,
+    ) -> ClusterInstance {
         let mut i = new_instance(&crc_pool(0, 1, 0), name);
-        if terminating {
-            i.metadata.deletion_timestamp = Some(now());
-        }
-        i.status = Some(ClusterInstanceStatus {
-            phase: Some(if ready {
-                InstancePhase::Ready
-            } else {
-                InstancePhase::Provisioning
-            }),
-            lease_ref: leased.then(|| LocalRef::new("lease")),
+        i.metadata.uid = Some(format!("uid-{name}"));
+        i.metadata.creation_timestamp = Some(Time(at(created)));
+        i.status = phase.map(|phase| ClusterInstanceStatus {
+            phase: Some(phase),
+            conditions: ready_at
+                .map(|t| {
+                    vec![conditions::new(
+                        types::READY,
+                        true,
+                        "GuestReady",
+                        "",
+                        None,
+                        Time(at(t)),
+                    )]
+                })
+                .unwrap_or_default(),
             ..ClusterInstanceStatus::default()
         });
         i
+    }
+
+    fn ready(name: &str) -> ClusterInstance {
+        inst(name, Some(InstancePhase::Ready), NOW - 1000, None)
+    }
+
+    fn provisioning(name: &str) -> ClusterInstance {
+        inst(name, Some(InstancePhase::Provisioning), NOW - 10, None)
+    }
+
+    fn deleting(mut i: ClusterInstance) -> ClusterInstance {
+        i.metadata.deletion_timestamp = Some(Time(at(NOW)));
+        i
+    }
+
+    fn lease(
+        name: &str,
+        pool: &str,
+        phase: Option<LeasePhase>,
+        instance: Option<&str>,
+    ) -> ClusterLease {
+        let mut l: ClusterLease = serde_json::from_value(json!({
+            "apiVersion": "guestcluster.opdev.io/v1alpha1",
+            "kind": "ClusterLease",
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"poolRef": {"name": pool}},
+        }))
+        .unwrap();
+        if phase.is_some() || instance.is_some() {
+            l.status = Some(ClusterLeaseStatus {
+                phase,
+                instance_ref: instance.map(LocalRef::new),
+                ..ClusterLeaseStatus::default()
+            });
+        }
+        l
+    }
+
+    fn bound(name: &str, instance: &str) -> ClusterLease {
+        lease(name, "p", Some(LeasePhase::Bound), Some(instance))
+    }
+
+    fn observed<'a>(instances: &'a [ClusterInstance], leases: &'a [ClusterLease]) -> Observed<'a> {
+        Observed {
+            namespace: NamespaceState::Enabled,
+            instances,
+            leases,
+            now: at(NOW),
+            idle_grace: GRACE,
+        }
+    }
+
+    fn run(p: &ClusterPool, instances: &[ClusterInstance], leases: &[ClusterLease]) -> Decision {
+        decide(p, observed(instances, leases))
     }
 
     fn capacity(d: &Decision) -> (&str, &str) {
@@ -321,145 +528,318 @@ mod tests {
         (c.status.as_str(), c.reason.as_str())
     }
 
-    #[test]
-    fn desired_size_is_min_or_leased_plus_spares_capped_at_max() {
-        let spec = |min, max, spares| crc_pool(min, max, spares).spec;
-        assert_eq!(desired(&spec(2, 5, 0), 0), 2);
-        assert_eq!(desired(&spec(0, 5, 1), 0), 1);
-        assert_eq!(desired(&spec(0, 5, 1), 3), 4);
-        assert_eq!(desired(&spec(2, 5, 1), 0), 2);
-        assert_eq!(desired(&spec(0, 5, 2), 4), 5, "capped at maxSize");
-        assert_eq!(demand(&spec(0, 5, 2), 4), 6, "demand is not capped");
-        assert_eq!(desired(&spec(0, 3, 0), 0), 0);
+    fn created(d: &Decision) -> Option<String> {
+        d.create.as_ref().map(|i| i.name_any())
+    }
+
+    fn deleted(d: &Decision) -> Option<&str> {
+        d.delete.as_ref().map(|(n, _)| n.as_str())
     }
 
     #[test]
-    fn counts_members_only() {
-        let mut foreign_label = member("x", true, false, false);
-        foreign_label
-            .labels_mut()
-            .insert(POOL.to_owned(), "other".into());
-        let mut foreign_ref = member("y", true, false, false);
-        foreign_ref.spec.pool_ref = Some(LocalRef::new("other"));
-        let instances = [
-            member("a", true, false, false),
-            member("b", true, true, false),
-            member("c", false, false, false),
-            member("d", true, false, true),
-            foreign_label,
-            foreign_ref,
+    fn lease_accounting_claims_from_any_lease_and_demand_from_pending_ones_of_the_pool() {
+        let mut going = bound("a", "p-0");
+        going.metadata.deletion_timestamp = Some(Time(at(NOW)));
+        let mut going_pending = lease("g", "p", None, None);
+        going_pending.metadata.deletion_timestamp = Some(Time(at(NOW)));
+        let leases = [
+            going,
+            bound("b", "q-7"),
+            lease("c", "p", None, None),
+            lease("d", "p", Some(LeasePhase::Pending), None),
+            lease("e", "other", None, None),
+            lease("f", "p", Some(LeasePhase::Releasing), None),
+            going_pending,
         ];
+        let d = lease_demand("p", &leases);
         assert_eq!(
-            count("p", &instances),
+            d.claimed,
+            BTreeSet::from(["p-0".to_owned(), "q-7".to_owned()])
+        );
+        assert_eq!(d.pending_demand, 2);
+    }
+
+    #[test]
+    fn counts_every_member_by_phase_and_claim() {
+        let mut foreign = ready("x");
+        foreign.labels_mut().insert(POOL.to_owned(), "other".into());
+        let mut unmanaged = ready("y");
+        unmanaged.labels_mut().remove(MANAGED_BY);
+        let instances = [
+            ready("a"),
+            ready("b"),
+            provisioning("c"),
+            deleting(ready("d")),
+            inst("e", Some(InstancePhase::Failed), NOW, None),
+            inst("f", None, NOW, None),
+            inst("g", Some(InstancePhase::Terminating), NOW, None),
+            foreign,
+            unmanaged,
+        ];
+        let claimed = BTreeSet::from(["b".to_owned(), "c".to_owned()]);
+        assert_eq!(
+            count("p", &instances, &claimed),
             Counts {
-                total: 3,
+                total: 7,
                 terminating: 1,
                 available: 1,
-                leased: 1
+                leased: 1,
+                pending: 4,
             }
         );
     }
 
     #[test]
-    fn creates_one_instance_at_a_time_toward_desired() {
-        let p = crc_pool(2, 3, 0);
-        let d = decide(&p, NamespaceState::Enabled, &[], now());
-        assert!(d.create);
-        assert!(!d.requeue);
-        assert_eq!(capacity(&d), ("True", reasons::PROVISIONING));
+    fn need_room_and_excess_follow_the_formula() {
+        let spec = |min, max, spares| crc_pool(min, max, spares).spec;
+        let counts = |total, available, pending| Counts {
+            total,
+            available,
+            pending,
+            ..Counts::default()
+        };
+        // minSize − total.
+        assert_eq!(sizing(&spec(2, 5, 0), counts(0, 0, 0), 0).need, 2);
+        // warmSpares − (available + pending).
+        assert_eq!(sizing(&spec(0, 5, 2), counts(3, 1, 0), 0).need, 1);
+        assert_eq!(sizing(&spec(0, 5, 2), counts(3, 1, 1), 0).need, 0);
+        // pendingDemand − (available + pending).
+        assert_eq!(sizing(&spec(0, 5, 0), counts(2, 0, 1), 3).need, 2);
+        assert_eq!(sizing(&spec(0, 5, 0), counts(2, 0, 1), 3).room, 3);
+        // excess = min(available − max(warmSpares, pendingDemand), total − minSize).
+        assert_eq!(sizing(&spec(0, 5, 1), counts(3, 3, 0), 0).excess, 2);
+        assert_eq!(sizing(&spec(0, 5, 1), counts(3, 3, 0), 2).excess, 1);
+        assert_eq!(sizing(&spec(2, 5, 0), counts(3, 3, 0), 0).excess, 1);
+        assert_eq!(sizing(&spec(0, 5, 0), counts(3, 0, 3), 0).excess, 0);
+    }
+
+    #[test]
+    fn creates_one_instance_at_a_time_named_by_the_smallest_free_number() {
+        let p = crc_pool(3, 4, 0);
+        let d = run(&p, &[], &[]);
+        assert_eq!(created(&d).as_deref(), Some("p-0"));
+        assert!(d.delete.is_none());
+        assert!(d.requeue.is_none());
+        assert_eq!(capacity(&d), ("True", reasons::CAPACITY_SUFFICIENT));
         assert_eq!(allowed(&d), ("True", reasons::NAMESPACE_ENABLED));
         assert_eq!(d.status.total_instances, Some(0));
         assert_eq!(d.status.observed_generation, Some(3));
 
-        let one = [member("a", false, false, false)];
-        let d = decide(&p, NamespaceState::Enabled, &one, now());
-        assert!(d.create, "one below desired: create another");
-        assert_eq!(d.status.total_instances, Some(1));
-
-        let two = [
-            member("a", false, false, false),
-            member("b", true, false, false),
-        ];
-        let d = decide(&p, NamespaceState::Enabled, &two, now());
-        assert!(!d.create, "at desired: nothing more");
-        assert_eq!(capacity(&d), ("True", reasons::CAPACITY_AVAILABLE));
-        assert_eq!(d.status.available_instances, Some(1));
+        let d = run(&p, &[provisioning("p-0"), deleting(ready("p-2"))], &[]);
+        assert_eq!(
+            created(&d).as_deref(),
+            Some("p-1"),
+            "deleting names stay taken"
+        );
+        let d = run(&p, &[provisioning("p-0"), provisioning("p-1")], &[]);
+        assert_eq!(created(&d).as_deref(), Some("p-2"));
+        let d = run(
+            &p,
+            &[
+                provisioning("p-0"),
+                provisioning("p-1"),
+                provisioning("p-2"),
+            ],
+            &[],
+        );
+        assert!(d.create.is_none(), "at minSize: nothing more");
+        assert_eq!(capacity(&d), ("True", reasons::CAPACITY_SUFFICIENT));
     }
 
     #[test]
-    fn terminating_instances_do_not_count_toward_desired() {
+    fn terminating_instances_count_in_total_and_as_pending() {
         let p = crc_pool(1, 2, 0);
-        let d = decide(
-            &p,
-            NamespaceState::Enabled,
-            &[member("a", true, false, true)],
-            now(),
-        );
-        assert!(d.create);
+        let d = run(&p, &[deleting(ready("p-0"))], &[]);
+        assert!(d.create.is_none(), "the terminating instance still counts");
         assert_eq!(d.status.terminating_instances, Some(1));
-        assert_eq!(d.status.total_instances, Some(0));
+        assert_eq!(d.status.total_instances, Some(1));
+        // Spares: a terminating instance is pending, so it covers a spare too.
+        let p = crc_pool(0, 2, 1);
+        assert!(run(&p, &[deleting(ready("p-0"))], &[]).create.is_none());
+    }
+
+    #[test]
+    fn pending_leases_add_demand_and_bound_ones_do_not() {
+        let p = crc_pool(0, 3, 0);
+        let leases = [lease("l1", "p", None, None)];
+        let d = run(&p, &[], &leases);
+        assert_eq!(created(&d).as_deref(), Some("p-0"));
+        let d = run(&p, &[provisioning("p-0")], &leases);
+        assert!(
+            d.create.is_none(),
+            "the provisioning instance covers the demand"
+        );
+        let leases = [bound("l1", "p-0")];
+        let d = run(&p, &[ready("p-0")], &leases);
+        assert!(d.create.is_none());
+        assert!(d.delete.is_none(), "a leased instance is never trimmed");
+        assert_eq!(d.status.leased_instances, Some(1));
+        assert_eq!(d.status.available_instances, Some(0));
     }
 
     #[test]
     fn warm_spares_follow_leases_up_to_max() {
         let p = crc_pool(0, 2, 1);
-        let leased = [member("a", true, true, false)];
-        let d = decide(&p, NamespaceState::Enabled, &leased, now());
-        assert!(d.create, "leased 1 + 1 spare = 2 desired");
-        let full = [
-            member("a", true, true, false),
-            member("b", true, true, false),
-        ];
-        let d = decide(&p, NamespaceState::Enabled, &full, now());
-        assert!(!d.create, "never beyond maxSize");
+        let leases = [bound("l1", "p-0")];
+        let d = run(&p, &[ready("p-0")], &leases);
+        assert_eq!(created(&d).as_deref(), Some("p-1"), "one spare on top");
+        let leases = [bound("l1", "p-0"), bound("l2", "p-1")];
+        let d = run(&p, &[ready("p-0"), ready("p-1")], &leases);
+        assert!(d.create.is_none(), "never beyond maxSize");
         assert_eq!(capacity(&d), ("False", reasons::AT_CAPACITY));
         assert_eq!(d.status.leased_instances, Some(2));
     }
 
     #[test]
-    fn at_max_without_available_instance_is_at_capacity() {
+    fn pending_lease_at_max_is_at_capacity() {
         let p = crc_pool(1, 1, 0);
-        let d = decide(
-            &p,
-            NamespaceState::Enabled,
-            &[member("a", false, false, false)],
-            now(),
-        );
-        assert!(!d.create);
+        let leases = [bound("l1", "p-0"), lease("l2", "p", None, None)];
+        let d = run(&p, &[ready("p-0")], &leases);
+        assert!(d.create.is_none());
         assert_eq!(capacity(&d), ("False", reasons::AT_CAPACITY));
-        let d = decide(
-            &p,
-            NamespaceState::Enabled,
-            &[member("a", true, false, false)],
-            now(),
-        );
-        assert_eq!(capacity(&d), ("True", reasons::CAPACITY_AVAILABLE));
+        let d = run(&p, &[ready("p-0")], &[]);
+        assert_eq!(capacity(&d), ("True", reasons::CAPACITY_SUFFICIENT));
     }
 
     #[test]
-    fn disabled_namespace_creates_nothing_but_counts() {
+    fn max_size_below_min_or_spares_is_too_small() {
+        for p in [crc_pool(3, 2, 0), crc_pool(0, 2, 3)] {
+            let d = run(&p, &[], &[]);
+            assert_eq!(capacity(&d), ("False", reasons::MAX_SIZE_TOO_SMALL));
+            assert_eq!(created(&d).as_deref(), Some("p-0"), "room is still used");
+        }
+    }
+
+    #[test]
+    fn scale_down_deletes_the_newest_idle_unclaimed_instance() {
+        let p = crc_pool(0, 5, 1);
+        let instances = [
+            inst(
+                "p-0",
+                Some(InstancePhase::Ready),
+                NOW - 900,
+                Some(NOW - 800),
+            ),
+            inst(
+                "p-1",
+                Some(InstancePhase::Ready),
+                NOW - 700,
+                Some(NOW - 600),
+            ),
+            inst("p-2", Some(InstancePhase::Ready), NOW - 500, Some(NOW - 10)),
+            inst(
+                "p-3",
+                Some(InstancePhase::Ready),
+                NOW - 400,
+                Some(NOW - 300),
+            ),
+        ];
+        // p-3 is claimed, p-2 idle for 10 s only: p-1 is the newest idle one.
+        let leases = [bound("l", "p-3")];
+        let d = run(&p, &instances, &leases);
+        assert_eq!(deleted(&d), Some("p-1"));
+        assert_eq!(d.delete.as_ref().unwrap().1, "uid-p-1");
+        assert!(d.create.is_none());
+        assert!(d.requeue.is_none());
+        assert_eq!(capacity(&d), ("True", reasons::CAPACITY_SUFFICIENT));
+    }
+
+    #[test]
+    fn scale_down_waits_for_the_shortest_remaining_idle_time() {
+        let p = crc_pool(0, 5, 0);
+        let instances = [
+            inst("p-0", Some(InstancePhase::Ready), NOW - 900, Some(NOW - 30)),
+            inst(
+                "p-1",
+                Some(InstancePhase::Ready),
+                NOW - 900,
+                Some(NOW - 100),
+            ),
+        ];
+        let d = run(&p, &instances, &[]);
+        assert!(d.delete.is_none());
+        assert_eq!(d.requeue, Some(Duration::from_secs(20)));
+        // Without a Ready condition, idle counts from creation.
+        let young = [inst("p-0", Some(InstancePhase::Ready), NOW - 60, None)];
+        let d = run(&p, &young, &[]);
+        assert_eq!(d.requeue, Some(Duration::from_secs(60)));
+        let old = [inst("p-0", Some(InstancePhase::Ready), NOW - 120, None)];
+        assert_eq!(deleted(&run(&p, &old, &[])), Some("p-0"));
+    }
+
+    #[test]
+    fn scale_down_keeps_min_size_spares_and_pending_demand() {
+        let idle = |n: &str| inst(n, Some(InstancePhase::Ready), NOW - 900, Some(NOW - 800));
+        let two = [idle("p-0"), idle("p-1")];
+        assert!(
+            run(&crc_pool(2, 5, 0), &two, &[]).delete.is_none(),
+            "minSize"
+        );
+        assert!(
+            run(&crc_pool(0, 5, 2), &two, &[]).delete.is_none(),
+            "warmSpares"
+        );
+        let demand = [lease("l1", "p", None, None), lease("l2", "p", None, None)];
+        assert!(
+            run(&crc_pool(0, 5, 0), &two, &demand).delete.is_none(),
+            "pending leases"
+        );
+        assert_eq!(deleted(&run(&crc_pool(1, 5, 0), &two, &[])), Some("p-1"));
+        // Non-Ready and deleting instances are never trimmed.
+        let others = [
+            provisioning("p-0"),
+            deleting(idle("p-1")),
+            inst("p-2", Some(InstancePhase::Failed), NOW - 900, None),
+        ];
+        let d = run(&crc_pool(0, 5, 0), &others, &[]);
+        assert!(d.delete.is_none() && d.requeue.is_none());
+    }
+
+    #[test]
+    fn disabled_namespace_only_records_status() {
         let p = crc_pool(2, 3, 0);
+        let idle = inst(
+            "p-0",
+            Some(InstancePhase::Ready),
+            NOW - 900,
+            Some(NOW - 800),
+        );
         for (state, reason) in [
             (NamespaceState::Disabled, reasons::NAMESPACE_DISABLED),
             (NamespaceState::Terminating, reasons::NAMESPACE_TERMINATING),
             (NamespaceState::Missing, reasons::NAMESPACE_UNAVAILABLE),
         ] {
-            let d = decide(&p, state, &[member("a", true, false, false)], now());
-            assert!(!d.create);
+            let d = decide(
+                &p,
+                Observed {
+                    namespace: state,
+                    ..observed(std::slice::from_ref(&idle), &[])
+                },
+            );
+            assert!(d.create.is_none());
             assert!(d.bundle.is_none(), "no bundle while {reason}");
-            assert!(d.requeue);
+            assert_eq!(d.requeue, Some(NAMESPACE_REQUEUE));
             assert_eq!(allowed(&d), ("False", reason));
-            assert_eq!(capacity(&d), ("False", reason));
+            assert_eq!(capacity(&d), ("True", reasons::CAPACITY_SUFFICIENT));
             assert_eq!(d.status.total_instances, Some(1));
             assert_eq!(d.status.available_instances, Some(1));
+            // An excess instance is not trimmed either.
+            let d = decide(
+                &crc_pool(0, 3, 0),
+                Observed {
+                    namespace: state,
+                    ..observed(std::slice::from_ref(&idle), &[])
+                },
+            );
+            assert!(d.delete.is_none());
         }
     }
 
     #[test]
     fn hcp_is_unsupported_and_creates_nothing() {
         let p = pool("hcp", 2, 3, 0, crc_template());
-        let d = decide(&p, NamespaceState::Enabled, &[], now());
-        assert!(!d.create);
+        let d = run(&p, &[], &[]);
+        assert!(d.create.is_none());
         assert!(d.bundle.is_none());
         assert_eq!(capacity(&d), ("False", reasons::TOPOLOGY_UNSUPPORTED));
         let c = conditions::find(&d.status.conditions, types::CAPACITY_AVAILABLE).unwrap();
@@ -479,7 +859,7 @@ mod tests {
             json!({"crcVersion": "4.22.7", "crcArch": "arm64", "storageClassName": "fast",
                    "ocpVersion": "4.22.7", "memory": "16Gi", "cores": 4}),
         );
-        let d = decide(&p, NamespaceState::Enabled, &[], now());
+        let d = run(&p, &[], &[]);
         let b = d.bundle.expect("bundle ensured");
         assert_eq!(b.name_any(), "crc-4.22.7-arm64");
         assert_eq!(b.spec.version.as_deref(), Some("4.22.7"));
@@ -487,7 +867,7 @@ mod tests {
         assert_eq!(b.spec.storage_class_name.as_deref(), Some("fast"));
         assert!(b.metadata.owner_references.is_none());
 
-        let d = decide(&crc_pool(1, 1, 0), NamespaceState::Enabled, &[], now());
+        let d = run(&crc_pool(1, 1, 0), &[], &[]);
         let b = d.bundle.expect("bundle ensured");
         assert_eq!(b.name_any(), "crc-4.22.7-amd64");
         assert_eq!(b.spec.storage_class_name, None);
@@ -503,9 +883,9 @@ mod tests {
             json!({"crcBundleRef": {"name": "custom"}, "ocpVersion": "4.22.7",
                    "memory": "16Gi", "cores": 4}),
         );
-        let d = decide(&p, NamespaceState::Enabled, &[], now());
+        let d = run(&p, &[], &[]);
         assert!(d.bundle.is_none());
-        assert!(d.create, "instances are still created");
+        assert!(d.create.is_some(), "instances are still created");
         let mut both = p.spec.template.clone();
         both.crc_version = Some("4.22.7".into());
         assert!(bundle_for(&both).is_none());
@@ -517,11 +897,7 @@ mod tests {
     #[test]
     fn new_instance_carries_labels_owner_and_template() {
         let p = crc_pool(1, 1, 0);
-        let name = instance_name("p", 123_456_789);
-        assert_eq!(name.len(), "p-".len() + 5);
-        assert!(name[2..].bytes().all(|b| NAME_ALPHABET.contains(&b)));
-        assert_ne!(name, instance_name("p", 987_654_321));
-        let i = new_instance(&p, &name);
+        let i = new_instance(&p, "p-0");
         assert_eq!(i.namespace().as_deref(), Some("ns"));
         assert_eq!(i.labels().get(POOL).map(String::as_str), Some("p"));
         assert_eq!(
@@ -542,12 +918,17 @@ mod tests {
     #[test]
     fn unchanged_inputs_give_an_unchanged_status() {
         let p = crc_pool(1, 2, 0);
-        let one = [member("a", true, false, false)];
-        let first = decide(&p, NamespaceState::Enabled, &one, now());
+        let one = [ready("p-0")];
+        let first = run(&p, &one, &[]);
         let mut again = p.clone();
         again.status = Some(first.status.clone());
-        let later = Time(Timestamp::from_second(1_700_000_100).unwrap());
-        let second = decide(&again, NamespaceState::Enabled, &one, later);
+        let second = decide(
+            &again,
+            Observed {
+                now: at(NOW + 100),
+                ..observed(&one, &[])
+            },
+        );
         assert_eq!(second.status, first.status);
     }
 }

@@ -12,6 +12,7 @@ use super::bundle::BundleActor;
 use super::context::Context;
 use super::instance::InstanceActor;
 use super::kind_supervisor::{CHILD_STOP_TIMEOUT, KindSupervisor, SupervisorArgs, name_of};
+use super::lease::LeaseActor;
 use super::pool::PoolActor;
 
 /// Name under which the root supervisor is registered.
@@ -23,12 +24,24 @@ pub enum Kind {
     CrcBundle,
     ClusterInstance,
     ClusterPool,
+    ClusterLease,
 }
 
-const KINDS: [Kind; 3] = [Kind::CrcBundle, Kind::ClusterInstance, Kind::ClusterPool];
+/// Every kind, in start order.
+pub const KINDS: [Kind; 4] = [
+    Kind::CrcBundle,
+    Kind::ClusterInstance,
+    Kind::ClusterPool,
+    Kind::ClusterLease,
+];
 
 /// Kind names (as used by object actors) whose watches the tree runs.
-pub const KIND_NAMES: &[&str] = &[BundleActor::KIND, InstanceActor::KIND, PoolActor::KIND];
+pub const KIND_NAMES: &[&str] = &[
+    BundleActor::KIND,
+    InstanceActor::KIND,
+    PoolActor::KIND,
+    LeaseActor::KIND,
+];
 
 #[derive(Debug)]
 pub enum RootMsg {
@@ -42,6 +55,9 @@ pub struct TreeConfig {
     pub backoff: Backoff,
     /// How often every object actor is triggered even without watch events.
     pub resync: Duration,
+    /// The kinds whose supervisors run (default: all of [`KINDS`]); tests leave out controllers
+    /// that would interfere with what they drive by hand.
+    pub kinds: Vec<Kind>,
 }
 
 impl Default for TreeConfig {
@@ -49,6 +65,7 @@ impl Default for TreeConfig {
         Self {
             backoff: Backoff::default(),
             resync: Duration::from_secs(300),
+            kinds: KINDS.to_vec(),
         }
     }
 }
@@ -72,8 +89,8 @@ impl Actor for Root {
         myself: ActorRef<RootMsg>,
         (ctx, config): Self::Arguments,
     ) -> Result<RootState, ActorProcessingErr> {
-        for kind in KINDS {
-            myself.cast(RootMsg::Start(kind))?;
+        for kind in &config.kinds {
+            myself.cast(RootMsg::Start(*kind))?;
         }
         Ok(RootState {
             ctx,
@@ -109,6 +126,7 @@ impl Actor for Root {
             Kind::CrcBundle => spawn::<BundleActor>(args, myself.get_cell()).await,
             Kind::ClusterInstance => spawn::<InstanceActor>(args, myself.get_cell()).await,
             Kind::ClusterPool => spawn::<PoolActor>(args, myself.get_cell()).await,
+            Kind::ClusterLease => spawn::<LeaseActor>(args, myself.get_cell()).await,
         };
         match cell {
             Ok(cell) => {

@@ -54,6 +54,23 @@ pub mod reasons {
     pub const VMI_UNAVAILABLE: &str = "VMIUnavailable";
     pub const VMI_REPLACED: &str = "VMIReplaced";
     pub const VMI_IDENTITY_UNKNOWN: &str = "VMIIdentityUnknown";
+    pub const BACKING_RESOURCES_AVAILABLE: &str = "BackingResourcesAvailable";
+    pub const OCP_VERSION_MISMATCH: &str = "OCPVersionMismatch";
+    pub const OCP_VERSION_MATCHES: &str = "OCPVersionMatches";
+    pub const GUEST_API_READY: &str = "GuestAPIReady";
+    pub const CLEANUP_IN_PROGRESS: &str = "CleanupInProgress";
+    pub const CLEANUP_ERROR: &str = "CleanupError";
+    pub const CLEANUP_TIMED_OUT: &str = "CleanupTimedOut";
+    // `CRCAgent` diagnostics (upstream §3.6); the reason is mirrored into `Ready`.
+    pub const HANDOFF_RECEIVED: &str = "HandoffReceived";
+    pub const HANDOFF_PENDING: &str = "HandoffPending";
+    pub const HANDOFF_INVALID: &str = "HandoffInvalid";
+    pub const AGENT_PREREQUISITE_MISSING: &str = "AgentPrerequisiteMissing";
+    pub const AGENT_POD_BLOCKED: &str = "AgentPodBlocked";
+    pub const AGENT_RETRYING: &str = "AgentRetrying";
+    pub const AGENT_POD_CREATION_FAILED: &str = "AgentPodCreationFailed";
+    pub const AGENT_POD_PENDING: &str = "AgentPodPending";
+    pub const AGENT_WORKING: &str = "AgentWorking";
     // Namespace policy (upstream §4.4).
     pub const NAMESPACE_UNAVAILABLE: &str = "NamespaceUnavailable";
     pub const NAMESPACE_TERMINATING: &str = "NamespaceTerminating";
@@ -61,9 +78,13 @@ pub mod reasons {
     pub const NAMESPACE_ENABLED: &str = "NamespaceEnabled";
     pub const PROVISIONING_AUTHORIZED: &str = "ProvisioningAuthorized";
     // ClusterPool `CapacityAvailable` (upstream §4.1).
-    pub const PROVISIONING: &str = "Provisioning";
+    pub const MAX_SIZE_TOO_SMALL: &str = "MaxSizeTooSmall";
     pub const AT_CAPACITY: &str = "AtCapacity";
-    pub const CAPACITY_AVAILABLE: &str = "CapacityAvailable";
+    pub const CAPACITY_SUFFICIENT: &str = "CapacitySufficient";
+    // ClusterLease `Bound` (upstream §4.2); errors use `KubeconfigUnavailable`,
+    // `ResourceOwnershipConflict` and the namespace reasons.
+    pub const WAITING_FOR_CAPACITY: &str = "WaitingForCapacity";
+    pub const INSTANCE_BOUND: &str = "InstanceBound";
     // Platform gate (upstream §3.1).
     pub const OPERAND_READY: &str = "OperandReady";
     pub const OPERAND_NOT_FOUND: &str = "OperandNotFound";
@@ -97,6 +118,18 @@ macro_rules! conditioned {
 }
 
 conditioned!(super::CRCBundle, super::ClusterInstance, super::ClusterPool);
+
+/// A lease has no `status.observedGeneration`: its `Bound` condition's stands in.
+impl Conditioned for super::ClusterLease {
+    fn conditions(&self) -> &[Condition] {
+        self.status
+            .as_ref()
+            .map_or(&[], |s| s.conditions.as_slice())
+    }
+    fn observed_generation(&self) -> Option<i64> {
+        find(self.conditions(), types::BOUND).and_then(|c| c.observed_generation)
+    }
+}
 
 /// Whether `object` has condition `type_` with `status` and `reason`, recorded (like the status
 /// itself) for the object's current generation.
@@ -150,6 +183,11 @@ pub fn set(conditions: &mut Vec<Condition>, mut cond: Condition) {
         }
         None => conditions.push(cond),
     }
+}
+
+/// Drops the condition of the given type, if present.
+pub fn remove(conditions: &mut Vec<Condition>, type_: &str) {
+    conditions.retain(|c| c.type_ != type_);
 }
 
 /// The condition of the given type, if present.

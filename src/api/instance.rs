@@ -93,6 +93,12 @@ pub enum InstancePhase {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CRCBackingStatus {
+    /// Name of the VirtualMachine, recorded before it is created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm_name: Option<String>,
+    /// Name of the root DataVolume, recorded before it is created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_volume_name: Option<String>,
     /// Address of the guest's SSH server (the VMI IP).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ssh_endpoint: Option<String>,

@@ -79,7 +79,7 @@ pub struct ClusterPoolSpec {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterPoolStatus {
-    /// Instances of the pool that are not terminating.
+    /// Instances of the pool, terminating ones included (they still hold resources).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total_instances: Option<i32>,
     /// Instances of the pool being torn down.

@@ -3,21 +3,16 @@
 //! own DNS), and TLS is verified against the guest's CA **at the guest's clock** — the guest may
 //! run a day behind or ahead on purpose, and its certificates are valid by its own time.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use hyper_util::client::legacy::connect::{Connected, Connection};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use kube::client::ConfigExt as _;
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 
+use super::connect::{BoxError, Dial, Io};
 use super::ssh::SshGuest;
 
 /// The name the guest API is reached and verified by.
@@ -53,24 +48,30 @@ pub fn client(
     credentials: &Credentials,
     clock: Clock,
 ) -> Result<kube::Client, Error> {
-    let tls = Arc::new(tls_config(credentials, clock)?);
-    let connector = TunnelConnector { ssh, tls };
-    let http = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(30))
-        .build(connector);
-    let uri = format!("https://{API_HOST}:{API_PORT}")
-        .parse()
-        .map_err(|e: http::uri::InvalidUri| Error::Client(e.to_string()))?;
-    let config = kube::Config::new(uri);
-    let service = tower::ServiceBuilder::new()
-        .layer(config.base_uri_layer())
-        .map_err(
-            |e: hyper_util::client::legacy::Error| -> Box<dyn std::error::Error + Send + Sync> {
-                Box::new(e)
-            },
-        )
-        .service(http);
-    Ok(kube::Client::new(service, "default"))
+    let tls = tls_config(credentials, clock)?;
+    super::connect::client(
+        Arc::new(SshTunnel(ssh)),
+        API_HOST,
+        &format!("https://{API_HOST}:{API_PORT}"),
+        tls,
+    )
+    .map_err(Error::Client)
+}
+
+/// Every connection is a fresh `direct-tcpip` channel to the API name, resolved by the guest.
+struct SshTunnel(Arc<SshGuest>);
+
+impl Dial for SshTunnel {
+    fn dial(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Box<dyn Io>, BoxError>> + Send>>
+    {
+        let ssh = self.0.clone();
+        Box::pin(async move {
+            let channel = ssh.open_tunnel(API_HOST, API_PORT).await?;
+            Ok(Box::new(channel) as Box<dyn Io>)
+        })
+    }
 }
 
 fn tls_config(credentials: &Credentials, clock: Clock) -> Result<rustls::ClientConfig, Error> {
@@ -150,73 +151,5 @@ impl ServerCertVerifier for GuestTimeVerifier {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.inner.supported_verify_schemes()
-    }
-}
-
-/// Opens a TLS connection over a fresh SSH channel for every HTTP connection.
-#[derive(Clone)]
-struct TunnelConnector {
-    ssh: Arc<SshGuest>,
-    tls: Arc<rustls::ClientConfig>,
-}
-
-type TlsTunnel = tokio_rustls::client::TlsStream<russh::ChannelStream<russh::client::Msg>>;
-
-/// The connection type hyper sees.
-pub struct TunnelStream(TokioIo<TlsTunnel>);
-
-impl tower::Service<http::Uri> for TunnelConnector {
-    type Response = TunnelStream;
-    type Error = Box<dyn std::error::Error + Send + Sync>;
-    type Future = Pin<Box<dyn Future<Output = Result<TunnelStream, Self::Error>> + Send>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _uri: http::Uri) -> Self::Future {
-        let (ssh, tls) = (self.ssh.clone(), self.tls.clone());
-        Box::pin(async move {
-            let channel = ssh.open_tunnel(API_HOST, API_PORT).await?;
-            let name = ServerName::try_from(API_HOST)?;
-            let stream = tokio_rustls::TlsConnector::from(tls)
-                .connect(name, channel)
-                .await?;
-            Ok(TunnelStream(TokioIo::new(stream)))
-        })
-    }
-}
-
-impl Connection for TunnelStream {
-    fn connected(&self) -> Connected {
-        Connected::new()
-    }
-}
-
-impl hyper::rt::Read for TunnelStream {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: hyper::rt::ReadBufCursor<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
-    }
-}
-
-impl hyper::rt::Write for TunnelStream {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
     }
 }

@@ -22,9 +22,14 @@
 
 pub mod api;
 pub mod base64;
+pub mod cluster;
 pub mod command;
+pub mod connect;
 pub mod fake;
+pub mod htpasswd;
 pub mod keys;
+pub mod kubeconfig;
+pub mod route;
 pub mod ssh;
 pub mod steps;
 

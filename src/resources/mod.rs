@@ -3,3 +3,4 @@
 
 pub mod bundle;
 pub mod common;
+pub mod instance;

@@ -94,9 +94,12 @@ impl Sim {
             source,
         })?;
         platform::ensure(&client).await?;
+        // Before any controller allocates: pods and VMIs of an earlier run keep their addresses.
+        let network = network::IpAllocator::default();
+        network::reserve_existing(&client, &network).await?;
         let ctx = Arc::new(SimContext {
             volumes: volumes::VolumeStore::new(options.root.join("volumes")),
-            network: network::IpAllocator::default(),
+            network,
             guests: guest::GuestHost::new(options.timings.clone()),
             client,
             options,

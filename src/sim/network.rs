@@ -6,6 +6,11 @@ use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::sync::Mutex;
 
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+
+use crate::kubevirt::VirtualMachineInstance;
+
 /// First address handed out; `127.0.0.x` stays free for the control plane and host services.
 const FIRST: u32 = u32::from_be_bytes([127, 10, 0, 1]);
 /// Last usable address of `127.0.0.0/8`.
@@ -49,6 +54,23 @@ impl IpAllocator {
         }
     }
 
+    /// Marks addresses that objects of an earlier simulation still show (pod `podIP`s, VMI
+    /// interface addresses) as allocated, and continues handing out after the highest of them:
+    /// a restarted simulation must not give a new pod the address a dead pod still reports (a
+    /// Service or Route would reach the wrong guest). Addresses outside the pod range are
+    /// ignored. Whoever finds the object gone releases its address as usual; addresses nobody
+    /// claims stay reserved for the life of this allocator.
+    pub fn reserve(&self, ips: impl IntoIterator<Item = Ipv4Addr>) {
+        let mut state = self.lock();
+        for ip in ips {
+            let ip = u32::from(ip);
+            if (FIRST..=LAST).contains(&ip) && usable(ip) {
+                state.in_use.insert(ip);
+                state.cursor = Some(state.cursor.map_or(ip, |c| c.max(ip)));
+            }
+        }
+    }
+
     /// Gives `ip` back; releasing an address that is not allocated does nothing.
     pub fn release(&self, ip: Ipv4Addr) {
         self.lock().in_use.remove(&u32::from(ip));
@@ -65,6 +87,38 @@ impl IpAllocator {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+}
+
+/// Reserves (see [`IpAllocator::reserve`]) every address shown by a pod or a VMI in the cluster:
+/// run once when the simulation starts, before anything allocates.
+pub async fn reserve_existing(client: &kube::Client, ips: &IpAllocator) -> Result<(), kube::Error> {
+    let mut found = Vec::new();
+    for pod in Api::<Pod>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+    {
+        let status = pod.status.unwrap_or_default();
+        found.extend(status.pod_ip);
+        found.extend(status.pod_ips.into_iter().flatten().map(|p| p.ip));
+    }
+    match Api::<VirtualMachineInstance>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(vmis) => {
+            for vmi in vmis {
+                for interface in vmi.status.unwrap_or_default().interfaces {
+                    found.extend(interface.ip_address);
+                    found.extend(interface.ip_addresses);
+                }
+            }
+        }
+        // No KubeVirt CRDs in this cluster: no VMIs to look at.
+        Err(kube::Error::Api(status)) if status.code == 404 => {}
+        Err(err) => return Err(err),
+    }
+    ips.reserve(found.iter().filter_map(|ip| ip.parse().ok()));
+    Ok(())
 }
 
 /// The address after `ip`, wrapping from the end of the range to its start.
@@ -103,6 +157,24 @@ mod tests {
         for _ in 0..1000 {
             assert!(seen.insert(ips.allocate()));
         }
+    }
+
+    #[test]
+    fn reserved_addresses_are_skipped_and_the_cursor_moves_past_them() {
+        let ips = IpAllocator::default();
+        ips.reserve([
+            Ipv4Addr::new(127, 10, 0, 1),
+            Ipv4Addr::new(127, 10, 0, 7),
+            Ipv4Addr::new(127, 0, 0, 1),
+        ]);
+        assert!(ips.is_allocated(Ipv4Addr::new(127, 10, 0, 1)));
+        assert!(
+            !ips.is_allocated(Ipv4Addr::new(127, 0, 0, 1)),
+            "outside the range"
+        );
+        assert_eq!(ips.allocate(), Ipv4Addr::new(127, 10, 0, 8));
+        ips.release(Ipv4Addr::new(127, 10, 0, 7));
+        assert!(!ips.is_allocated(Ipv4Addr::new(127, 10, 0, 7)));
     }
 
     #[test]

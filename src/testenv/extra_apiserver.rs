@@ -2,6 +2,12 @@
 //! guests' OpenShift API servers. Each has its own PKI (given by the caller, who keeps it in the
 //! guest's disk) and its own client CA file, which kube-apiserver reloads when it changes — that
 //! is how a guest starts trusting a new client CA, like OpenShift's `admin-kubeconfig-client-ca`.
+//!
+//! Extra serving certificates for other host names (`--tls-sni-cert-key`, what OpenShift's
+//! `namedCertificates` become) are flags, not reloadable files: changing the set means starting
+//! the process again with a new spec ([`ApiServerLauncher::spawn`] + [`ExtraApiServer::wait_ready`]
+//! after stopping the old one), as the kube-apiserver operator rolls out a new revision. The data
+//! lives in etcd under the prefix, so it survives that.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -35,6 +41,10 @@ pub struct ExtraApiServerSpec {
     /// A `system:masters` client certificate signed by a CA in `client_ca_pem`.
     pub admin_cert_pem: String,
     pub admin_key_pem: String,
+    /// Serving certificates chosen by SNI (`--tls-sni-cert-key`), each `(cert PEM, key PEM,
+    /// host names)`: served to clients whose TLS SNI is one of the names (`*.` wildcards allowed;
+    /// no names means the certificate's own). Any other name gets `serving_cert_pem`.
+    pub sni_certs: Vec<(String, String, Vec<String>)>,
     pub startup_timeout: Duration,
 }
 
@@ -58,38 +68,23 @@ pub struct ExtraApiServer {
 impl ApiServerLauncher {
     /// Starts the API server and waits until `/readyz` answers `ok`.
     pub async fn start(&self, spec: &ExtraApiServerSpec) -> Result<ExtraApiServer, Error> {
+        let mut server = self.spawn(spec).await?;
+        server.wait_ready(spec.startup_timeout).await?;
+        Ok(server)
+    }
+
+    /// Starts the API server process without waiting for it: for callers that must own the
+    /// process (to stop it) while it comes up. Follow with [`ExtraApiServer::wait_ready`].
+    pub async fn spawn(&self, spec: &ExtraApiServerSpec) -> Result<ExtraApiServer, Error> {
         fsutil::create_dir(&spec.dir)?;
         let files = write_pki(spec)?;
         let args = extra_apiserver_args(self, spec, &files);
         let log = spec.dir.join("kube-apiserver.log");
         let program = self.bin_dir.join("kube-apiserver");
-        let mut process =
-            ManagedProcess::spawn("guest-kube-apiserver", &program, &args, log).await?;
+        let process = ManagedProcess::spawn("guest-kube-apiserver", &program, &args, log).await?;
         let kubeconfig = spec.dir.join("kubeconfig");
         fsutil::write_private(&kubeconfig, &admin_kubeconfig(spec))?;
         let config = load(&kubeconfig).await?;
-        let client =
-            kube::Client::try_from(config.clone()).map_err(|e| Error::Client(Box::new(e)))?;
-        let started = Instant::now();
-        loop {
-            process.ensure_running()?;
-            let last =
-                match tokio::time::timeout(Duration::from_secs(5), super::readyz(&client)).await {
-                    Ok(Ok(())) => break,
-                    Ok(Err(e)) => e,
-                    Err(_) => "no answer".to_owned(),
-                };
-            if started.elapsed() > spec.startup_timeout {
-                return Err(Error::NotReady {
-                    name: "guest-kube-apiserver",
-                    waited: started.elapsed(),
-                    last_check: last,
-                    tail: fsutil::tail(process.log(), 30),
-                    log: process.log().to_path_buf(),
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
         Ok(ExtraApiServer {
             process,
             client_ca_file: files.client_ca,
@@ -100,6 +95,38 @@ impl ApiServerLauncher {
 }
 
 impl ExtraApiServer {
+    /// Waits until `/readyz` answers `ok`; fails with the log tail if the process exits or
+    /// `timeout` passes.
+    pub async fn wait_ready(&mut self, timeout: Duration) -> Result<(), Error> {
+        let client =
+            kube::Client::try_from(self.config.clone()).map_err(|e| Error::Client(Box::new(e)))?;
+        let started = Instant::now();
+        loop {
+            self.process.ensure_running()?;
+            let last =
+                match tokio::time::timeout(Duration::from_secs(5), super::readyz(&client)).await {
+                    Ok(Ok(())) => return Ok(()),
+                    Ok(Err(e)) => e,
+                    Err(_) => "no answer".to_owned(),
+                };
+            if started.elapsed() > timeout {
+                return Err(Error::NotReady {
+                    name: "guest-kube-apiserver",
+                    waited: started.elapsed(),
+                    last_check: last,
+                    tail: fsutil::tail(self.process.log(), 30),
+                    log: self.process.log().to_path_buf(),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Fails with the log tail if the process has exited.
+    pub fn ensure_running(&mut self) -> Result<(), Error> {
+        self.process.ensure_running()
+    }
+
     /// An admin client configuration (TLS verified against the server CA and name).
     pub fn config(&self) -> kube::Config {
         self.config.clone()
@@ -134,6 +161,8 @@ struct PkiPaths {
     serving_cert: PathBuf,
     serving_key: PathBuf,
     client_ca: PathBuf,
+    /// `--tls-sni-cert-key` values: `cert,key[:name,…]`.
+    sni: Vec<String>,
 }
 
 fn write_pki(spec: &ExtraApiServerSpec) -> Result<PkiPaths, Error> {
@@ -141,10 +170,26 @@ fn write_pki(spec: &ExtraApiServerSpec) -> Result<PkiPaths, Error> {
         serving_cert: spec.dir.join("serving.crt"),
         serving_key: spec.dir.join("serving.key"),
         client_ca: spec.dir.join("client-ca.crt"),
+        sni: Vec::new(),
     };
     fsutil::write_public(&pki.serving_cert, &spec.serving_cert_pem)?;
     fsutil::write_private(&pki.serving_key, &spec.serving_key_pem)?;
     fsutil::write_public(&pki.client_ca, &spec.client_ca_pem)?;
+    let mut pki = pki;
+    for (i, (cert_pem, key_pem, names)) in spec.sni_certs.iter().enumerate() {
+        let (cert, key) = (
+            spec.dir.join(format!("sni-{i}.crt")),
+            spec.dir.join(format!("sni-{i}.key")),
+        );
+        fsutil::write_public(&cert, cert_pem)?;
+        fsutil::write_private(&key, key_pem)?;
+        let mut value = format!("{},{}", cert.display(), key.display());
+        if !names.is_empty() {
+            value.push(':');
+            value.push_str(&names.join(","));
+        }
+        pki.sni.push(value);
+    }
     Ok(pki)
 }
 
@@ -154,7 +199,8 @@ fn extra_apiserver_args(
     pki: &PkiPaths,
 ) -> Vec<String> {
     let flag = |name: &str, value: String| format!("--{name}={value}");
-    vec![
+    let sni = pki.sni.iter().map(|v| flag("tls-sni-cert-key", v.clone()));
+    let mut args = vec![
         flag("etcd-servers", launcher.etcd_url.clone()),
         flag("etcd-prefix", spec.etcd_prefix.clone()),
         flag("bind-address", spec.bind.ip().to_string()),
@@ -185,7 +231,9 @@ fn extra_apiserver_args(
         ),
         flag("service-cluster-ip-range", "10.217.4.0/23".into()),
         flag("profiling", "false".into()),
-    ]
+    ];
+    args.extend(sni);
+    args
 }
 
 fn admin_kubeconfig(spec: &ExtraApiServerSpec) -> String {

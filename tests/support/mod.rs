@@ -73,7 +73,26 @@ pub async fn ensure_namespace(client: &kube::Client, name: &str) -> String {
 }
 
 /// Polls `check` until it yields a value; panics after [`DEADLINE`] saying what it waited for.
-pub async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> T
+pub async fn wait_for<T, F, Fut>(what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    wait_within(what, DEADLINE, check).await
+}
+
+/// [`wait_for`] for whole guest provisioning flows (clone, boot, agent, rollout): a deadline
+/// that only catches a hang, never a slow machine.
+pub async fn wait_long<T, F, Fut>(what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    wait_within(what, Duration::from_secs(600), check).await
+}
+
+/// Polls `check` until it yields a value; panics after `deadline` saying what it waited for.
+pub async fn wait_within<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -83,8 +102,8 @@ where
         if let Some(value) = check().await {
             return value;
         }
-        if start.elapsed() > DEADLINE {
-            panic!("timed out after {DEADLINE:?} waiting for: {what}");
+        if start.elapsed() > deadline {
+            panic!("timed out after {deadline:?} waiting for: {what}");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -7,10 +7,13 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use guestcluster::actors::Context;
+use guestcluster::actors::context::GuestSettings;
 use guestcluster::actors::root::{self, TreeConfig};
+use guestcluster::guest::route::RouteAccess;
 use guestcluster::metrics::Metrics;
 use guestcluster::resources::bundle::JobSettings;
 use guestcluster::sim::file_server::FileServer;
+use guestcluster::sim::route_proxy::RouteProxy;
 use guestcluster::sim::{Options, Sim, Timings};
 use guestcluster::testenv::ControlPlane;
 
@@ -24,12 +27,27 @@ pub struct World {
     pub root: PathBuf,
     pub files: FileServer,
     pub metrics: Metrics,
+    /// The simulated router: Route hosts are reached through it as an HTTPS proxy.
+    pub router: std::net::SocketAddr,
 }
 
-/// The world, started on first use.
+/// The management cluster's ingress domain in the scenario world.
+pub const INGRESS_DOMAIN: &str = "apps.mgmt.example";
+
+/// The world with the operator's supervision tree running in this process, started on first use.
 pub fn world() -> &'static World {
     static WORLD: OnceLock<World> = OnceLock::new();
-    WORLD.get_or_init(|| {
+    WORLD.get_or_init(|| launch(true))
+}
+
+/// The world without an operator: the test runs the operator as a process of its own.
+pub fn bare_world() -> &'static World {
+    static WORLD: OnceLock<World> = OnceLock::new();
+    WORLD.get_or_init(|| launch(false))
+}
+
+fn launch(with_operator: bool) -> World {
+    {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::Builder::new()
             .name("world".into())
@@ -40,7 +58,7 @@ pub fn world() -> &'static World {
                     .build()
                     .expect("world runtime");
                 runtime.block_on(async move {
-                    match start().await {
+                    match start(with_operator).await {
                         Ok((world, _sim)) => {
                             let _ = tx.send(Ok(world));
                             // Keep the simulation and the operator running for the process.
@@ -58,10 +76,10 @@ pub fn world() -> &'static World {
             Ok(Err(err)) => panic!("the scenario world did not start: {err}"),
             Err(_) => panic!("the scenario world thread died"),
         }
-    })
+    }
 }
 
-async fn start() -> Result<(World, Sim), String> {
+async fn start(with_operator: bool) -> Result<(World, (Sim, RouteProxy)), String> {
     let cp = ControlPlane::shared().await.map_err(|e| e.to_string())?;
     let client = cp.client().map_err(|e| e.to_string())?;
     super::ensure_namespace(&client, OPERATOR_NS).await;
@@ -96,7 +114,22 @@ async fn start() -> Result<(World, Sim), String> {
         image: IMAGE.to_owned(),
         prep_service_account: "default".to_owned(),
     };
-    let ctx = Context::new(client, OPERATOR_NS, metrics.clone(), jobs);
+    let router = RouteProxy::start(client.clone())
+        .await
+        .map_err(|e| e.to_string())?;
+    ensure_ingress_domain(&client).await?;
+    let guests = GuestSettings {
+        route_access: RouteAccess::via_proxy(&router.addr().to_string()),
+        ..GuestSettings::from_env()
+    };
+    let ctx = Context::build(
+        client,
+        OPERATOR_NS,
+        metrics.clone(),
+        jobs,
+        Default::default(),
+        guests,
+    );
     let config = TreeConfig {
         backoff: guestcluster::actors::backoff::Backoff {
             base: std::time::Duration::from_millis(100),
@@ -104,13 +137,39 @@ async fn start() -> Result<(World, Sim), String> {
         },
         ..Default::default()
     };
-    root::start(ctx, config).await.map_err(|e| e.to_string())?;
+    if with_operator {
+        root::start(ctx, config).await.map_err(|e| e.to_string())?;
+    }
     Ok((
         World {
             root,
             files,
             metrics,
+            router: router.addr(),
         },
-        sim,
+        (sim, router),
     ))
+}
+
+/// `ingresses.config.openshift.io/cluster` with the management cluster's apps domain, which
+/// instance Route hosts are made under.
+async fn ensure_ingress_domain(client: &kube::Client) -> Result<(), String> {
+    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("config.openshift.io", "v1", "Ingress"),
+        "ingresses",
+    );
+    let ingress = serde_json::json!({
+        "apiVersion": "config.openshift.io/v1", "kind": "Ingress",
+        "metadata": {"name": "cluster"}, "spec": {"domain": INGRESS_DOMAIN}
+    });
+    Api::<DynamicObject>::all_with(client.clone(), &resource)
+        .patch(
+            "cluster",
+            &PatchParams::apply("scenario-world").force(),
+            &Patch::Apply(&ingress),
+        )
+        .await
+        .map(drop)
+        .map_err(|e| format!("ingress domain: {e}"))
 }

@@ -237,6 +237,14 @@ async fn reconcile(pod: Arc<Pod>, shared: Arc<Shared>) -> Result<Action, Error> 
         return Ok(Action::await_change());
     };
     let pod_uid = pod.uid().unwrap_or_default();
+    if let Some(ip) = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.as_deref())
+        .and_then(|ip| ip.parse().ok())
+    {
+        shared.adopt_pod_ip(&pod_uid, ip);
+    }
     if pod.metadata.deletion_timestamp.is_some() {
         // Like the kubelet: stop the workload (a graceful guest power-off), then finish the
         // deletion. The pod object, and so the hold on its PVCs, lasts until then.

@@ -12,7 +12,9 @@
 //!
 //! What lives only in this process: which guests it booted and how they ended, and the IPs it
 //! handed out. After a restart of the simulation a Running VMI has no guest here and is treated
-//! as crashed (Failed), and its VM's run strategy decides what follows.
+//! as crashed (Failed), and its VM's run strategy decides what follows; the addresses old pods
+//! and VMIs still show were reserved at start (`network::reserve_existing`), and a launcher pod's
+//! is adopted so that its deletion releases it.
 
 pub mod decide;
 pub mod guests;
@@ -180,6 +182,12 @@ impl Shared {
             .pod_ips
             .entry(pod_uid.to_owned())
             .or_insert_with(|| self.ctx.network.allocate())
+    }
+
+    /// Takes over the address of a launcher pod an earlier simulation ran (reserved at start),
+    /// so its deletion releases it like any other.
+    fn adopt_pod_ip(&self, pod_uid: &str, ip: Ipv4Addr) {
+        self.state().pod_ips.entry(pod_uid.to_owned()).or_insert(ip);
     }
 
     fn release_pod_ip(&self, pod_uid: &str) {

@@ -9,17 +9,23 @@
 //! - MachineConfig changes roll out: the pool goes Updating, the files land in the guest after
 //!   `Timings.rollout`, and the pool reports Updated;
 //! - the client CA bundle follows the `openshift-config/admin-kubeconfig-client-ca` ConfigMap, like
-//!   the kube-apiserver operator does.
+//!   the kube-apiserver operator does;
+//! - `apiservers.config.openshift.io/cluster` `spec.servingCerts.namedCertificates` roll out like a
+//!   new kube-apiserver revision: ClusterOperator `kube-apiserver` is Progressing for
+//!   `Timings.rollout`, then the API server restarts with one `--tls-sni-cert-key` per entry (the
+//!   TLS Secret from `openshift-config`), keeping its data in etcd;
+//! - `openshift-config/pull-secret` is mirrored into the guest's `/var/lib/kubelet/config.json`,
+//!   like the Machine Config Operator does.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
@@ -27,6 +33,7 @@ use sha2::Digest as _;
 
 use super::pki::GuestPki;
 use crate::sim::Timings;
+use crate::sim::guest::state::paths;
 use crate::testenv::{ApiServerLauncher, ExtraApiServer, ExtraApiServerSpec};
 
 const MANAGER: &str = "guestcluster-sim-openshift";
@@ -68,7 +75,15 @@ pub trait GuestView: Send + Sync + 'static {
     fn renew_kubelet_certificates(&self, now: i64, days: i64);
     /// Writes MachineConfig files into the guest (path, contents, mode).
     fn write_files(&self, files: Vec<(String, Vec<u8>, u32)>);
+    /// A guest file's bytes, if it exists.
+    fn file(&self, path: &str) -> Option<Vec<u8>>;
 }
+
+/// The namespace of the Secrets `namedCertificates` refer to, as in OpenShift.
+const CONFIG_NAMESPACE: &str = "openshift-config";
+
+/// `--tls-sni-cert-key` entries: (certificate PEM, key PEM, host names).
+type SniCerts = Vec<(String, String, Vec<String>)>;
 
 /// How to run one guest cluster.
 pub struct ClusterSpec {
@@ -86,9 +101,22 @@ pub struct ClusterSpec {
 
 /// A running guest cluster; stopping it stops the API server (the data stays in etcd).
 pub struct GuestCluster {
-    server: ExtraApiServer,
+    server: Arc<Mutex<ServerSlot>>,
     controllers: tokio::task::JoinHandle<()>,
     bind: SocketAddr,
+    config: kube::Config,
+}
+
+/// The API server process, shared by [`GuestCluster::stop`] and the rollout that replaces it.
+/// One lock covers both fields, so a rollout never installs a new process after a stop.
+#[derive(Default)]
+struct ServerSlot {
+    server: Option<ExtraApiServer>,
+    stopped: bool,
+}
+
+fn slot(server: &Mutex<ServerSlot>) -> std::sync::MutexGuard<'_, ServerSlot> {
+    server.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl GuestCluster {
@@ -115,15 +143,27 @@ impl GuestCluster {
             client_ca_pem: format!("{}{}", internal.admin_ca_cert, spec.pki.admin_ca_cert),
             admin_cert_pem: sim_cert,
             admin_key_pem: sim_key,
+            // The rollout controller adds the namedCertificates once it has read them.
+            sni_certs: Vec::new(),
             startup_timeout: Duration::from_secs(60),
         };
         let server = launcher.start(&server_spec).await?;
+        let config = server.config();
         let client =
-            kube::Client::try_from(server.config()).map_err(|e| Error::Client(e.to_string()))?;
+            kube::Client::try_from(config.clone()).map_err(|e| Error::Client(e.to_string()))?;
         install_crds(&client).await?;
         ensure_baseline(&client, &spec).await?;
+        let slot = Arc::new(Mutex::new(ServerSlot {
+            server: Some(server),
+            stopped: false,
+        }));
         let controllers = tokio::spawn(run_controllers(Controllers {
             client,
+            launcher: launcher.clone(),
+            server_spec,
+            server: slot.clone(),
+            sni_rollout: None,
+            sni_failed: None,
             guest,
             timings: spec.timings.clone(),
             version: spec.version.clone(),
@@ -134,9 +174,10 @@ impl GuestCluster {
             rollouts: BTreeMap::new(),
         }));
         Ok(GuestCluster {
-            server,
+            server: slot,
             controllers,
             bind: spec.bind,
+            config,
         })
     }
 
@@ -147,12 +188,20 @@ impl GuestCluster {
 
     /// An admin client configuration for the simulation's own use.
     pub fn config(&self) -> kube::Config {
-        self.server.config()
+        // The same after a rollout: the restarted server keeps its CA, name and address.
+        self.config.clone()
     }
 
-    pub fn stop(mut self) {
+    pub fn stop(self) {
         self.controllers.abort();
-        self.server.stop();
+        let server = {
+            let mut slot = slot(&self.server);
+            slot.stopped = true;
+            slot.server.take()
+        };
+        if let Some(mut server) = server {
+            server.stop();
+        }
     }
 }
 
@@ -300,6 +349,16 @@ async fn ensure_baseline(client: &kube::Client, spec: &ClusterSpec) -> Result<()
 
 struct Controllers {
     client: kube::Client,
+    launcher: ApiServerLauncher,
+    /// What the running API server was started with; a rollout restarts it with new SNI
+    /// certificates, and the client CA kept current so a restart never reverts it.
+    server_spec: ExtraApiServerSpec,
+    server: Arc<Mutex<ServerSlot>>,
+    /// A namedCertificates rollout waiting for its turn: the wanted certificates and when the
+    /// change was first seen.
+    sni_rollout: Option<(SniCerts, Instant)>,
+    /// Certificates the API server did not start with; not tried again until they change.
+    sni_failed: Option<SniCerts>,
     guest: Arc<dyn GuestView>,
     timings: Timings,
     version: String,
@@ -333,6 +392,8 @@ impl Controllers {
             (false, _) => None,
         };
         self.sync_client_ca().await?;
+        self.named_certificates().await?;
+        self.mirror_pull_secret().await?;
         self.kubelet_csrs().await?;
         let available = self.operators().await?;
         self.cluster_version(available).await?;
@@ -340,7 +401,7 @@ impl Controllers {
         Ok(())
     }
 
-    async fn sync_client_ca(&self) -> Result<(), Error> {
+    async fn sync_client_ca(&mut self) -> Result<(), Error> {
         let cm = Api::<ConfigMap>::namespaced(self.client.clone(), "openshift-config")
             .get_opt("admin-kubeconfig-client-ca")
             .await?;
@@ -349,6 +410,7 @@ impl Controllers {
             .and_then(|d| d.get("ca-bundle.crt").cloned())
             .unwrap_or_default();
         let wanted = format!("{}{}", self.internal_ca, bundle);
+        self.server_spec.client_ca_pem.clone_from(&wanted);
         if std::fs::read_to_string(&self.client_ca_file)
             .ok()
             .as_deref()
@@ -358,6 +420,148 @@ impl Controllers {
             std::fs::write(&tmp, &wanted)
                 .and_then(|()| std::fs::rename(&tmp, &self.client_ca_file))
                 .map_err(|e| Error::Client(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// The namedCertificates rollout. A changed set first shows as ClusterOperator
+    /// `kube-apiserver` Progressing for `Timings.rollout` (the installer's time), then the API
+    /// server restarts with it; the data stays in etcd, and a server that does not come up with
+    /// the new certificates is rolled back (and that set is not tried again until it changes).
+    async fn named_certificates(&mut self) -> Result<(), Error> {
+        let wanted = self.wanted_sni_certs().await?;
+        if wanted == self.server_spec.sni_certs || self.sni_failed.as_ref() == Some(&wanted) {
+            self.sni_rollout = None;
+            return Ok(());
+        }
+        let since = match &self.sni_rollout {
+            Some((certs, since)) if *certs == wanted => *since,
+            _ => {
+                self.sni_rollout = Some((wanted, Instant::now()));
+                return Ok(());
+            }
+        };
+        if since.elapsed() < self.timings.rollout {
+            return Ok(());
+        }
+        let previous = std::mem::replace(&mut self.server_spec.sni_certs, wanted.clone());
+        if let Err(err) = self.restart_server().await {
+            tracing::warn!(
+                "guest API server did not start with the named certificates; rolling back: {err}"
+            );
+            self.server_spec.sni_certs = previous;
+            self.sni_failed = Some(wanted);
+            self.restart_server().await?;
+        }
+        self.sni_rollout = None;
+        Ok(())
+    }
+
+    /// The `--tls-sni-cert-key` entries `apiservers/cluster` asks for: one per namedCertificate
+    /// whose TLS Secret in `openshift-config` exists and holds a matching certificate and key.
+    /// Others are skipped, as the real operator would refuse them.
+    async fn wanted_sni_certs(&self) -> Result<SniCerts, Error> {
+        let Some(apiserver) = config_api(&self.client, "APIServer", "apiservers")
+            .get_opt("cluster")
+            .await?
+        else {
+            return Ok(Vec::new());
+        };
+        let secrets = Api::<Secret>::namespaced(self.client.clone(), CONFIG_NAMESPACE);
+        let mut wanted = Vec::new();
+        let entries = apiserver.data["spec"]["servingCerts"]["namedCertificates"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        for entry in entries {
+            let Some(secret_name) = entry["servingCertificate"]["name"].as_str() else {
+                continue;
+            };
+            let names: Vec<String> = entry["names"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|n| n.as_str().map(str::to_owned))
+                .collect();
+            let Some(secret) = secrets.get_opt(secret_name).await? else {
+                tracing::debug!(secret = secret_name, "namedCertificate Secret missing");
+                continue;
+            };
+            let data = secret.data.unwrap_or_default();
+            let pem = |key: &str| {
+                data.get(key)
+                    .and_then(|v| String::from_utf8(v.0.clone()).ok())
+            };
+            match (pem("tls.crt"), pem("tls.key")) {
+                (Some(cert), Some(key)) if key_matches(&cert, &key) => {
+                    wanted.push((cert, key, names));
+                }
+                _ => tracing::debug!(
+                    secret = secret_name,
+                    "namedCertificate Secret without a matching tls.crt and tls.key"
+                ),
+            }
+        }
+        Ok(wanted)
+    }
+
+    /// Stops the API server and starts it again with `server_spec`, waiting until it is ready.
+    async fn restart_server(&mut self) -> Result<(), Error> {
+        let old = slot(&self.server).server.take();
+        if let Some(mut old) = old {
+            // Stopping blocks until the process exited (SIGTERM, then SIGKILL after a grace).
+            let _ = tokio::task::spawn_blocking(move || old.stop()).await;
+        }
+        let new = self.launcher.spawn(&self.server_spec).await?;
+        {
+            // Installed before it is ready, so a stop of the cluster meanwhile stops it too.
+            let mut slot = slot(&self.server);
+            if slot.stopped {
+                drop(slot);
+                drop(new);
+                return Ok(());
+            }
+            slot.server = Some(new);
+        }
+        let deadline = Instant::now() + self.server_spec.startup_timeout;
+        loop {
+            if let Some(server) = slot(&self.server).server.as_mut() {
+                server.ensure_running()?;
+            }
+            let request = http::Request::get("/readyz")
+                .body(Vec::new())
+                .map_err(|e| Error::Client(e.to_string()))?;
+            let ready =
+                tokio::time::timeout(Duration::from_secs(5), self.client.request_text(request))
+                    .await;
+            if matches!(ready, Ok(Ok(ref body)) if body.trim() == "ok") {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Client(format!(
+                    "the restarted API server was not ready within {:?}: {ready:?}",
+                    self.server_spec.startup_timeout
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// `openshift-config/pull-secret` → `/var/lib/kubelet/config.json`, as the MCO renders it
+    /// into the node: level-triggered, so the file always ends up equal to the Secret.
+    async fn mirror_pull_secret(&self) -> Result<(), Error> {
+        let secret = Api::<Secret>::namespaced(self.client.clone(), CONFIG_NAMESPACE)
+            .get_opt("pull-secret")
+            .await?;
+        let Some(wanted) = secret
+            .and_then(|s| s.data)
+            .and_then(|d| d.get(".dockerconfigjson").map(|v| v.0.clone()))
+        else {
+            return Ok(());
+        };
+        if self.guest.file(paths::PULL_SECRET).as_deref() != Some(wanted.as_slice()) {
+            self.guest
+                .write_files(vec![(paths::PULL_SECRET.to_owned(), wanted, 0o600)]);
         }
         Ok(())
     }
@@ -420,11 +624,25 @@ impl Controllers {
         };
         let api = config_api(&self.client, "ClusterOperator", "clusteroperators");
         for op in OPERATORS {
+            // Only the kube-apiserver operator rolls out the serving certificates.
+            let progressing = op == "kube-apiserver" && self.sni_rollout.is_some();
             let status = |t: &str, s: bool| json!({"type": t, "status": if s {"True"} else {"False"}, "reason": reason, "message": message, "lastTransitionTime": now_rfc3339()});
+            let mut conditions = vec![
+                status("Available", available),
+                status("Progressing", false),
+                status("Degraded", false),
+            ];
+            if progressing {
+                conditions[1] = json!({"type": "Progressing", "status": "True", "reason": "NodeInstaller",
+                    "message": "NodeInstallerProgressing: rolling out a new revision with the named serving certificates",
+                    "lastTransitionTime": now_rfc3339()});
+            }
             let body = json!({"apiVersion": "config.openshift.io/v1", "kind": "ClusterOperator", "metadata": {"name": op},
-                "status": {"conditions": [status("Available", available), status("Progressing", false), status("Degraded", false)],
+                "status": {"conditions": conditions,
                            "versions": [{"name": "operator", "version": self.version}]}});
-            if current_available(&api, op).await != Some(available) {
+            if current_conditions(&api, op, ["Available", "Progressing"]).await
+                != [Some(available), Some(progressing)]
+            {
                 api.patch_status(
                     op,
                     &PatchParams::apply(MANAGER).force(),
@@ -438,7 +656,7 @@ impl Controllers {
 
     async fn cluster_version(&self, available: bool) -> Result<(), Error> {
         let api = config_api(&self.client, "ClusterVersion", "clusterversions");
-        if current_available(&api, "version").await == Some(available) {
+        if current_conditions(&api, "version", ["Available"]).await == [Some(available)] {
             return Ok(());
         }
         let body = json!({"apiVersion": "config.openshift.io/v1", "kind": "ClusterVersion", "metadata": {"name": "version"},
@@ -501,13 +719,45 @@ async fn apply_status(api: &Api<DynamicObject>, name: &str, body: Value) -> Resu
     Ok(())
 }
 
-async fn current_available(api: &Api<DynamicObject>, name: &str) -> Option<bool> {
-    let obj = api.get_opt(name).await.ok()??;
-    obj.data["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == "Available")
-        .map(|c| c["status"] == "True")
+/// Whether each condition of `types` is True (`None`: absent, or the object is unreadable).
+async fn current_conditions<const N: usize>(
+    api: &Api<DynamicObject>,
+    name: &str,
+    types: [&str; N],
+) -> [Option<bool>; N] {
+    let obj = api.get_opt(name).await.ok().flatten();
+    let conditions = obj
+        .as_ref()
+        .and_then(|o| o.data["status"]["conditions"].as_array());
+    types.map(|type_| {
+        conditions?
+            .iter()
+            .find(|c| c["type"] == type_)
+            .map(|c| c["status"] == "True")
+    })
+}
+
+/// Whether `key_pem` is the private key of the certificate `cert_pem` (kube-apiserver refuses
+/// to start otherwise).
+fn key_matches(cert_pem: &str, key_pem: &str) -> bool {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let (Ok(cert), Ok(key)) = (
+        CertificateDer::from_pem_slice(cert_pem.as_bytes()),
+        PrivateKeyDer::from_pem_slice(key_pem.as_bytes()),
+    ) else {
+        return false;
+    };
+    let provider = rustls::crypto::ring::default_provider();
+    // Unlike `from_der`, a key whose match cannot be told counts as a mismatch here.
+    provider
+        .key_provider
+        .load_private_key(key)
+        .is_ok_and(|key| {
+            rustls::sign::CertifiedKey::new(vec![cert], key)
+                .keys_match()
+                .is_ok()
+        })
 }
 
 /// Files of an Ignition-style MachineConfig spec: `config.storage.files[]` with `data:` URLs.
@@ -583,6 +833,18 @@ fn kubelet_csr(signer: &str, cn: &str) -> Result<CertificateSigningRequest, rcge
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_named_certificate_needs_its_own_key() {
+        let one = rcgen::generate_simple_self_signed(vec!["a.example".into()]).unwrap();
+        let other = rcgen::generate_simple_self_signed(vec!["b.example".into()]).unwrap();
+        let pem =
+            |c: &rcgen::CertifiedKey<rcgen::KeyPair>| (c.cert.pem(), c.signing_key.serialize_pem());
+        let ((cert, key), (_, other_key)) = (pem(&one), pem(&other));
+        assert!(key_matches(&cert, &key));
+        assert!(!key_matches(&cert, &other_key));
+        assert!(!key_matches("not a certificate", &key));
+    }
 
     #[test]
     fn decodes_machine_config_files() {

@@ -159,6 +159,13 @@ impl GuestView for View {
         });
     }
 
+    fn file(&self, path: &str) -> Option<Vec<u8>> {
+        self.ctx
+            .guests
+            .state(&self.uid)
+            .and_then(|s| s.file(path).map(<[u8]>::to_vec))
+    }
+
     fn write_files(&self, files: Vec<(String, Vec<u8>, u32)>) {
         let _ = self.ctx.guests.update_state(&self.uid, |s| {
             for (path, content, mode) in files {

@@ -1,0 +1,416 @@
+//! What the crc-agent tells the operator, decided from what the API shows (upstream §3.6): the
+//! handoff Secret (the agent's only output) and, while there is none, a diagnosis of its Job and
+//! pods for the `CRCAgent` condition.
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+
+use crate::api::conditions::reasons;
+use crate::api::labels;
+
+/// How long after the Job completed a missing handoff is blamed on watch-cache lag.
+pub const HANDOFF_GRACE_SECONDS: i64 = 30;
+
+/// A valid handoff for the VMI the operator just observed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Handoff {
+    pub kubeconfig: Vec<u8>,
+    pub ocp_version: String,
+}
+
+fn data<'a>(secret: &'a Secret, key: &str) -> Option<&'a [u8]> {
+    secret
+        .data
+        .as_ref()?
+        .get(key)
+        .map(|ByteString(b)| b.as_slice())
+}
+
+/// Accepts the handoff Secret only when it has a kubeconfig, names `vmi_uid`, and belongs to this
+/// instance (controller or plain owner reference with its UID; legacy Secrets without owners are
+/// accepted by their agent labels).
+pub fn accept_handoff(
+    secret: &Secret,
+    instance_name: &str,
+    instance_uid: &str,
+    vmi_uid: &str,
+) -> Option<Handoff> {
+    let owners = secret.owner_references();
+    let owned = if owners.is_empty() {
+        let labels = secret.labels();
+        labels.get(labels::MANAGED_BY).map(String::as_str) == Some(labels::MANAGED_BY_AGENT)
+            && labels.get(labels::CLUSTER_INSTANCE).map(String::as_str) == Some(instance_name)
+    } else {
+        owners
+            .iter()
+            .any(|o| o.kind == "ClusterInstance" && o.uid == instance_uid)
+    };
+    let kubeconfig = data(secret, "kubeconfig").filter(|k| !k.is_empty())?;
+    let named = data(secret, "vmiUID").map(|u| String::from_utf8_lossy(u).trim().to_owned());
+    (owned && named.as_deref() == Some(vmi_uid)).then(|| Handoff {
+        kubeconfig: kubeconfig.to_vec(),
+        ocp_version: data(secret, "ocpVersion")
+            .map(|v| String::from_utf8_lossy(v).trim().to_owned())
+            .unwrap_or_default(),
+    })
+}
+
+/// The `CRCAgent` condition while no valid handoff exists.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Diagnosis {
+    /// `True`, `False` or `Unknown`.
+    pub status: &'static str,
+    pub reason: &'static str,
+    pub message: String,
+    /// The Job failed for good: the instance is `Failed`.
+    pub failed: bool,
+}
+
+/// Container waiting reasons that will not resolve by waiting.
+const BLOCKED_WAITING: [&str; 7] = [
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+    "CrashLoopBackOff",
+];
+
+fn job_condition(job: &Job, type_: &str) -> Option<(String, Option<Timestamp>, String)> {
+    job.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == "True")
+        .map(|c| {
+            (
+                c.reason.clone().unwrap_or_default(),
+                c.last_transition_time.as_ref().map(|t| t.0),
+                c.message.clone().unwrap_or_default(),
+            )
+        })
+}
+
+/// Diagnoses the agent from its Job and pods (`pods` already filtered to the Job's).
+/// `missing_prerequisite` names an account, binding or Secret the pod needs that is gone.
+pub fn diagnose(
+    job: &Job,
+    pods: &[Pod],
+    missing_prerequisite: Option<&str>,
+    now: Timestamp,
+) -> Diagnosis {
+    let name = job.name_any();
+    let hint = format!("see `kubectl describe job {name}` and its pod logs");
+    let diag = |status, reason, what: String, failed| Diagnosis {
+        status,
+        reason,
+        message: format!("crc-agent Job {name}: {what}; {hint}"),
+        failed,
+    };
+    if let Some((reason, _, message)) = job_condition(job, "Failed") {
+        let cause = pods
+            .iter()
+            .filter_map(terminated_message)
+            .next_back()
+            .unwrap_or(message);
+        return diag(
+            "False",
+            reasons::AGENT_JOB_FAILED,
+            format!("failed ({reason}): {cause}"),
+            true,
+        );
+    }
+    if let Some((_, completed, _)) = job_condition(job, "Complete") {
+        let recent = completed.is_some_and(|t| (now - t).get_seconds() < HANDOFF_GRACE_SECONDS);
+        return if recent {
+            diag(
+                "Unknown",
+                reasons::HANDOFF_PENDING,
+                "completed; waiting for its handoff Secret to be observed".into(),
+                false,
+            )
+        } else {
+            diag(
+                "False",
+                reasons::HANDOFF_INVALID,
+                "completed, but its handoff Secret is missing, empty or for another VMI".into(),
+                false,
+            )
+        };
+    }
+    if let Some(missing) = missing_prerequisite {
+        return diag(
+            "False",
+            reasons::AGENT_PREREQUISITE_MISSING,
+            format!("{missing} is missing"),
+            false,
+        );
+    }
+    let mut running = false;
+    let mut failed_pod = false;
+    for pod in pods {
+        if let Some(blocked) = blocked(pod) {
+            return diag(
+                "False",
+                reasons::AGENT_POD_BLOCKED,
+                format!("pod {} is blocked: {blocked}", pod.name_any()),
+                false,
+            );
+        }
+        match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
+            Some("Running") => running = true,
+            Some("Failed") => failed_pod = true,
+            _ => {}
+        }
+    }
+    if running {
+        diag(
+            "Unknown",
+            reasons::AGENT_WORKING,
+            "configuring the guest".into(),
+            false,
+        )
+    } else if failed_pod {
+        let cause = pods
+            .iter()
+            .filter_map(terminated_message)
+            .next_back()
+            .unwrap_or_else(|| "no message".into());
+        diag(
+            "Unknown",
+            reasons::AGENT_RETRYING,
+            format!("a pod failed ({cause}); the Job retries"),
+            false,
+        )
+    } else {
+        diag(
+            "Unknown",
+            reasons::AGENT_POD_PENDING,
+            if pods.is_empty() {
+                "no pod yet".into()
+            } else {
+                "pod starting".into()
+            },
+            false,
+        )
+    }
+}
+
+fn terminated_message(pod: &Pod) -> Option<String> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find_map(|c| c.state.as_ref()?.terminated.as_ref()?.message.clone())
+        .map(|m| m.trim().to_owned())
+        .filter(|m| !m.is_empty())
+}
+
+fn blocked(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    for c in status.container_statuses.iter().flatten() {
+        if let Some(waiting) = c.state.as_ref().and_then(|s| s.waiting.as_ref()) {
+            let reason = waiting.reason.as_deref().unwrap_or_default();
+            if BLOCKED_WAITING.contains(&reason) {
+                return Some(format!(
+                    "{reason}: {}",
+                    waiting.message.as_deref().unwrap_or_default()
+                ));
+            }
+        }
+    }
+    status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| {
+            c.type_ == "PodScheduled"
+                && c.status == "False"
+                && c.reason.as_deref() == Some("Unschedulable")
+        })
+        .map(|c| {
+            format!(
+                "unschedulable: {}",
+                c.message.as_deref().unwrap_or_default()
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, PodStatus,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+    use std::collections::BTreeMap;
+
+    fn handoff(owner_uid: Option<&str>, vmi: &str, kubeconfig: &str) -> Secret {
+        Secret {
+            metadata: ObjectMeta {
+                name: Some(format!("crc-1-crc-raw-kubeconfig-{vmi}")),
+                labels: Some(BTreeMap::from([
+                    (labels::MANAGED_BY.into(), labels::MANAGED_BY_AGENT.into()),
+                    (labels::CLUSTER_INSTANCE.into(), "crc-1".into()),
+                ])),
+                owner_references: owner_uid.map(|uid| {
+                    vec![OwnerReference {
+                        kind: "ClusterInstance".into(),
+                        uid: uid.into(),
+                        ..Default::default()
+                    }]
+                }),
+                ..Default::default()
+            },
+            data: Some(BTreeMap::from([
+                (
+                    "kubeconfig".into(),
+                    ByteString(kubeconfig.as_bytes().to_vec()),
+                ),
+                ("ocpVersion".into(), ByteString(b"4.22.7".to_vec())),
+                ("vmiUID".into(), ByteString(vmi.as_bytes().to_vec())),
+            ])),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_handoff_is_accepted_only_for_this_vmi_and_instance() {
+        let ok = handoff(Some("inst"), "vmi-1", "apiVersion: v1");
+        assert_eq!(
+            accept_handoff(&ok, "crc-1", "inst", "vmi-1").map(|h| h.ocp_version),
+            Some("4.22.7".into())
+        );
+        assert_eq!(accept_handoff(&ok, "crc-1", "inst", "vmi-2"), None);
+        assert_eq!(accept_handoff(&ok, "crc-1", "other", "vmi-1"), None);
+        assert_eq!(
+            accept_handoff(
+                &handoff(Some("inst"), "vmi-1", ""),
+                "crc-1",
+                "inst",
+                "vmi-1"
+            ),
+            None
+        );
+        let legacy = handoff(None, "vmi-1", "apiVersion: v1");
+        assert!(accept_handoff(&legacy, "crc-1", "inst", "vmi-1").is_some());
+        assert!(accept_handoff(&legacy, "crc-2", "inst", "vmi-1").is_none());
+    }
+
+    fn job(condition: Option<(&str, i64)>) -> Job {
+        Job {
+            metadata: ObjectMeta {
+                name: Some("crc-1-crc-agent-0123456789ab".into()),
+                ..Default::default()
+            },
+            status: Some(JobStatus {
+                conditions: condition.map(|(type_, at)| {
+                    vec![JobCondition {
+                        type_: type_.into(),
+                        status: "True".into(),
+                        reason: Some("BackoffLimitExceeded".into()),
+                        last_transition_time: Some(Time(Timestamp::from_second(at).unwrap())),
+                        ..Default::default()
+                    }]
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn pod(phase: &str, waiting: Option<&str>, message: Option<&str>) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("agent-pod".into()),
+                ..Default::default()
+            },
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                container_statuses: Some(vec![ContainerStatus {
+                    name: "crc-agent".into(),
+                    state: Some(ContainerState {
+                        waiting: waiting.map(|r| ContainerStateWaiting {
+                            reason: Some(r.into()),
+                            message: Some("details".into()),
+                        }),
+                        terminated: message.map(|m| ContainerStateTerminated {
+                            message: Some(m.into()),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_second(secs).unwrap()
+    }
+
+    #[test]
+    fn diagnosis_follows_the_job_and_its_pods() {
+        let failed = diagnose(
+            &job(Some(("Failed", 0))),
+            &[pod("Failed", None, Some("SshUnreachable: no route"))],
+            None,
+            at(10),
+        );
+        assert_eq!(
+            (failed.reason, failed.failed),
+            (reasons::AGENT_JOB_FAILED, true)
+        );
+        assert!(
+            failed.message.contains("SshUnreachable"),
+            "{}",
+            failed.message
+        );
+        assert!(failed.message.contains("kubectl describe job"));
+
+        let fresh = diagnose(&job(Some(("Complete", 100))), &[], None, at(110));
+        assert_eq!(fresh.reason, reasons::HANDOFF_PENDING);
+        let stale = diagnose(&job(Some(("Complete", 100))), &[], None, at(200));
+        assert_eq!(
+            (stale.status, stale.reason),
+            ("False", reasons::HANDOFF_INVALID)
+        );
+
+        let cases = [
+            (
+                vec![pod("Pending", Some("ImagePullBackOff"), None)],
+                None,
+                reasons::AGENT_POD_BLOCKED,
+            ),
+            (
+                vec![pod("Running", None, None)],
+                None,
+                reasons::AGENT_WORKING,
+            ),
+            (
+                vec![pod("Failed", None, Some("x"))],
+                None,
+                reasons::AGENT_RETRYING,
+            ),
+            (vec![], None, reasons::AGENT_POD_PENDING),
+            (
+                vec![],
+                Some("ServiceAccount crc-1-crc-agent-x"),
+                reasons::AGENT_PREREQUISITE_MISSING,
+            ),
+        ];
+        for (pods, missing, want) in cases {
+            assert_eq!(diagnose(&job(None), &pods, missing, at(0)).reason, want);
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! Kubernetes Events about our objects (`kubectl describe` shows them): one on every change of
+//! the `Ready` reason, and a few for notable decisions (a raised root disk size). Publishing is
+//! best effort: a failed Event is logged, never a reason to fail a reconcile.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::Resource;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+
+use crate::api::conditions::{self, types};
+
+/// The controller name Events are reported by.
+pub const REPORTER: &str = "guestcluster-operator";
+
+/// Normal or Warning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Normal,
+    Warning,
+}
+
+/// Publishes Events (deduplicated into series by the recorder).
+#[derive(Clone)]
+pub struct Events {
+    recorder: Recorder,
+}
+
+impl Events {
+    pub fn new(client: kube::Client) -> Self {
+        let reporter = Reporter {
+            controller: REPORTER.into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Self {
+            recorder: Recorder::new(client, reporter),
+        }
+    }
+
+    /// Publishes one Event about `object`.
+    pub async fn publish<K>(&self, object: &K, kind: Kind, reason: &str, note: &str)
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let event = Event {
+            type_: match kind {
+                Kind::Normal => EventType::Normal,
+                Kind::Warning => EventType::Warning,
+            },
+            reason: reason.to_owned(),
+            // The API server caps notes at 1 KiB.
+            note: Some(truncate(note, 1000)),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(err) = self.recorder.publish(&event, &object.object_ref(&())).await {
+            tracing::warn!(
+                object = object.meta().name.as_deref().unwrap_or_default(),
+                %reason,
+                "publishing an Event failed: {err}"
+            );
+        }
+    }
+
+    /// An Event when the `Ready` condition's reason (or status) changed between `before` and
+    /// `after`: the stage an object is in, as people follow it with `kubectl describe`.
+    pub async fn ready_transition<K>(&self, object: &K, before: &[Condition], after: &[Condition])
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        if let Some((kind, reason, note)) = ready_transition(before, after) {
+            self.publish(object, kind, &reason, &note).await;
+        }
+    }
+}
+
+/// The Event for a change of the `Ready` condition, if it changed: `Warning` for `False` with a
+/// failure-like reason is left to the caller's wording; here `True` and progress are `Normal`,
+/// everything the user must act on (reason in `warning_reasons`) is `Warning`.
+pub fn ready_transition(
+    before: &[Condition],
+    after: &[Condition],
+) -> Option<(Kind, String, String)> {
+    let new = conditions::find(after, types::READY)?;
+    let old = conditions::find(before, types::READY);
+    if old.is_some_and(|o| o.status == new.status && o.reason == new.reason) {
+        return None;
+    }
+    let kind = if new.status == "True" || PROGRESS_REASONS.contains(&new.reason.as_str()) {
+        Kind::Normal
+    } else {
+        Kind::Warning
+    };
+    Some((kind, new.reason.clone(), new.message.clone()))
+}
+
+/// `Ready=False` reasons that mean "working on it", not "something is wrong".
+const PROGRESS_REASONS: [&str; 11] = [
+    "Pending",
+    "Preparing",
+    "Reprovisioning",
+    "CRCBackingPending",
+    "AgentPodPending",
+    "AgentWorking",
+    "HandoffPending",
+    "HandoffReceived",
+    "VMIReplaced",
+    "ProvisioningAuthorized",
+    "Provisioning",
+];
+
+fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn ready(status: bool, reason: &str) -> Vec<Condition> {
+        vec![conditions::new(
+            types::READY,
+            status,
+            reason,
+            "m",
+            Some(1),
+            Time(Timestamp::UNIX_EPOCH),
+        )]
+    }
+
+    #[test]
+    fn only_a_changed_ready_reason_makes_an_event() {
+        assert_eq!(
+            ready_transition(&ready(false, "A"), &ready(false, "A")),
+            None
+        );
+        assert_eq!(
+            ready_transition(&[], &ready(false, "CRCBackingPending")).map(|e| e.0),
+            Some(Kind::Normal)
+        );
+        assert_eq!(
+            ready_transition(
+                &ready(false, "CRCBackingPending"),
+                &ready(false, "AgentJobFailed")
+            )
+            .map(|e| e.0),
+            Some(Kind::Warning)
+        );
+        assert_eq!(
+            ready_transition(
+                &ready(false, "X"),
+                &ready(true, "BackingResourcesAvailable")
+            )
+            .map(|e| (e.0, e.1)),
+            Some((Kind::Normal, "BackingResourcesAvailable".into()))
+        );
+    }
+
+    #[test]
+    fn long_notes_are_cut_on_a_character_boundary() {
+        let text = "é".repeat(600);
+        let cut = truncate(&text, 1000);
+        assert!(cut.len() <= 1000 + '…'.len_utf8());
+    }
+}

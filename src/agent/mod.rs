@@ -1,0 +1,464 @@
+//! `guestcluster agent`: the crc-agent (upstream §5). Run by the operator's per-VMI Job, it turns
+//! a freshly booted CRC guest into a usable cluster — DNS, kubelet, the instance identity, CSRs,
+//! pull secret, users, the external certificate — and hands the admin kubeconfig over in the
+//! handoff Secret.
+//!
+//! - [`config`]: settings from the Job's environment;
+//! - [`scope`]: the agent works only while its VMI (by UID) is `Running`;
+//! - [`publish`]: the handoff Secret;
+//! - [`run`]: pre-flight, steps 1–19 in upstream order.
+//!
+//! Exit status: 0 when the handoff is published or the VMI went away (nothing left to do), 1 on
+//! any failure, with `<Reason>: <message>` as the container's termination message.
+
+pub mod config;
+pub mod publish;
+pub mod scope;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use kube::api::Api;
+use tracing::{Instrument as _, info, info_span};
+
+use crate::guest::cluster::{self, Patiences};
+use crate::guest::ssh::{SshGuest, SshOptions};
+use crate::guest::{GuestError, htpasswd, keys, steps};
+use crate::identity::{self, Identity};
+use crate::kubevirt::VirtualMachineInstance;
+
+pub use config::{Config, Settings};
+pub use publish::{Handoff, Owner};
+
+/// Kubernetes keeps at most this many bytes of a termination message.
+const TERMINATION_MESSAGE_MAX: usize = 4096;
+/// Where the kubelet expects the termination message unless the container says otherwise.
+const DEFAULT_TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
+
+/// How a run ended without failing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The handoff Secret is published.
+    Published { secret: String, ocp_version: String },
+    /// The VMI stopped being the agent's (deleted, replaced, not Running): nothing published.
+    VmiGone { reason: String },
+}
+
+/// Why the agent failed. [`Error::reason`] is the CamelCase reason of the termination message.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("configuration: {0}")]
+    Config(#[from] config::Error),
+    #[error("{}", ssh_key_message(path, source))]
+    SshKey {
+        path: String,
+        source: keys::KeyError,
+    },
+    #[error("identity {path}: {source}")]
+    Identity {
+        path: String,
+        source: identity::Error,
+    },
+    #[error("pull secret {path}: {source}")]
+    PullSecret {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("management cluster client: {0}")]
+    Client(String),
+    #[error("{0}")]
+    Scope(#[from] scope::Error),
+    #[error("guest SSH: {0}")]
+    Ssh(#[source] GuestError),
+    #[error("guest step: {0}")]
+    Step(#[from] steps::StepError),
+    #[error("{0}")]
+    Cluster(#[from] cluster::Error),
+    #[error("kubeadmin password: {0}")]
+    Password(#[source] htpasswd::Error),
+    #[error("{0}")]
+    Publish(#[from] publish::Error),
+}
+
+/// The key error names the path itself when it could not be read.
+fn ssh_key_message(path: &str, source: &keys::KeyError) -> String {
+    match source {
+        keys::KeyError::Read { .. } => source.to_string(),
+        other => format!("SSH key {path}: {other}"),
+    }
+}
+
+impl Error {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Config(_) => "InvalidConfig",
+            Error::SshKey { .. } => "InvalidSSHKey",
+            Error::Identity { .. } => "InvalidIdentity",
+            Error::PullSecret { .. } => "PullSecretUnreadable",
+            Error::Client(_) => "ClientUnavailable",
+            Error::Scope(_) => "VMIUnreadable",
+            Error::Ssh(_) => "GuestUnreachable",
+            Error::Step(_) => "GuestStepFailed",
+            Error::Cluster(err) => match err.step() {
+                cluster::STEP_CA_BOOTSTRAP => "CABootstrapFailed",
+                cluster::STEP_WAIT_API | cluster::STEP_CLIENT => "GuestAPIUnavailable",
+                cluster::STEP_OPERATORS => "ClusterOperatorsUnavailable",
+                _ => "GuestClusterStepFailed",
+            },
+            Error::Password(_) => "GuestClusterStepFailed",
+            Error::Publish(publish::Error::Foreign { .. }) => "HandoffConflict",
+            Error::Publish(_) => "PublishFailed",
+        }
+    }
+}
+
+fn now_unix() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// What pre-flight loaded.
+struct Inputs {
+    bundle_key: keys::PrivateKey,
+    identity: Identity,
+    pull_secret: Vec<u8>,
+}
+
+/// Pre-flight (upstream §5.1): the SSH key parses, the identity is valid for the API host, the
+/// pull secret is readable — before the guest is touched.
+fn preflight(config: &Config) -> Result<Inputs, Error> {
+    let key_path = config.ssh_key_path.display().to_string();
+    let key_text =
+        std::fs::read_to_string(&config.ssh_key_path).map_err(|source| Error::SshKey {
+            path: key_path.clone(),
+            source: keys::KeyError::Read {
+                path: key_path.clone(),
+                source,
+            },
+        })?;
+    let bundle_key = keys::parse_private_key(&key_text).map_err(|source| Error::SshKey {
+        path: key_path.clone(),
+        source,
+    })?;
+    let identity_error = |source| Error::Identity {
+        path: config.identity_path.display().to_string(),
+        source,
+    };
+    let identity = Identity::load_dir(&config.identity_path).map_err(identity_error)?;
+    identity::validate(&identity, &config.api_hostname, now_unix()).map_err(identity_error)?;
+    let pull_secret =
+        std::fs::read(&config.pull_secret_path).map_err(|source| Error::PullSecret {
+            path: config.pull_secret_path.display().to_string(),
+            source,
+        })?;
+    Ok(Inputs {
+        bundle_key,
+        identity,
+        pull_secret,
+    })
+}
+
+/// The agent: pre-flight, VMI scoping, steps 1–19. `client` is the management cluster's.
+pub async fn run(config: &Config, client: kube::Client) -> Result<Outcome, Error> {
+    let inputs = preflight(config)?;
+    run_checked(config, &inputs, client).await
+}
+
+async fn run_checked(
+    config: &Config,
+    inputs: &Inputs,
+    client: kube::Client,
+) -> Result<Outcome, Error> {
+    let span = info_span!("crc-agent", instance = %config.instance_name, namespace = %config.instance_namespace);
+    run_inner(config, inputs, client).instrument(span).await
+}
+
+async fn run_inner(
+    config: &Config,
+    inputs: &Inputs,
+    client: kube::Client,
+) -> Result<Outcome, Error> {
+    info!(vmi_uid = %config.vmi_uid, ssh = %config.ssh_addr(), host = %config.api_hostname, "pre-flight passed");
+
+    let vmis: Api<VirtualMachineInstance> =
+        Api::namespaced(client.clone(), &config.instance_namespace);
+    let check = || {
+        scope::check(
+            &vmis,
+            &config.instance_namespace,
+            &config.instance_name,
+            &config.vmi_uid,
+        )
+    };
+    if let scope::Verdict::Stop(reason) = check().await? {
+        info!(%reason, "VMI is not ours to configure; exiting without publishing");
+        return Ok(Outcome::VmiGone { reason });
+    }
+    let watch = scope::watch_until_gone(
+        vmis.clone(),
+        config.instance_name.clone(),
+        config.vmi_uid.clone(),
+        config.settings.watch_retry,
+    );
+    // Dropping the steps' future on cancellation drops its SSH connections with it.
+    let result = tokio::select! {
+        reason = watch => Err(reason),
+        result = guest_steps(config, inputs) => Ok(result),
+    };
+    let (kubeconfig, ocp_version) = match result {
+        Err(reason) => {
+            info!(%reason, "VMI changed while working; exiting without publishing");
+            return Ok(Outcome::VmiGone { reason });
+        }
+        Ok(result) => result?,
+    };
+
+    if let scope::Verdict::Stop(reason) = check().await? {
+        info!(%reason, "VMI changed before publishing; exiting without publishing");
+        return Ok(Outcome::VmiGone { reason });
+    }
+    let owner = Owner {
+        instance_name: config.instance_name.clone(),
+        namespace: config.instance_namespace.clone(),
+        instance_uid: config.instance_uid.clone(),
+    };
+    let handoff = Handoff {
+        kubeconfig,
+        ocp_version: ocp_version.clone(),
+        vmi_uid: config.vmi_uid.clone(),
+    };
+    let secret = publish::publish(&client, &owner, &handoff).await?;
+    info!(%secret, %ocp_version, "step 19: handoff published");
+    Ok(Outcome::Published {
+        secret,
+        ocp_version,
+    })
+}
+
+/// Steps 1–18; returns the handoff kubeconfig and the OpenShift version.
+async fn guest_steps(config: &Config, inputs: &Inputs) -> Result<(String, String), Error> {
+    let settings = &config.settings;
+    let patiences: &Patiences = &settings.patiences;
+    let addr = config.ssh_addr();
+    let options = SshOptions {
+        user: config.ssh_user.clone(),
+        connect_timeout: settings.ssh_connect_timeout,
+        command_timeout: None,
+    };
+
+    crate::guest::ssh::wait_for_port(
+        &addr,
+        settings.ssh_port.interval,
+        settings.ssh_port.deadline,
+    )
+    .await
+    .map_err(Error::Ssh)?;
+    let bundle = Arc::new(
+        SshGuest::connect(&addr, inputs.bundle_key.clone(), &options)
+            .await
+            .map_err(Error::Ssh)?,
+    );
+    info!("step 1: connected with the bundle key");
+    let ip = steps::guest_ip(bundle.as_ref()).await?;
+    info!(%ip, "step 2: guest IP");
+    steps::grow_root(bundle.as_ref()).await?;
+    info!("step 3: root filesystem grown");
+    steps::configure_dnsmasq(bundle.as_ref(), ip).await?;
+    info!("step 4: dnsmasq configured");
+    steps::configure_resolver(bundle.as_ref(), ip).await?;
+    info!("step 5: resolver configured");
+    let agent_key = keys::generate_ed25519().map_err(|source| Error::SshKey {
+        path: "generated ed25519".into(),
+        source,
+    })?;
+    let line =
+        keys::authorized_key_line(agent_key.public_key(), "crc-agent").map_err(|source| {
+            Error::SshKey {
+                path: "generated ed25519".into(),
+                source,
+            }
+        })?;
+    steps::authorize_key(bundle.as_ref(), &line).await?;
+    info!("step 6: agent key authorized");
+    steps::start_kubelet(bundle.as_ref()).await?;
+    info!("step 7: kubelet started");
+
+    let clock = cluster::guest_clock(bundle.as_ref()).await?;
+    let server_ca =
+        cluster::bootstrap_client_ca(&bundle, &inputs.identity, clock, patiences).await?;
+    info!("step 8: guest API trusts the instance client CA");
+
+    bundle.close().await;
+    let ssh = Arc::new(
+        SshGuest::connect(&addr, agent_key, &options)
+            .await
+            .map_err(Error::Ssh)?,
+    );
+    info!("step 9: reconnected with the agent key");
+    let clock = cluster::guest_clock(ssh.as_ref()).await?;
+    let guest_api = cluster::identity_client(&ssh, &server_ca, &inputs.identity, clock)?;
+    info!("step 10: guest API client ready");
+    cluster::wait_api(&guest_api, patiences.api).await?;
+    info!("step 11: guest API answers");
+    let approved = cluster::approve_csrs(&guest_api, patiences.calls).await?;
+    info!(approved, "step 12: kubelet CSRs approved");
+    cluster::inject_pull_secret(&guest_api, &inputs.pull_secret, patiences.calls).await?;
+    info!("step 13: pull secret injected");
+    let password = htpasswd::kubeadmin_password().map_err(Error::Password)?;
+    cluster::configure_htpasswd(&guest_api, &password, settings.bcrypt_cost, patiences.calls)
+        .await?;
+    info!("step 14: kubeadmin and developer users configured");
+    cluster::install_external_cert(
+        &guest_api,
+        &inputs.identity,
+        &config.api_hostname,
+        patiences.calls,
+    )
+    .await?;
+    info!(host = %config.api_hostname, "step 15: external API certificate installed");
+    cluster::wait_operators(&guest_api, patiences.operators).await?;
+    info!("step 16: cluster operators Available");
+    let version = cluster::cluster_version(&guest_api, patiences.version).await?;
+    info!(%version, "step 17: cluster version read");
+    let kubeconfig = cluster::handoff_kubeconfig(
+        ssh.as_ref(),
+        &inputs.identity,
+        &config.api_hostname,
+        patiences.kubeconfig,
+    )
+    .await?;
+    info!("step 18: handoff kubeconfig built");
+    ssh.close().await;
+    Ok((kubeconfig, version))
+}
+
+/// Writes the termination message: to `TERMINATION_MESSAGE_PATH` when set, else to
+/// `/dev/termination-log` only if it exists (the kubelet creates it); errors are ignored since
+/// the log line carries the same text.
+fn write_termination_message(message: &str) {
+    let mut end = message.len().min(TERMINATION_MESSAGE_MAX);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    let message = &message[..end];
+    let _ = match std::env::var_os("TERMINATION_MESSAGE_PATH").filter(|p| !p.is_empty()) {
+        Some(path) => std::fs::write(path, message),
+        None => std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(DEFAULT_TERMINATION_MESSAGE_PATH)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, message.as_bytes())),
+    };
+}
+
+/// The `agent` subcommand: config from the environment, the management cluster from the pod's
+/// service account (or `KUBECONFIG`), exit 0 or 1. Logging must already be set up.
+pub fn main() -> ExitCode {
+    let result = Config::from_env().map_err(Error::from).and_then(|config| {
+        // Bad inputs are reported before anything else is tried, the management cluster included.
+        let inputs = preflight(&config)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Client(format!("starting the async runtime: {e}")))?;
+        runtime.block_on(async {
+            let client = kube::Client::try_default()
+                .await
+                .map_err(|e| Error::Client(e.to_string()))?;
+            run_checked(&config, &inputs, client).await
+        })
+    });
+    match result {
+        Ok(Outcome::Published {
+            secret,
+            ocp_version,
+        }) => {
+            info!(%secret, %ocp_version, "crc-agent finished");
+            ExitCode::SUCCESS
+        }
+        Ok(Outcome::VmiGone { reason }) => {
+            info!(%reason, "crc-agent stopped: the VMI is no longer ours");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            let message = format!("{}: {err}", err.reason());
+            tracing::error!("{message}");
+            write_termination_message(&message);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_map_to_reasons() {
+        let err = Error::Config(config::Error::Missing(config::ENV_INSTANCE_NAME));
+        assert_eq!(err.reason(), "InvalidConfig");
+        assert!(err.to_string().contains("INSTANCE_NAME"));
+        let err = Error::Cluster(cluster::Error::Timeout {
+            step: cluster::STEP_OPERATORS,
+            seconds: 1,
+            last: "not Available: console".into(),
+        });
+        assert_eq!(err.reason(), "ClusterOperatorsUnavailable");
+        let err = Error::Publish(publish::Error::Foreign {
+            namespace: "n".into(),
+            name: "s".into(),
+            reason: "r".into(),
+        });
+        assert_eq!(err.reason(), "HandoffConflict");
+    }
+
+    #[test]
+    fn preflight_names_the_bad_input() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = "api.example.com";
+        let key = keys::generate_ecdsa_p256().unwrap();
+        let key_path = dir.path().join("id_ecdsa");
+        std::fs::write(&key_path, keys::to_openssh(&key).unwrap()).unwrap();
+        let identity_dir = dir.path().join("identity");
+        std::fs::create_dir(&identity_dir).unwrap();
+        let identity = identity::generate(host, now_unix() - 60).unwrap();
+        for (k, v) in identity.to_secret_data() {
+            std::fs::write(identity_dir.join(k), v.0).unwrap();
+        }
+        let pull = dir.path().join("pull");
+        std::fs::write(&pull, b"{\"auths\":{}}").unwrap();
+        let mut config = Config {
+            instance_name: "demo".into(),
+            instance_namespace: "team".into(),
+            instance_uid: "u".into(),
+            vm_name: "demo".into(),
+            ssh_host: "127.0.0.1".into(),
+            ssh_port: 22,
+            vmi_uid: "v".into(),
+            ssh_user: "core".into(),
+            ssh_key_path: key_path.clone(),
+            identity_path: identity_dir,
+            pull_secret_path: pull,
+            api_hostname: host.into(),
+            settings: Settings::default(),
+        };
+        let inputs = preflight(&config).unwrap();
+        assert_eq!(inputs.identity, identity);
+        assert_eq!(inputs.pull_secret, b"{\"auths\":{}}");
+
+        config.api_hostname = "api.other.com".into();
+        let err = preflight(&config).err().unwrap();
+        assert_eq!(err.reason(), "InvalidIdentity");
+        config.api_hostname = host.into();
+        std::fs::write(&key_path, "garbage").unwrap();
+        let err = preflight(&config).err().unwrap();
+        assert_eq!(err.reason(), "InvalidSSHKey");
+        std::fs::write(&key_path, keys::to_openssh(&key).unwrap()).unwrap();
+        config.pull_secret_path = dir.path().join("missing");
+        let err = preflight(&config).err().unwrap();
+        assert_eq!(err.reason(), "PullSecretUnreadable");
+    }
+}

@@ -1,0 +1,244 @@
+//! The guest's `/opt/kubeconfig`, read and rewritten by the crc-agent (upstream §5.3 steps 8 and
+//! 18). Fields we do not touch are kept as they are: the document is handled as a JSON value, not
+//! a typed struct that would drop what it does not know.
+
+use serde_json::{Map, Value};
+
+use super::base64;
+
+const CA_DATA: &str = "certificate-authority-data";
+const CA_FILE: &str = "certificate-authority";
+const INSECURE: &str = "insecure-skip-tls-verify";
+const CERT_DATA: &str = "client-certificate-data";
+const KEY_DATA: &str = "client-key-data";
+const CERT_FILE: &str = "client-certificate";
+const KEY_FILE: &str = "client-key";
+
+/// Why a kubeconfig could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubeconfig is not YAML: {0}")]
+    Parse(String),
+    #[error("kubeconfig could not be rendered: {0}")]
+    Render(String),
+    #[error("kubeconfig has no clusters")]
+    NoClusters,
+    #[error("kubeconfig has no users")]
+    NoUsers,
+    #[error("kubeconfig {0} is missing")]
+    Missing(&'static str),
+    #[error("kubeconfig {field} is not base64 PEM: {reason}")]
+    Data { field: &'static str, reason: String },
+}
+
+/// A parsed kubeconfig.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Kubeconfig(Value);
+
+impl Kubeconfig {
+    pub fn parse(text: &str) -> Result<Self, Error> {
+        let value: Value = serde_saphyr::from_str(text).map_err(|e| Error::Parse(e.to_string()))?;
+        if !value.is_object() {
+            return Err(Error::Parse("the document is not a mapping".into()));
+        }
+        Ok(Self(value))
+    }
+
+    pub fn to_yaml(&self) -> Result<String, Error> {
+        serde_saphyr::to_string(&self.0).map_err(|e| Error::Render(e.to_string()))
+    }
+
+    pub fn value(&self) -> &Value {
+        &self.0
+    }
+
+    /// Number of `clusters` entries (the CA bootstrap waits for at least one).
+    pub fn cluster_count(&self) -> usize {
+        self.0["clusters"].as_array().map_or(0, Vec::len)
+    }
+
+    /// `clusters[0].cluster.certificate-authority-data`, decoded: the guest API server's CA.
+    pub fn server_ca(&self) -> Result<String, Error> {
+        let cluster = self.0["clusters"]
+            .get(0)
+            .ok_or(Error::NoClusters)?
+            .get("cluster")
+            .ok_or(Error::Missing("clusters[0].cluster"))?;
+        decode_field(
+            cluster,
+            CA_DATA,
+            "clusters[0].cluster.certificate-authority-data",
+        )
+    }
+
+    /// `users[0].user` client certificate and key data, decoded (PEM).
+    pub fn client_credentials(&self) -> Result<(String, String), Error> {
+        let user = self.0["users"]
+            .get(0)
+            .ok_or(Error::NoUsers)?
+            .get("user")
+            .ok_or(Error::Missing("users[0].user"))?;
+        Ok((
+            decode_field(user, CERT_DATA, "users[0].user.client-certificate-data")?,
+            decode_field(user, KEY_DATA, "users[0].user.client-key-data")?,
+        ))
+    }
+
+    /// `users[0].user` authenticates with this certificate and key (inline data; file references
+    /// are dropped since they would win over the data in some clients).
+    pub fn set_client(&mut self, cert_pem: &str, key_pem: &str) -> Result<(), Error> {
+        let user = self
+            .0
+            .get_mut("users")
+            .and_then(|users| users.get_mut(0))
+            .ok_or(Error::NoUsers)?;
+        let user = object_entry(user, "user");
+        user.remove(CERT_FILE);
+        user.remove(KEY_FILE);
+        user.insert(
+            CERT_DATA.into(),
+            Value::String(base64::encode(cert_pem.as_bytes())),
+        );
+        user.insert(
+            KEY_DATA.into(),
+            Value::String(base64::encode(key_pem.as_bytes())),
+        );
+        Ok(())
+    }
+
+    /// Step 18: every cluster points at the Route (`https://<host>:443`) and trusts the
+    /// identity's self-signed serving certificate, with no CA file or insecure flag left over.
+    pub fn point_at_route(&mut self, host: &str, serving_crt_pem: &str) -> Result<(), Error> {
+        let clusters = self
+            .0
+            .get_mut("clusters")
+            .and_then(Value::as_array_mut)
+            .filter(|c| !c.is_empty())
+            .ok_or(Error::NoClusters)?;
+        let server = format!("https://{host}:443");
+        let ca = base64::encode(serving_crt_pem.as_bytes());
+        for entry in clusters {
+            let cluster = object_entry(entry, "cluster");
+            cluster.insert("server".into(), Value::String(server.clone()));
+            cluster.insert(CA_DATA.into(), Value::String(ca.clone()));
+            cluster.remove(CA_FILE);
+            cluster.remove(INSECURE);
+        }
+        Ok(())
+    }
+}
+
+/// `parent[key]` as a mapping, replacing anything else there.
+fn object_entry<'a>(parent: &'a mut Value, key: &str) -> &'a mut Map<String, Value> {
+    if !parent.is_object() {
+        *parent = Value::Object(Map::new());
+    }
+    let map = parent.as_object_mut().expect("made an object above");
+    let entry = map
+        .entry(key.to_string())
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !entry.is_object() {
+        *entry = Value::Object(Map::new());
+    }
+    entry.as_object_mut().expect("made an object above")
+}
+
+fn decode_field(parent: &Value, key: &str, field: &'static str) -> Result<String, Error> {
+    let text = parent
+        .get(key)
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty())
+        .ok_or(Error::Missing(field))?;
+    let bytes = base64::decode(text.as_bytes()).map_err(|e| Error::Data {
+        field,
+        reason: e.to_string(),
+    })?;
+    String::from_utf8(bytes).map_err(|_| Error::Data {
+        field,
+        reason: "not UTF-8".into(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b64(text: &str) -> String {
+        base64::encode(text.as_bytes())
+    }
+
+    fn sealed() -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    certificate-authority-data: {}\n    server: https://api-int.crc.testing:6443\n  name: crc\n- cluster:\n    certificate-authority: /etc/ca.crt\n    insecure-skip-tls-verify: true\n    server: https://other:6443\n  name: other\ncontexts:\n- context:\n    cluster: crc\n    user: admin\n  name: admin\ncurrent-context: admin\nusers:\n- name: admin\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\n    client-certificate: /etc/old.crt\n",
+            b64("SERVER CA"),
+            b64("OLD CERT"),
+            b64("OLD KEY")
+        )
+    }
+
+    #[test]
+    fn reads_server_ca_and_client() {
+        let kc = Kubeconfig::parse(&sealed()).unwrap();
+        assert_eq!(kc.cluster_count(), 2);
+        assert_eq!(kc.server_ca().unwrap(), "SERVER CA");
+        assert_eq!(
+            kc.client_credentials().unwrap(),
+            ("OLD CERT".to_string(), "OLD KEY".to_string())
+        );
+    }
+
+    #[test]
+    fn set_client_replaces_data_and_drops_files() {
+        let mut kc = Kubeconfig::parse(&sealed()).unwrap();
+        kc.set_client("NEW CERT", "NEW KEY").unwrap();
+        let back = Kubeconfig::parse(&kc.to_yaml().unwrap()).unwrap();
+        assert_eq!(
+            back.client_credentials().unwrap(),
+            ("NEW CERT".to_string(), "NEW KEY".to_string())
+        );
+        assert!(back.value()["users"][0]["user"].get(CERT_FILE).is_none());
+        assert_eq!(back.value()["users"][0]["name"], "admin");
+        assert_eq!(back.server_ca().unwrap(), "SERVER CA", "clusters untouched");
+        assert_eq!(back.value()["current-context"], "admin");
+    }
+
+    #[test]
+    fn point_at_route_rewrites_every_cluster() {
+        let mut kc = Kubeconfig::parse(&sealed()).unwrap();
+        kc.point_at_route("api.example.com", "SERVING").unwrap();
+        let back = Kubeconfig::parse(&kc.to_yaml().unwrap()).unwrap();
+        for cluster in back.value()["clusters"].as_array().unwrap() {
+            let cluster = &cluster["cluster"];
+            assert_eq!(cluster["server"], "https://api.example.com:443");
+            assert_eq!(cluster[CA_DATA], b64("SERVING"));
+            assert!(cluster.get(CA_FILE).is_none());
+            assert!(cluster.get(INSECURE).is_none());
+        }
+        assert_eq!(back.value()["clusters"][1]["name"], "other");
+    }
+
+    #[test]
+    fn empty_or_partial_kubeconfigs_are_errors() {
+        let kc = Kubeconfig::parse("apiVersion: v1\nclusters: []\n").unwrap();
+        assert_eq!(kc.cluster_count(), 0);
+        assert!(matches!(kc.server_ca(), Err(Error::NoClusters)));
+        assert!(matches!(kc.client_credentials(), Err(Error::NoUsers)));
+        let mut kc = kc;
+        assert!(matches!(
+            kc.point_at_route("h", "c"),
+            Err(Error::NoClusters)
+        ));
+        let kc = Kubeconfig::parse("clusters:\n- cluster:\n    server: x\n").unwrap();
+        assert!(matches!(kc.server_ca(), Err(Error::Missing(_))));
+        assert!(Kubeconfig::parse("- a\n- b\n").is_err());
+        assert!(Kubeconfig::parse("").is_err());
+    }
+
+    #[test]
+    fn bad_base64_is_a_data_error() {
+        let kc =
+            Kubeconfig::parse("clusters:\n- cluster:\n    certificate-authority-data: '!!!'\n")
+                .unwrap();
+        assert!(matches!(kc.server_ca(), Err(Error::Data { .. })));
+    }
+}

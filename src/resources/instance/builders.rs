@@ -1,0 +1,437 @@
+//! The instance's backing objects other than the VM (upstream-behaviour §3.3–§3.6): agent RBAC,
+//! boot-key copy, root DataVolume, API Service and Route, identity and kubeconfig Secrets, and
+//! the crc-agent Job.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, KeyToPath, PodSpec, PodTemplateSpec, Secret, SecretVolumeSource,
+    SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
+};
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
+
+use super::{
+    agent_account_name, agent_binding_name, agent_job_name, api_route_name, api_service_name,
+    boot_key_secret_name, identity_secret_name, instance_labels, kubeconfig_secret_name,
+    owned_meta, root_disk_name,
+};
+use crate::api::ClusterInstance;
+use crate::api::labels;
+use crate::cdi::{
+    DataVolume, DataVolumeSourceSpec, DataVolumeSpec, HttpSource, PvcSource, StorageResources,
+    StorageSpec,
+};
+use crate::kubevirt;
+use crate::resources::bundle::TERMINATION_MESSAGE_PATH;
+use crate::route::{
+    InsecureEdgeTerminationPolicy, Route, RoutePort, RouteSpec, RouteTargetReference, TlsConfig,
+    TlsTermination,
+};
+
+/// Default name of the ClusterRole bound to every agent ServiceAccount
+/// (`CRC_AGENT_CLUSTER_ROLE`; the deployment sets `guestcluster-operator-crc-agent-instance-role`).
+pub const AGENT_CLUSTER_ROLE: &str = "crc-agent-instance-role";
+/// Port (and Service port name) of the guest API.
+pub const API_PORT: i32 = 6443;
+pub const API_PORT_NAME: &str = "api";
+/// Route weight of the API Service.
+pub const API_ROUTE_WEIGHT: i32 = 100;
+
+/// Key of the private key in the boot-key copy (and the file name the agent reads).
+pub const BOOT_KEY_DATA_KEY: &str = "id_ecdsa";
+/// Keys of the identity Secret.
+pub const IDENTITY_KEYS: [&str; 5] = [
+    "client-ca.crt",
+    "client.crt",
+    "client.key",
+    "serving.crt",
+    "serving.key",
+];
+/// Keys of the published kubeconfig Secret (and of the handoff Secret, with `vmiUID`).
+pub const KUBECONFIG_KEY: &str = "kubeconfig";
+pub const OCP_VERSION_KEY: &str = "ocpVersion";
+pub const VMI_UID_KEY: &str = "vmiUID";
+/// The pull secret's key.
+pub const PULL_SECRET_KEY: &str = ".dockerconfigjson";
+
+/// crc-agent Job limits (upstream: backoffLimit 2, 45 min).
+pub const AGENT_BACKOFF_LIMIT: i32 = 2;
+pub const AGENT_DEADLINE_SECONDS: i64 = 2700;
+/// The agent's container name.
+pub const AGENT_CONTAINER: &str = "crc-agent";
+/// Where the agent Job mounts its Secrets.
+pub const AGENT_PULL_SECRET_DIR: &str = "/etc/crc-agent/pull-secret";
+pub const AGENT_SSH_DIR: &str = "/etc/crc-agent/ssh";
+pub const AGENT_IDENTITY_DIR: &str = "/etc/crc-agent/identity";
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// The rules of the agent ClusterRole: read VMIs, read and write Secrets (the handoff).
+fn agent_rules() -> Vec<PolicyRule> {
+    vec![
+        PolicyRule {
+            api_groups: Some(strings(&[kubevirt::GROUP])),
+            resources: Some(strings(&["virtualmachineinstances"])),
+            verbs: strings(&["get", "list", "watch"]),
+            ..Default::default()
+        },
+        PolicyRule {
+            api_groups: Some(strings(&[""])),
+            resources: Some(strings(&["secrets"])),
+            verbs: strings(&["get", "create", "update"]),
+            ..Default::default()
+        },
+    ]
+}
+
+/// The ClusterRole every agent ServiceAccount is bound to (created by the operator when absent).
+pub fn agent_cluster_role(name: &str) -> ClusterRole {
+    ClusterRole {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(BTreeMap::from([(
+                labels::MANAGED_BY.to_owned(),
+                labels::MANAGED_BY_OPERATOR.to_owned(),
+            )])),
+            ..Default::default()
+        },
+        rules: Some(agent_rules()),
+        aggregation_rule: None,
+    }
+}
+
+/// Whether an existing ClusterRole grants exactly the agent's rules (order of rules and of the
+/// entries within a rule aside). Upstream fails rather than use or rewrite a different role.
+pub fn cluster_role_rules_match(existing: &ClusterRole) -> bool {
+    type Normal = (
+        BTreeSet<String>,
+        BTreeSet<String>,
+        BTreeSet<String>,
+        BTreeSet<String>,
+        BTreeSet<String>,
+    );
+    fn normal(rules: &[PolicyRule]) -> Vec<Normal> {
+        let set =
+            |v: &Option<Vec<String>>| -> BTreeSet<String> { v.iter().flatten().cloned().collect() };
+        let mut out: Vec<Normal> = rules
+            .iter()
+            .map(|r| {
+                (
+                    set(&r.api_groups),
+                    set(&r.resources),
+                    r.verbs.iter().cloned().collect(),
+                    set(&r.resource_names),
+                    set(&r.non_resource_urls),
+                )
+            })
+            .collect();
+        out.sort();
+        out
+    }
+    existing.aggregation_rule.is_none()
+        && normal(existing.rules.as_deref().unwrap_or_default()) == normal(&agent_rules())
+}
+
+/// The instance's agent ServiceAccount `<prefix>-crc-agent-<h12>`.
+pub fn agent_service_account(instance: &ClusterInstance) -> ServiceAccount {
+    ServiceAccount {
+        metadata: owned_meta(instance, &agent_account_name(&instance.name_any())),
+        ..Default::default()
+    }
+}
+
+/// The RoleBinding of the agent ServiceAccount to `cluster_role`, in the instance namespace.
+pub fn agent_role_binding(instance: &ClusterInstance, cluster_role: &str) -> RoleBinding {
+    let name = instance.name_any();
+    RoleBinding {
+        metadata: owned_meta(instance, &agent_binding_name(&name)),
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".to_owned()),
+            kind: "ClusterRole".to_owned(),
+            name: cluster_role.to_owned(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".to_owned(),
+            name: agent_account_name(&name),
+            namespace: instance.namespace(),
+            api_group: None,
+        }]),
+    }
+}
+
+fn opaque_secret(
+    instance: &ClusterInstance,
+    name: &str,
+    data: BTreeMap<String, ByteString>,
+) -> Secret {
+    Secret {
+        metadata: owned_meta(instance, name),
+        type_: Some("Opaque".to_owned()),
+        data: Some(data),
+        ..Default::default()
+    }
+}
+
+/// The instance-owned copy of the bundle's SSH key, `<instance>-crc-boot-key` (key `id_ecdsa`).
+pub fn boot_key_copy(instance: &ClusterInstance, key: &[u8]) -> Secret {
+    opaque_secret(
+        instance,
+        &boot_key_secret_name(&instance.name_any()),
+        BTreeMap::from([(BOOT_KEY_DATA_KEY.to_owned(), ByteString(key.to_vec()))]),
+    )
+}
+
+/// The identity Secret `<instance>-crc-identity` (keys [`IDENTITY_KEYS`], content from
+/// `crate::identity`).
+pub fn identity_secret(instance: &ClusterInstance, data: BTreeMap<String, ByteString>) -> Secret {
+    opaque_secret(instance, &identity_secret_name(&instance.name_any()), data)
+}
+
+/// The published kubeconfig `<instance>-kubeconfig` (keys `kubeconfig`, `ocpVersion`).
+pub fn kubeconfig_secret(
+    instance: &ClusterInstance,
+    kubeconfig: &[u8],
+    ocp_version: &str,
+) -> Secret {
+    opaque_secret(
+        instance,
+        &kubeconfig_secret_name(&instance.name_any()),
+        BTreeMap::from([
+            (KUBECONFIG_KEY.to_owned(), ByteString(kubeconfig.to_vec())),
+            (
+                OCP_VERSION_KEY.to_owned(),
+                ByteString(ocp_version.as_bytes().to_vec()),
+            ),
+        ]),
+    )
+}
+
+/// Where the root disk's content comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RootDiskSource {
+    /// Turnkey: clone the bundle's golden PVC (across namespaces).
+    Pvc { namespace: String, name: String },
+    /// Manual path: import `template.releaseImage`.
+    Http { url: String },
+}
+
+/// The root DataVolume `<instance>-rootdisk` (create-only): `spec.storage` with only the size and
+/// the StorageClass (CDI's StorageProfile picks access and volume modes) and no annotations, so
+/// CDI chooses CSI clone, snapshot or host-assisted copy.
+pub fn root_data_volume(
+    instance: &ClusterInstance,
+    source: RootDiskSource,
+    size: Quantity,
+    storage_class: Option<String>,
+) -> DataVolume {
+    let source = match source {
+        RootDiskSource::Pvc { namespace, name } => DataVolumeSourceSpec {
+            pvc: Some(PvcSource { namespace, name }),
+            ..Default::default()
+        },
+        RootDiskSource::Http { url } => DataVolumeSourceSpec {
+            http: Some(HttpSource { url }),
+            ..Default::default()
+        },
+    };
+    DataVolume {
+        metadata: owned_meta(instance, &root_disk_name(&instance.name_any())),
+        spec: DataVolumeSpec {
+            source: Some(source),
+            storage: Some(StorageSpec {
+                resources: Some(StorageResources {
+                    requests: BTreeMap::from([("storage".to_owned(), size)]),
+                }),
+                storage_class_name: storage_class.filter(|s| !s.is_empty()),
+                access_modes: None,
+                volume_mode: None,
+            }),
+        },
+        status: None,
+    }
+}
+
+/// The ClusterIP Service `<instance>-crc-api`: port `api` 6443 of the VM's launcher pod.
+pub fn api_service(instance: &ClusterInstance, vm_name: &str) -> Service {
+    Service {
+        metadata: owned_meta(instance, &api_service_name(&instance.name_any())),
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".to_owned()),
+            selector: Some(BTreeMap::from([(
+                kubevirt::labels::VM_NAME.to_owned(),
+                vm_name.to_owned(),
+            )])),
+            ports: Some(vec![ServicePort {
+                name: Some(API_PORT_NAME.to_owned()),
+                protocol: Some("TCP".to_owned()),
+                port: API_PORT,
+                target_port: Some(IntOrString::Int(API_PORT)),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// The passthrough Route `<instance>-crc-api` for `host` to the API Service. Labelled with the
+/// instance namespace as well, so a Route event can be mapped back to its instance.
+pub fn api_route(instance: &ClusterInstance, host: &str) -> Route {
+    let name = instance.name_any();
+    let mut metadata = owned_meta(instance, &api_route_name(&name));
+    metadata.labels.get_or_insert_default().insert(
+        labels::CLUSTER_INSTANCE_NAMESPACE.to_owned(),
+        instance.namespace().unwrap_or_default(),
+    );
+    Route {
+        metadata,
+        spec: RouteSpec {
+            host: Some(host.to_owned()),
+            to: RouteTargetReference {
+                kind: "Service".to_owned(),
+                name: api_service_name(&name),
+                weight: Some(API_ROUTE_WEIGHT),
+            },
+            port: Some(RoutePort {
+                target_port: IntOrString::String(API_PORT_NAME.to_owned()),
+            }),
+            tls: Some(TlsConfig {
+                termination: TlsTermination::Passthrough,
+                insecure_edge_termination_policy: Some(InsecureEdgeTerminationPolicy::None),
+            }),
+        },
+        status: None,
+    }
+}
+
+/// What the crc-agent Job of one VMI needs besides the instance.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentJobInputs {
+    /// The image holding the agent (`CRC_AGENT_IMAGE`).
+    pub image: String,
+    /// The VMI this Job serves; part of the Job name.
+    pub vmi_uid: String,
+    /// The VirtualMachine (and VMI) name.
+    pub vm_name: String,
+    /// The VMI's IP: where the guest's SSH server listens.
+    pub ssh_host: String,
+    /// The Route host the guest API is served under.
+    pub api_hostname: String,
+    /// The pull Secret (whole Secret mounted; key `.dockerconfigjson`).
+    pub pull_secret_name: String,
+    /// The Secret with the guest's SSH key: the boot-key copy (turnkey) or `bundleSSHKeyRef`
+    /// (manual).
+    pub ssh_key_secret_name: String,
+    /// The key of the private key in that Secret (`id_ecdsa`, `ssh-privatekey` or `id_rsa`);
+    /// mounted as the file `id_ecdsa`.
+    pub ssh_key_data_key: String,
+}
+
+/// The crc-agent Job of one VMI, `<prefix>-crc-agent-<h12(vmiUID)>`: `guestcluster agent` with
+/// the pull secret, the SSH key and the identity mounted read-only, as the instance's agent
+/// ServiceAccount.
+pub fn agent_job(instance: &ClusterInstance, inputs: &AgentJobInputs) -> Job {
+    let name = instance.name_any();
+    let namespace = instance.namespace().unwrap_or_default();
+    let uid = instance.metadata.uid.clone().unwrap_or_default();
+    let env = [
+        ("INSTANCE_NAME", name.as_str()),
+        ("INSTANCE_NAMESPACE", namespace.as_str()),
+        ("INSTANCE_UID", uid.as_str()),
+        ("CRC_VM_NAME", inputs.vm_name.as_str()),
+        ("CRC_SSH_HOST", inputs.ssh_host.as_str()),
+        ("CRC_VMI_UID", inputs.vmi_uid.as_str()),
+        (
+            "CRC_SSH_KEY_PATH",
+            &format!("{AGENT_SSH_DIR}/{BOOT_KEY_DATA_KEY}"),
+        ),
+        ("CRC_IDENTITY_PATH", AGENT_IDENTITY_DIR),
+        (
+            "PULL_SECRET_PATH",
+            &format!("{AGENT_PULL_SECRET_DIR}/{PULL_SECRET_KEY}"),
+        ),
+        ("CRC_API_HOSTNAME", inputs.api_hostname.as_str()),
+    ]
+    .into_iter()
+    .map(|(name, value)| EnvVar {
+        name: name.to_owned(),
+        value: Some(value.to_owned()),
+        ..Default::default()
+    })
+    .collect();
+    let secret_volume = |volume: &str, secret: &str, items: Option<Vec<KeyToPath>>| Volume {
+        name: volume.to_owned(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.to_owned()),
+            items,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let mount = |volume: &str, path: &str| VolumeMount {
+        name: volume.to_owned(),
+        mount_path: path.to_owned(),
+        read_only: Some(true),
+        ..Default::default()
+    };
+    let labels = instance_labels(&name);
+    Job {
+        metadata: owned_meta(instance, &agent_job_name(&name, &inputs.vmi_uid)),
+        spec: Some(JobSpec {
+            backoff_limit: Some(AGENT_BACKOFF_LIMIT),
+            active_deadline_seconds: Some(AGENT_DEADLINE_SECONDS),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    restart_policy: Some("Never".to_owned()),
+                    service_account_name: Some(agent_account_name(&name)),
+                    containers: vec![Container {
+                        name: AGENT_CONTAINER.to_owned(),
+                        image: Some(inputs.image.clone()),
+                        args: Some(vec!["agent".to_owned()]),
+                        env: Some(env),
+                        volume_mounts: Some(vec![
+                            mount("pull-secret", AGENT_PULL_SECRET_DIR),
+                            mount("bundle-ssh-key", AGENT_SSH_DIR),
+                            mount("identity", AGENT_IDENTITY_DIR),
+                        ]),
+                        termination_message_path: Some(TERMINATION_MESSAGE_PATH.to_owned()),
+                        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
+                        security_context: Some(SecurityContext {
+                            allow_privilege_escalation: Some(false),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }],
+                    volumes: Some(vec![
+                        secret_volume("pull-secret", &inputs.pull_secret_name, None),
+                        secret_volume(
+                            "bundle-ssh-key",
+                            &inputs.ssh_key_secret_name,
+                            Some(vec![KeyToPath {
+                                key: inputs.ssh_key_data_key.clone(),
+                                path: BOOT_KEY_DATA_KEY.to_owned(),
+                                ..Default::default()
+                            }]),
+                        ),
+                        secret_volume("identity", &identity_secret_name(&name), None),
+                    ]),
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        status: None,
+    }
+}

@@ -1,0 +1,240 @@
+//! The instance VirtualMachine and the VM profiles a bundle's disk boots with.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
+
+use super::{Error, instance_labels, owned_meta, vm_name};
+use crate::api::ClusterInstance;
+use crate::api::bundle::{BundleSource, CRCBundle};
+use crate::kubevirt::{
+    DataVolumeSource, Devices, Disk, DiskBus, DiskTarget, DomainResources, DomainSpec, RunStrategy,
+    VirtualMachine, VirtualMachineInstanceSpec, VirtualMachineInstanceTemplateSpec,
+    VirtualMachineSpec, Volume,
+};
+
+/// Name of the root disk (and its volume) inside the VM.
+pub const ROOT_DISK: &str = "rootdisk";
+
+/// How an instance VM is shaped for a bundle's disk (`CRCBundle.status.vmProfile`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum VmProfile {
+    /// `crc-download-v0`: the upstream VM of a downloaded bundle (upstream-behaviour §3.4): BIOS,
+    /// KubeVirt's default pod network, one virtio disk; nothing else set.
+    CrcDownloadV0,
+}
+
+impl VmProfile {
+    pub const CRC_DOWNLOAD_V0: &'static str = "crc-download-v0";
+
+    /// The profile named `name`; an unknown name is an error naming it.
+    pub fn parse(name: &str) -> Result<Self, Error> {
+        match name {
+            Self::CRC_DOWNLOAD_V0 => Ok(VmProfile::CrcDownloadV0),
+            other => Err(Error::UnknownVmProfile(other.to_owned())),
+        }
+    }
+
+    /// The profile a bundle's instances boot with: `status.vmProfile`; a downloaded bundle that
+    /// does not record one (prepared before the field existed, or by the Go operator) is
+    /// `crc-download-v0`; a built bundle must record its profile.
+    pub fn of_bundle(bundle: &CRCBundle) -> Result<Self, Error> {
+        let status = bundle.status.as_ref();
+        match status
+            .and_then(|s| s.vm_profile.as_deref())
+            .filter(|p| !p.is_empty())
+        {
+            Some(name) => Self::parse(name),
+            None if status.and_then(|s| s.source) == Some(BundleSource::Build) => {
+                Err(Error::MissingVmProfile(bundle.name_any()))
+            }
+            None => Ok(VmProfile::CrcDownloadV0),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VmProfile::CrcDownloadV0 => Self::CRC_DOWNLOAD_V0,
+        }
+    }
+}
+
+impl std::str::FromStr for VmProfile {
+    type Err = Error;
+
+    fn from_str(name: &str) -> Result<Self, Error> {
+        Self::parse(name)
+    }
+}
+
+impl std::fmt::Display for VmProfile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The instance's VirtualMachine (named after the instance, create-only): `runStrategy: Always`,
+/// the common labels on the VM and its template, `nodeSelector`, `memory` and `cores` as
+/// resource requests, and the root DataVolume `dv_name` as the one virtio disk.
+pub fn virtual_machine(
+    instance: &ClusterInstance,
+    profile: VmProfile,
+    dv_name: &str,
+    memory: &str,
+    cores: i32,
+    node_selector: &BTreeMap<String, String>,
+) -> VirtualMachine {
+    let name = instance.name_any();
+    match profile {
+        VmProfile::CrcDownloadV0 => VirtualMachine {
+            metadata: owned_meta(instance, &vm_name(&name)),
+            spec: VirtualMachineSpec {
+                run_strategy: Some(RunStrategy::Always),
+                running: None,
+                template: VirtualMachineInstanceTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: Some(instance_labels(&name)),
+                        ..Default::default()
+                    }),
+                    spec: VirtualMachineInstanceSpec {
+                        node_selector: node_selector.clone(),
+                        domain: DomainSpec {
+                            resources: Some(DomainResources {
+                                requests: BTreeMap::from([
+                                    ("memory".to_owned(), Quantity(memory.to_owned())),
+                                    ("cpu".to_owned(), Quantity(cores.to_string())),
+                                ]),
+                                limits: BTreeMap::new(),
+                            }),
+                            devices: Devices {
+                                disks: vec![Disk {
+                                    name: ROOT_DISK.to_owned(),
+                                    disk: Some(DiskTarget {
+                                        bus: Some(DiskBus::Virtio),
+                                    }),
+                                    ..Default::default()
+                                }],
+                                ..Default::default()
+                            },
+                            ..Default::default()
+                        },
+                        volumes: vec![Volume {
+                            name: ROOT_DISK.to_owned(),
+                            data_volume: Some(DataVolumeSource {
+                                name: dv_name.to_owned(),
+                                hotpluggable: None,
+                            }),
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    },
+                },
+            },
+            status: None,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::CRCBundleSpec;
+    use serde_json::json;
+
+    fn bundle(status: serde_json::Value) -> CRCBundle {
+        let spec: CRCBundleSpec = serde_json::from_value(json!({"version": "4.16.0"})).unwrap();
+        let mut b = CRCBundle::new("b", spec);
+        b.status = Some(serde_json::from_value(status).unwrap());
+        b
+    }
+
+    #[test]
+    fn profiles_parse_by_name() {
+        assert_eq!(
+            VmProfile::parse("crc-download-v0").unwrap(),
+            VmProfile::CrcDownloadV0
+        );
+        assert_eq!(
+            "crc-download-v0".parse::<VmProfile>().unwrap().to_string(),
+            "crc-download-v0"
+        );
+        let err = VmProfile::parse("crc-kubevirt-v9").unwrap_err();
+        assert!(err.to_string().contains("crc-kubevirt-v9"), "{err}");
+    }
+
+    #[test]
+    fn bundle_profile_defaults_only_for_downloads() {
+        assert_eq!(
+            VmProfile::of_bundle(&bundle(json!({"source": "Download"}))).unwrap(),
+            VmProfile::CrcDownloadV0
+        );
+        assert_eq!(
+            VmProfile::of_bundle(&bundle(json!({}))).unwrap(),
+            VmProfile::CrcDownloadV0
+        );
+        assert_eq!(
+            VmProfile::of_bundle(&bundle(json!({"vmProfile": "crc-download-v0"}))).unwrap(),
+            VmProfile::CrcDownloadV0
+        );
+        assert!(matches!(
+            VmProfile::of_bundle(&bundle(json!({"source": "Build"}))),
+            Err(Error::MissingVmProfile(name)) if name == "b"
+        ));
+        assert!(matches!(
+            VmProfile::of_bundle(&bundle(json!({"vmProfile": "nope"}))),
+            Err(Error::UnknownVmProfile(name)) if name == "nope"
+        ));
+    }
+
+    #[test]
+    fn download_profile_is_the_upstream_vm_and_nothing_else() {
+        let instance = super::super::tests::instance();
+        let vm = virtual_machine(
+            &instance,
+            VmProfile::CrcDownloadV0,
+            "crc-1-rootdisk",
+            "16Gi",
+            4,
+            &BTreeMap::from([("kubernetes.io/arch".to_owned(), "amd64".to_owned())]),
+        );
+        let value = serde_json::to_value(&vm).unwrap();
+        assert_eq!(
+            value["spec"],
+            json!({
+                "runStrategy": "Always",
+                "template": {
+                    "metadata": {"labels": {
+                        "opdev.io/cluster-instance": "crc-1",
+                        "opdev.io/managed-by": "guestcluster-operator",
+                    }},
+                    "spec": {
+                        "nodeSelector": {"kubernetes.io/arch": "amd64"},
+                        "domain": {
+                            "resources": {"requests": {"memory": "16Gi", "cpu": "4"}},
+                            "devices": {"disks": [{"name": "rootdisk", "disk": {"bus": "virtio"}}]},
+                        },
+                        "volumes": [{"name": "rootdisk", "dataVolume": {"name": "crc-1-rootdisk"}}],
+                    },
+                },
+            })
+        );
+        assert_eq!(value["metadata"]["name"], "crc-1");
+        assert_eq!(value["metadata"]["namespace"], "team-a");
+        // An empty node selector is omitted.
+        let vm = virtual_machine(
+            &instance,
+            VmProfile::CrcDownloadV0,
+            "d",
+            "16Gi",
+            4,
+            &BTreeMap::new(),
+        );
+        assert!(
+            serde_json::to_value(&vm).unwrap()["spec"]["template"]["spec"]
+                .get("nodeSelector")
+                .is_none()
+        );
+    }
+}

@@ -1,0 +1,479 @@
+//! CRC instances end to end, on the real control plane with the simulated cluster and the
+//! operator tree: a downloaded bundle → a pool of two → both Ready, with guests configured by the
+//! real crc-agent Jobs and kubeconfigs that reach each guest API through its Route; a lease
+//! bound and expired → the instance torn down in order and replaced; a replaced VMI → a new agent
+//! Job → Ready again; the boot-key copy restored, and refused once the bundle's key changed.
+
+mod support;
+
+use std::time::Instant;
+
+use futures::StreamExt;
+use guestcluster::api::bundle::BundlePhase;
+use guestcluster::api::conditions::{self, reasons, types};
+use guestcluster::api::instance::InstancePhase;
+use guestcluster::api::{CRCBundle, CRCBundleSpec, ClusterInstance, ClusterLease, ClusterPool};
+use guestcluster::guest::route::RouteAccess;
+use guestcluster::guest::ssh::{SshGuest, SshOptions};
+use guestcluster::guest::{Command, Guest, keys};
+use guestcluster::kubevirt::{VirtualMachine, VirtualMachineInstance};
+use guestcluster::resources::instance as res;
+use guestcluster::sim::bundles::{self, BundleSpec, Flaw};
+use guestcluster::sim::file_server::Fault;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher::{self, Event};
+use support::world::{OPERATOR_NS, world};
+use support::{wait_for, wait_long};
+
+/// A namespace enabled for guestcluster with a pull secret.
+async fn team_namespace(client: &kube::Client) -> String {
+    let ns = support::namespace(client, "team").await;
+    let patch =
+        serde_json::json!({"metadata": {"labels": {"guestcluster.opdev.io/enabled": "true"}}});
+    Api::<Namespace>::all(client.clone())
+        .patch(&ns, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("enable namespace");
+    let pull: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "pull-secret"},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": "{\"auths\":{\"quay.io\":{\"auth\":\"c2NlbmFyaW86cHVsbA==\"}}}"}
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &pull)
+        .await
+        .expect("pull secret");
+    ns
+}
+
+/// Builds and serves a bundle of `version` and creates the CRCBundle `name` for it; returns once
+/// it is Ready.
+async fn ready_bundle(client: &kube::Client, name: &str, version: &str) -> CRCBundle {
+    let w = world();
+    let dir = w.root.join("served").join(name);
+    let built = bundles::build(&dir, &BundleSpec::new(version).with_flaw(Flaw::None))
+        .expect("build test bundle");
+    let bundle_url = w.files.publish(
+        &format!("{name}/{}", built.file_name),
+        built.archive.clone(),
+        Fault::None,
+    );
+    let sha_url = w.files.publish(
+        &format!("{name}/sha256sum.txt"),
+        built.sha256sum_txt.clone(),
+        Fault::None,
+    );
+    let spec: CRCBundleSpec = serde_json::from_value(serde_json::json!({
+        "version": version, "bundleURL": bundle_url, "sha256URL": sha_url, "goldenVolumeSize": "1Gi"
+    }))
+    .unwrap();
+    let api = Api::<CRCBundle>::all(client.clone());
+    api.create(&PostParams::default(), &CRCBundle::new(name, spec))
+        .await
+        .expect("create CRCBundle");
+    wait_long(&format!("CRCBundle {name} Ready"), || async {
+        let b = api.get(name).await.ok()?;
+        (b.status.as_ref()?.phase == Some(BundlePhase::Ready)).then_some(b)
+    })
+    .await
+}
+
+fn template(selector: serde_json::Value) -> serde_json::Value {
+    let mut t = serde_json::json!({"ocpVersion": "4.22.7", "memory": "16Gi", "cores": 4});
+    t.as_object_mut()
+        .unwrap()
+        .extend(selector.as_object().unwrap().clone());
+    t
+}
+
+async fn ready_instance(api: &Api<ClusterInstance>, name: &str) -> ClusterInstance {
+    wait_long(&format!("ClusterInstance {name} Ready"), || async {
+        let i = api.get(name).await.ok()?;
+        (i.status.as_ref()?.phase == Some(InstancePhase::Ready)).then_some(i)
+    })
+    .await
+}
+
+/// SSH into an instance's guest with the instance's own copy of the boot key.
+async fn guest_ssh(client: &kube::Client, ns: &str, instance: &ClusterInstance) -> SshGuest {
+    let copy = Api::<Secret>::namespaced(client.clone(), ns)
+        .get(&res::boot_key_secret_name(&instance.name_any()))
+        .await
+        .expect("boot-key copy");
+    let ByteString(key) = copy.data.unwrap()["id_ecdsa"].clone();
+    let key = keys::parse_private_key(&String::from_utf8(key).unwrap()).expect("key parses");
+    let ip = instance
+        .status
+        .as_ref()
+        .and_then(|s| s.crc.as_ref())
+        .and_then(|c| c.ssh_endpoint.clone())
+        .expect("ssh endpoint recorded");
+    SshGuest::connect(&format!("{ip}:22"), key, &SshOptions::default())
+        .await
+        .expect("SSH into the guest")
+}
+
+async fn guest_text(ssh: &SshGuest, argv: &[&str]) -> String {
+    let command = Command::sudo(argv.iter().copied());
+    let output = tokio::time::timeout(std::time::Duration::from_secs(60), ssh.run(&command))
+        .await
+        .unwrap_or_else(|_| panic!("guest command {argv:?} did not answer"))
+        .expect("guest command");
+    eprintln!("guest {argv:?}: status {}", output.status);
+    output.stdout_text()
+}
+
+/// What the crc-agent did in a guest, seen from inside it and through its published kubeconfig
+/// over the Route.
+async fn assert_configured(client: &kube::Client, ns: &str, instance: &ClusterInstance) {
+    let name = instance.name_any();
+    let ssh = guest_ssh(client, ns, instance).await;
+    let dnsmasq = guest_text(&ssh, &["cat", "/etc/dnsmasq.d/crc-dnsmasq.conf"]).await;
+    assert!(
+        dnsmasq.contains("address=/api.crc.testing/"),
+        "{name}: dnsmasq answers the CRC names: {dnsmasq}"
+    );
+    let kubelet = guest_text(&ssh, &["systemctl", "is-active", "kubelet"]).await;
+    assert_eq!(kubelet.trim(), "active", "{name}: kubelet runs");
+    let pull = guest_text(&ssh, &["cat", "/var/lib/kubelet/config.json"]).await;
+    assert!(
+        pull.contains("quay.io"),
+        "{name}: the instance's pull secret reached the guest: {pull}"
+    );
+
+    let secret = Api::<Secret>::namespaced(client.clone(), ns)
+        .get(&res::kubeconfig_secret_name(&name))
+        .await
+        .expect("published kubeconfig");
+    let ByteString(kubeconfig) = secret.data.unwrap()["kubeconfig"].clone();
+    let guest = RouteAccess::via_proxy(&world().router.to_string())
+        .client(&kubeconfig)
+        .expect("client from the published kubeconfig");
+    let htpass = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        Api::<Secret>::namespaced(guest.clone(), "openshift-config").get("htpass-secret"),
+    )
+    .await
+    .expect("the guest API answers in time")
+    .expect("the guest API answers through the Route with the published kubeconfig");
+    let ByteString(htpasswd) = htpass.data.unwrap()["htpasswd"].clone();
+    let htpasswd = String::from_utf8(htpasswd).unwrap();
+    assert!(
+        htpasswd.contains("kubeadmin:") && htpasswd.contains("developer:"),
+        "{name}: users were created: {htpasswd}"
+    );
+    eprintln!("{name}: guest API reached through the Route");
+}
+
+#[tokio::test]
+async fn a_pool_of_two_becomes_ready_and_a_lease_expiry_replaces_its_instance() {
+    let client = support::client().await;
+    let started = Instant::now();
+    // The pool's crcVersion selects the published bundle crc-<version>-amd64; it is created here
+    // from the local mirror first, so the pool finds it instead of creating one for the internet.
+    let version = "4.22.7";
+    ready_bundle(&client, &format!("crc-{version}-amd64"), version).await;
+    let ns = team_namespace(&client).await;
+    let pools: Api<ClusterPool> = Api::namespaced(client.clone(), &ns);
+    let pool: ClusterPool = serde_json::from_value(serde_json::json!({
+        "apiVersion": "guestcluster.opdev.io/v1alpha1", "kind": "ClusterPool",
+        "metadata": {"name": "ci"},
+        "spec": {"type": "crc", "minSize": 2, "maxSize": 3,
+                 "template": template(serde_json::json!({"crcVersion": version}))}
+    }))
+    .unwrap();
+    pools.create(&PostParams::default(), &pool).await.unwrap();
+
+    let instances: Api<ClusterInstance> = Api::namespaced(client.clone(), &ns);
+    let ready = wait_long("two Ready pool instances", || async {
+        let list = instances.list(&ListParams::default()).await.ok()?.items;
+        let ready: Vec<ClusterInstance> = list
+            .into_iter()
+            .filter(|i| i.status.as_ref().and_then(|s| s.phase) == Some(InstancePhase::Ready))
+            .collect();
+        (ready.len() == 2).then_some(ready)
+    })
+    .await;
+    eprintln!("pool of two Ready after {:?}", started.elapsed());
+    for instance in &ready {
+        let status = instance.status.clone().unwrap();
+        assert_eq!(status.ocp_version.as_deref(), Some(version));
+        assert!(conditions::is_true(
+            &status.conditions,
+            types::GUEST_API_REACHABLE
+        ));
+        assert!(
+            status
+                .api_endpoint
+                .as_deref()
+                .is_some_and(|e| e.ends_with(support::world::INGRESS_DOMAIN)),
+            "the API endpoint is a Route host: {:?}",
+            status.api_endpoint
+        );
+        assert!(status.crc.unwrap().boot_key.is_some());
+        assert_configured(&client, &ns, instance).await;
+    }
+
+    // A lease takes one instance for a short TTL; on expiry the instance is deleted — its
+    // teardown ordered — and the pool replaces it.
+    let leases: Api<ClusterLease> = Api::namespaced(client.clone(), &ns);
+    let lease: ClusterLease = serde_json::from_value(serde_json::json!({
+        "apiVersion": "guestcluster.opdev.io/v1alpha1", "kind": "ClusterLease",
+        "metadata": {"name": "job-1"},
+        "spec": {"poolRef": {"name": "ci"}, "ttl": "5s", "requestedBy": "scenario"}
+    }))
+    .unwrap();
+    eprintln!("every guest is configured; leasing one");
+    let order = TeardownRecorder::start(&client, &ns);
+    leases.create(&PostParams::default(), &lease).await.unwrap();
+    eprintln!("lease created");
+    let bound = wait_for("lease bound", || async {
+        let l = leases.get("job-1").await.ok()?;
+        l.status.as_ref()?.instance_ref.clone()
+    })
+    .await
+    .name;
+    let copy = Api::<Secret>::namespaced(client.clone(), &ns)
+        .get("job-1-kubeconfig")
+        .await
+        .expect("the lease's kubeconfig copy");
+    assert!(copy.data.unwrap().contains_key("kubeconfig"));
+    eprintln!("lease bound to {bound}");
+    let bound_uid = instances.get(&bound).await.unwrap().uid();
+    wait_long("lease expired and its instance gone", || async {
+        let lease_gone = leases.get_opt("job-1").await.ok()?.is_none();
+        // The pool reuses the smallest free name: "gone" means this UID is gone.
+        let instance_gone = instances
+            .get_opt(&bound)
+            .await
+            .ok()?
+            .is_none_or(|i| i.uid() != bound_uid);
+        (lease_gone && instance_gone).then_some(())
+    })
+    .await;
+    eprintln!("lease expired, {bound} deleted");
+    order.assert_ordered(&bound).await;
+    wait_long("the pool has two Ready instances again", || async {
+        let list = instances.list(&ListParams::default()).await.ok()?.items;
+        let ready = list
+            .iter()
+            .filter(|i| i.status.as_ref().and_then(|s| s.phase) == Some(InstancePhase::Ready))
+            .filter(|i| i.uid() != bound_uid)
+            .count();
+        (ready == 2).then_some(())
+    })
+    .await;
+    eprintln!("replacement Ready after {:?}", started.elapsed());
+}
+
+/// Records, by etcd revision, when teardown steps of instances in a namespace happened.
+struct TeardownRecorder {
+    events: std::sync::Arc<std::sync::Mutex<Vec<(u64, String, String)>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl TeardownRecorder {
+    fn start(client: &kube::Client, ns: &str) -> Self {
+        let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        macro_rules! watch {
+            ($kind:ty, $label:expr, $what:expr) => {{
+                let api: Api<$kind> = Api::namespaced(client.clone(), ns);
+                let events = events.clone();
+                tasks.push(tokio::spawn(async move {
+                    let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
+                    while let Some(Ok(event)) = stream.next().await {
+                        let record = match &event {
+                            Event::Delete(obj) => Some((obj, "deleted")),
+                            Event::Apply(obj) => Some((obj, "applied")),
+                            _ => None,
+                        };
+                        if let Some((obj, how)) = record {
+                            let what: Option<String> = $what(obj, how);
+                            if let Some(what) = what {
+                                let rv = obj
+                                    .resource_version()
+                                    .and_then(|v| v.parse().ok())
+                                    .unwrap_or(0);
+                                let owner = obj
+                                    .labels()
+                                    .get("opdev.io/cluster-instance")
+                                    .cloned()
+                                    .unwrap_or_else(|| obj.name_any());
+                                events.lock().unwrap().push((rv, owner, what));
+                            }
+                        }
+                    }
+                    let _ = $label;
+                }));
+            }};
+        }
+        watch!(Job, "jobs", |_: &Job, how: &str| (how == "deleted")
+            .then(|| "job deleted".to_owned()));
+        watch!(Secret, "secrets", |s: &Secret, how: &str| (how
+            == "deleted"
+            && s.name_any().ends_with("-crc-boot-key"))
+        .then(|| "boot key deleted".to_owned()));
+        watch!(VirtualMachine, "vms", |vm: &VirtualMachine, how: &str| {
+            let halted = vm.spec.run_strategy.map(|r| r.as_str()) == Some("Halted");
+            (how == "applied" && halted).then(|| "vm halted".to_owned())
+        });
+        watch!(
+            guestcluster::cdi::DataVolume,
+            "dvs",
+            |_: &guestcluster::cdi::DataVolume, how: &str| (how == "deleted")
+                .then(|| "disk deleted".to_owned())
+        );
+        Self { events, tasks }
+    }
+
+    /// Jobs were gone before the key copy; the VM was halted before its disk was deleted.
+    async fn assert_ordered(self, instance: &str) {
+        let first = |what: &str| {
+            self.events
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(_, owner, w)| owner == instance && w == what)
+                .map(|(rv, _, _)| *rv)
+                .min()
+        };
+        let seen = wait_for("teardown events observed", || async {
+            Some((
+                first("job deleted")?,
+                first("boot key deleted")?,
+                first("vm halted")?,
+                first("disk deleted")?,
+            ))
+        })
+        .await;
+        let (job, key, halted, disk) = seen;
+        assert!(job < key, "agent Jobs are deleted before the boot-key copy");
+        assert!(halted < disk, "the VM is halted before its disk is deleted");
+        for task in self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// A standalone instance running the bundle `bundle`.
+async fn standalone(client: &kube::Client, ns: &str, name: &str, bundle: &str) -> ClusterInstance {
+    let api: Api<ClusterInstance> = Api::namespaced(client.clone(), ns);
+    let instance: ClusterInstance = serde_json::from_value(serde_json::json!({
+        "apiVersion": "guestcluster.opdev.io/v1alpha1", "kind": "ClusterInstance",
+        "metadata": {"name": name},
+        "spec": {"type": "crc", "template": template(serde_json::json!({"crcBundleRef": {"name": bundle}}))}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &instance).await.unwrap();
+    ready_instance(&api, name).await
+}
+
+#[tokio::test]
+async fn a_replaced_vmi_gets_a_new_agent_and_becomes_ready_again() {
+    let client = support::client().await;
+    let bundle = support::unique("vmi-bundle");
+    ready_bundle(&client, &bundle, "4.22.7").await;
+    let ns = team_namespace(&client).await;
+    let started = Instant::now();
+    let first = standalone(&client, &ns, "crc-a", &bundle).await;
+    eprintln!("standalone instance Ready after {:?}", started.elapsed());
+    let old_uid = first.status.unwrap().crc.unwrap().vmi_uid.unwrap();
+
+    // KubeVirt restarts a deleted VMI of a runStrategy Always VM with a new UID.
+    Api::<VirtualMachineInstance>::namespaced(client.clone(), &ns)
+        .delete("crc-a", &DeleteParams::default())
+        .await
+        .expect("delete the VMI");
+    let api: Api<ClusterInstance> = Api::namespaced(client.clone(), &ns);
+    let again = wait_long("Ready again for a new VMI", || async {
+        let i = api.get("crc-a").await.ok()?;
+        let status = i.status.clone()?;
+        let uid = status.crc.as_ref()?.vmi_uid.clone()?;
+        (status.phase == Some(InstancePhase::Ready) && uid != old_uid).then_some(i)
+    })
+    .await;
+    let new_uid = again.status.clone().unwrap().crc.unwrap().vmi_uid.unwrap();
+    let jobs = Api::<Job>::namespaced(client.clone(), &ns);
+    assert!(
+        jobs.get_opt(&res::agent_job_name("crc-a", &new_uid))
+            .await
+            .unwrap()
+            .is_some(),
+        "a new agent Job ran for the new VMI"
+    );
+    assert!(
+        jobs.get_opt(&res::agent_job_name("crc-a", &old_uid))
+            .await
+            .unwrap()
+            .is_none(),
+        "the old VMI's agent Job was removed"
+    );
+    assert_configured(&client, &ns, &again).await;
+}
+
+#[tokio::test]
+async fn the_boot_key_copy_is_restored_but_never_rebound_to_a_changed_key() {
+    let client = support::client().await;
+    let bundle_name = support::unique("key-bundle");
+    let bundle = ready_bundle(&client, &bundle_name, "4.22.7").await;
+    let ns = team_namespace(&client).await;
+    let ready = standalone(&client, &ns, "crc-k", &bundle_name).await;
+    let binding = ready.status.unwrap().crc.unwrap().boot_key.unwrap();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let copy_name = res::boot_key_secret_name("crc-k");
+    let original = secrets.get(&copy_name).await.unwrap();
+
+    secrets
+        .delete(&copy_name, &DeleteParams::default())
+        .await
+        .unwrap();
+    let restored = wait_for("the boot-key copy restored", || async {
+        let s = secrets.get_opt(&copy_name).await.ok()??;
+        (s.uid() != original.uid()).then_some(s)
+    })
+    .await;
+    assert_eq!(restored.data, original.data, "the same key is restored");
+
+    // The bundle's key Secret is replaced (deleted: the bundle prepares itself again and
+    // publishes a new Secret). The instance must not bind to it.
+    let key_secret = bundle.status.unwrap().ssh_key_secret_ref.unwrap().name;
+    let operator_secrets: Api<Secret> = Api::namespaced(client.clone(), OPERATOR_NS);
+    let old_key_uid = operator_secrets.get(&key_secret).await.unwrap().uid();
+    operator_secrets
+        .delete(&key_secret, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_long("the bundle published a new key Secret", || async {
+        let s = operator_secrets.get_opt(&key_secret).await.ok()??;
+        (s.uid() != old_key_uid).then_some(())
+    })
+    .await;
+    secrets
+        .delete(&copy_name, &DeleteParams::default())
+        .await
+        .unwrap();
+    let instances: Api<ClusterInstance> = Api::namespaced(client.clone(), &ns);
+    let refused = wait_for("BootKeyUnavailable", || async {
+        let i = instances.get("crc-k").await.ok()?;
+        let ready = conditions::find(&i.status.as_ref()?.conditions, types::READY)?.clone();
+        (ready.reason == reasons::BOOT_KEY_UNAVAILABLE).then_some((i, ready))
+    })
+    .await;
+    assert!(
+        refused.1.message.contains("refusing recovery"),
+        "{}",
+        refused.1.message
+    );
+    assert_eq!(
+        refused.0.status.unwrap().crc.unwrap().boot_key,
+        Some(binding),
+        "the binding is never rewritten"
+    );
+    assert!(secrets.get_opt(&copy_name).await.unwrap().is_none());
+}
