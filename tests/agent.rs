@@ -146,13 +146,7 @@ fn config(
 /// Guests and their API servers, without the rest of the simulation: the VMI objects here are
 /// made by the test, and simulated KubeVirt would claim them.
 fn guest_world(cp: &ControlPlane, root: &Path) -> Arc<SimContext> {
-    // Operators Available from the guest cluster's first controller pass: once a kubelet CSR is
-    // approved, the simulated CSR issuer writes a non-PEM certificate that the API server
-    // rejects, and every later pass stops before the operators (reported; src/sim is not ours).
-    let timings = Timings {
-        operators: Duration::ZERO,
-        ..Timings::fast()
-    };
+    let timings = Timings::fast();
     let ctx = Arc::new(SimContext {
         client: cp.client().unwrap(),
         options: Options {

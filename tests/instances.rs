@@ -9,95 +9,23 @@ mod support;
 use std::time::Instant;
 
 use futures::StreamExt;
-use guestcluster::api::bundle::BundlePhase;
 use guestcluster::api::conditions::{self, reasons, types};
 use guestcluster::api::instance::InstancePhase;
-use guestcluster::api::{CRCBundle, CRCBundleSpec, ClusterInstance, ClusterLease, ClusterPool};
+use guestcluster::api::{ClusterInstance, ClusterLease, ClusterPool};
 use guestcluster::guest::route::RouteAccess;
 use guestcluster::guest::ssh::{SshGuest, SshOptions};
 use guestcluster::guest::{Command, Guest, keys};
 use guestcluster::kubevirt::{VirtualMachine, VirtualMachineInstance};
 use guestcluster::resources::instance as res;
-use guestcluster::sim::bundles::{self, BundleSpec, Flaw};
-use guestcluster::sim::file_server::Fault;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::watcher::{self, Event};
+use support::crc::{ready_bundle, ready_instance, team_namespace, template};
 use support::world::{OPERATOR_NS, world};
 use support::{wait_for, wait_long};
-
-/// A namespace enabled for guestcluster with a pull secret.
-async fn team_namespace(client: &kube::Client) -> String {
-    let ns = support::namespace(client, "team").await;
-    let patch =
-        serde_json::json!({"metadata": {"labels": {"guestcluster.opdev.io/enabled": "true"}}});
-    Api::<Namespace>::all(client.clone())
-        .patch(&ns, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .expect("enable namespace");
-    let pull: Secret = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "pull-secret"},
-        "type": "kubernetes.io/dockerconfigjson",
-        "stringData": {".dockerconfigjson": "{\"auths\":{\"quay.io\":{\"auth\":\"c2NlbmFyaW86cHVsbA==\"}}}"}
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &pull)
-        .await
-        .expect("pull secret");
-    ns
-}
-
-/// Builds and serves a bundle of `version` and creates the CRCBundle `name` for it; returns once
-/// it is Ready.
-async fn ready_bundle(client: &kube::Client, name: &str, version: &str) -> CRCBundle {
-    let w = world();
-    let dir = w.root.join("served").join(name);
-    let built = bundles::build(&dir, &BundleSpec::new(version).with_flaw(Flaw::None))
-        .expect("build test bundle");
-    let bundle_url = w.files.publish(
-        &format!("{name}/{}", built.file_name),
-        built.archive.clone(),
-        Fault::None,
-    );
-    let sha_url = w.files.publish(
-        &format!("{name}/sha256sum.txt"),
-        built.sha256sum_txt.clone(),
-        Fault::None,
-    );
-    let spec: CRCBundleSpec = serde_json::from_value(serde_json::json!({
-        "version": version, "bundleURL": bundle_url, "sha256URL": sha_url, "goldenVolumeSize": "1Gi"
-    }))
-    .unwrap();
-    let api = Api::<CRCBundle>::all(client.clone());
-    api.create(&PostParams::default(), &CRCBundle::new(name, spec))
-        .await
-        .expect("create CRCBundle");
-    wait_long(&format!("CRCBundle {name} Ready"), || async {
-        let b = api.get(name).await.ok()?;
-        (b.status.as_ref()?.phase == Some(BundlePhase::Ready)).then_some(b)
-    })
-    .await
-}
-
-fn template(selector: serde_json::Value) -> serde_json::Value {
-    let mut t = serde_json::json!({"ocpVersion": "4.22.7", "memory": "16Gi", "cores": 4});
-    t.as_object_mut()
-        .unwrap()
-        .extend(selector.as_object().unwrap().clone());
-    t
-}
-
-async fn ready_instance(api: &Api<ClusterInstance>, name: &str) -> ClusterInstance {
-    wait_long(&format!("ClusterInstance {name} Ready"), || async {
-        let i = api.get(name).await.ok()?;
-        (i.status.as_ref()?.phase == Some(InstancePhase::Ready)).then_some(i)
-    })
-    .await
-}
 
 /// SSH into an instance's guest with the instance's own copy of the boot key.
 async fn guest_ssh(client: &kube::Client, ns: &str, instance: &ClusterInstance) -> SshGuest {
@@ -177,7 +105,7 @@ async fn a_pool_of_two_becomes_ready_and_a_lease_expiry_replaces_its_instance() 
     // The pool's crcVersion selects the published bundle crc-<version>-amd64; it is created here
     // from the local mirror first, so the pool finds it instead of creating one for the internet.
     let version = "4.22.7";
-    ready_bundle(&client, &format!("crc-{version}-amd64"), version).await;
+    ready_bundle(world(), &client, &format!("crc-{version}-amd64"), version).await;
     let ns = team_namespace(&client).await;
     let pools: Api<ClusterPool> = Api::namespaced(client.clone(), &ns);
     let pool: ClusterPool = serde_json::from_value(serde_json::json!({
@@ -378,7 +306,7 @@ async fn standalone(client: &kube::Client, ns: &str, name: &str, bundle: &str) -
 async fn a_replaced_vmi_gets_a_new_agent_and_becomes_ready_again() {
     let client = support::client().await;
     let bundle = support::unique("vmi-bundle");
-    ready_bundle(&client, &bundle, "4.22.7").await;
+    ready_bundle(world(), &client, &bundle, "4.22.7").await;
     let ns = team_namespace(&client).await;
     let started = Instant::now();
     let first = standalone(&client, &ns, "crc-a", &bundle).await;
@@ -421,7 +349,7 @@ async fn a_replaced_vmi_gets_a_new_agent_and_becomes_ready_again() {
 async fn the_boot_key_copy_is_restored_but_never_rebound_to_a_changed_key() {
     let client = support::client().await;
     let bundle_name = support::unique("key-bundle");
-    let bundle = ready_bundle(&client, &bundle_name, "4.22.7").await;
+    let bundle = ready_bundle(world(), &client, &bundle_name, "4.22.7").await;
     let ns = team_namespace(&client).await;
     let ready = standalone(&client, &ns, "crc-k", &bundle_name).await;
     let binding = ready.status.unwrap().crc.unwrap().boot_key.unwrap();

@@ -1,14 +1,17 @@
 //! A simulated guest's OpenShift API: started when the guest's kubelet starts, reached by a kube
 //! client whose connections are SSH tunnels into the guest, with TLS verified at guest time; the
-//! simulated operators move as a real single-node cluster's would.
+//! simulated operators move as a real single-node cluster's would, and approved kubelet CSRs are
+//! issued real certificates.
 
 mod support;
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use base64::Engine as _;
 use guestcluster::guest::api::{self, Credentials};
+use guestcluster::guest::cluster::{Patience, approve_csrs};
 use guestcluster::guest::ssh::{SshGuest, SshOptions};
 use guestcluster::guest::{Command, Guest, keys};
 use guestcluster::sim::guest::state::GuestState;
@@ -19,8 +22,11 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use support::wait_for;
+use x509_parser::prelude::FromDer as _;
 
 const VERSION: &str = "4.22.7";
+const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+const SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
 
 fn kubeconfig_field(kubeconfig: &str, field: &str) -> String {
     let value: serde_json::Value =
@@ -54,7 +60,12 @@ async fn a_tunnelled_client_reaches_the_guest_api_at_guest_time() {
         cp.client().unwrap(),
         Options {
             root: root.path().join("sim"),
-            timings: Timings::fast(),
+            // Operators warm up for long enough that the CSRs are approved (and issued) before
+            // the cluster is Available: issuing must not keep the operators from moving.
+            timings: Timings {
+                operators: Duration::from_secs(5),
+                ..Timings::fast()
+            },
             kubeconfig: cp.kubeconfig_path().to_path_buf(),
             guestcluster_bin: env!("CARGO_BIN_EXE_guestcluster").into(),
             our_image_prefix: "quay.io/opdev/guestcluster".into(),
@@ -132,7 +143,7 @@ async fn a_tunnelled_client_reaches_the_guest_api_at_guest_time() {
         Arc::new(move || clock_sim.ctx.guests.guest_time(uid).unwrap_or_default());
     let client = api::client(ssh.clone(), &credentials, clock).unwrap();
 
-    // The API comes up once the kubelet runs; the cluster converges like a real one.
+    // The API comes up once the kubelet runs, with the kubelet's client and serving CSRs.
     let versions = Api::<DynamicObject>::all_with(
         client.clone(),
         &ApiResource::from_gvk_with_plural(
@@ -140,30 +151,101 @@ async fn a_tunnelled_client_reaches_the_guest_api_at_guest_time() {
             "clusterversions",
         ),
     );
+    let is_available = |obj: &DynamicObject| {
+        obj.data["status"]["conditions"]
+            .as_array()
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "Available" && c["status"] == "True")
+            })
+    };
+    let csrs: Api<CertificateSigningRequest> = Api::all(client.clone());
+    let pending = wait_for("both kubelet CSRs through the tunnel", || async {
+        let items = csrs.list(&ListParams::default()).await.ok()?.items;
+        let signed_by = |signer: &str| items.iter().any(|c| c.spec.signer_name == signer);
+        (signed_by(CLIENT_SIGNER) && signed_by(SERVING_SIGNER)).then_some(items)
+    })
+    .await;
+    assert_eq!(pending.len(), 2, "one CSR per kubelet signer");
+    assert!(
+        !is_available(&versions.get("version").await.unwrap()),
+        "the operators are still warming up when the CSRs are approved"
+    );
+
+    // The crc-agent approves them; the simulated kube-controller-manager issues certificates the
+    // API server accepts: the requested subject and key, signed by the CSR's signer.
+    let quick = Patience::new(Duration::from_millis(200), Duration::from_secs(30));
+    assert_eq!(approve_csrs(&client, quick).await.unwrap(), 2);
+    let issued = wait_for("certificates for the approved CSRs", || async {
+        let items = csrs.list(&ListParams::default()).await.ok()?.items;
+        items
+            .iter()
+            .all(|c| {
+                c.status
+                    .as_ref()
+                    .and_then(|s| s.certificate.as_ref())
+                    .is_some_and(|cert| !cert.0.is_empty())
+            })
+            .then_some(items)
+    })
+    .await;
+    let mut issuers = Vec::new();
+    for csr in &issued {
+        let pem = &csr.status.as_ref().unwrap().certificate.as_ref().unwrap().0;
+        let (rest, block) = x509_parser::pem::parse_x509_pem(pem).expect("a PEM block");
+        assert_eq!(block.label, "CERTIFICATE");
+        assert!(rest.iter().all(u8::is_ascii_whitespace), "one certificate");
+        let cert = block.parse_x509().expect("an X.509 certificate");
+        assert_eq!(
+            cert.subject().to_string(),
+            "CN=system:node:crc, O=system:nodes"
+        );
+        let (_, request) = x509_parser::pem::parse_x509_pem(&csr.spec.request.0).unwrap();
+        let (_, request) = x509_parser::certification_request::X509CertificationRequest::from_der(
+            &request.contents,
+        )
+        .unwrap();
+        assert_eq!(
+            cert.public_key().raw,
+            request.certification_request_info.subject_pki.raw,
+            "the certificate is for the requested key"
+        );
+        let usage = cert
+            .extended_key_usage()
+            .unwrap()
+            .expect("extended key usage")
+            .value;
+        match csr.spec.signer_name.as_str() {
+            CLIENT_SIGNER => assert!(usage.client_auth && !usage.server_auth),
+            _ => assert!(usage.server_auth && !usage.client_auth),
+        }
+        let issuer = cert.issuer().to_string();
+        assert!(issuer.contains(&csr.spec.signer_name), "{issuer}");
+        issuers.push(issuer);
+    }
+    assert_ne!(issuers[0], issuers[1], "each signer has its own CA");
+
+    // The cluster still converges like a real one: every operator, then the version, Available.
+    let operators = Api::<DynamicObject>::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("config.openshift.io", "v1", "ClusterOperator"),
+            "clusteroperators",
+        ),
+    );
+    wait_for("every ClusterOperator Available after the CSRs", || async {
+        let items = operators.list(&ListParams::default()).await.ok()?.items;
+        (items.len() == guestcluster::sim::openshift::cluster::OPERATORS.len()
+            && items.iter().all(is_available))
+        .then_some(())
+    })
+    .await;
     let available = wait_for("ClusterVersion Available through the tunnel", || async {
         let version = versions.get("version").await.ok()?;
-        let available = version.data["status"]["conditions"]
-            .as_array()?
-            .iter()
-            .any(|c| c["type"] == "Available" && c["status"] == "True");
-        available.then_some(version)
+        is_available(&version).then_some(version)
     })
     .await;
     assert_eq!(available.data["status"]["desired"]["version"], VERSION);
-    let csrs: Api<CertificateSigningRequest> = Api::all(client.clone());
-    let pending = csrs.list(&ListParams::default()).await.unwrap().items;
-    let signers: Vec<_> = pending
-        .iter()
-        .map(|c| c.spec.signer_name.as_str())
-        .collect();
-    assert!(
-        signers.contains(&"kubernetes.io/kube-apiserver-client-kubelet"),
-        "{signers:?}"
-    );
-    assert!(
-        signers.contains(&"kubernetes.io/kubelet-serving"),
-        "{signers:?}"
-    );
 
     // The same server judged at a clock 40 days on: its 30-day certificate has expired.
     let late_sim = guests.clone();

@@ -24,7 +24,6 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Precon
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use super::apply;
 use super::instance_gates::NamespaceState;
 use super::kind_supervisor::{
     Next, ObjectActor, ReconcileError, Related, RelatedEvents, related_events,
@@ -159,14 +158,35 @@ async fn release(
     };
     if let Some(instance) = lease_decide::instance_of(&live) {
         let instances: Api<ClusterInstance> = Api::namespaced(ctx.client.clone(), &ns);
-        apply::delete(&instances, instance)
-            .await
-            .map_err(|source| Error::Delete {
-                name: name.clone(),
-                what: format!("ClusterInstance {instance}"),
-                source,
-            })?;
-        tracing::info!(clusterlease = %name, namespace = %ns, clusterinstance = %instance, "bound instance deleted");
+        let err = |source| Error::Delete {
+            name: name.clone(),
+            what: format!("ClusterInstance {instance}"),
+            source,
+        };
+        // The pool reuses names: an instance created after the binding is a replacement that
+        // only shares the name, and is not ours to release.
+        let bound_time = live.status.as_ref().and_then(|s| s.bound_time.clone());
+        let target = instances.get_opt(instance).await.map_err(err)?.filter(|i| {
+            match (&i.metadata.creation_timestamp, &bound_time) {
+                (Some(created), Some(bound)) => created.0 <= bound.0,
+                _ => true,
+            }
+        });
+        if let Some(target) = target {
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: target.uid(),
+                    resource_version: None,
+                }),
+                ..DeleteParams::background()
+            };
+            match instances.delete(instance, &params).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                Err(source) => return Err(err(source)),
+            }
+            tracing::info!(clusterlease = %name, namespace = %ns, clusterinstance = %instance, "bound instance deleted");
+        }
     }
     let rest: Vec<String> = live
         .finalizers()

@@ -8,8 +8,9 @@
 //!   marked as a CA (as the Go operator issues it); WebPKI refuses a CA certificate as the end
 //!   entity, so the client accepts exactly the certificates in the kubeconfig's CA data, checked
 //!   for the host name and validity, with the handshake signature verified against them.
-//! - **`HTTPS_PROXY` is honoured** (with `NO_PROXY`): Route hosts of a management cluster are
-//!   often reachable only through a proxy, and the simulated router is one.
+//! - **A proxy is honoured** (`GUESTCLUSTER_ROUTE_PROXY`, else `HTTPS_PROXY`, with `NO_PROXY`):
+//!   Route hosts of a management cluster are often reachable only through a proxy, and the
+//!   simulated router is one.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,6 +42,9 @@ pub enum Error {
     ProbeTimeout { url: String, timeout: Duration },
 }
 
+/// Proxy for Route hosts only (the operator's own API traffic never uses it).
+pub const ROUTE_PROXY_ENV: &str = "GUESTCLUSTER_ROUTE_PROXY";
+
 /// How connections to Route hosts are made.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RouteAccess {
@@ -64,16 +68,18 @@ impl RouteAccess {
         }
     }
 
-    /// From `HTTPS_PROXY`/`https_proxy` and `NO_PROXY`/`no_proxy`.
+    /// From `GUESTCLUSTER_ROUTE_PROXY`, else `HTTPS_PROXY`/`https_proxy`, and
+    /// `NO_PROXY`/`no_proxy`. The dedicated variable exists because the kube client, when it
+    /// loads a kubeconfig, refuses any `HTTPS_PROXY` without its `http-proxy` feature.
     pub fn from_env() -> Self {
-        let var = |names: [&str; 2]| {
+        let var = |names: &[&str]| {
             names
-                .into_iter()
+                .iter()
                 .find_map(|n| std::env::var(n).ok().filter(|v| !v.trim().is_empty()))
         };
         Self {
-            proxy: var(["HTTPS_PROXY", "https_proxy"]).map(|p| strip_scheme(&p)),
-            no_proxy: var(["NO_PROXY", "no_proxy"])
+            proxy: var(&[ROUTE_PROXY_ENV, "HTTPS_PROXY", "https_proxy"]).map(|p| strip_scheme(&p)),
+            no_proxy: var(&["NO_PROXY", "no_proxy"])
                 .map(|v| {
                     v.split(',')
                         .map(|s| s.trim().trim_start_matches('*').to_owned())

@@ -1,32 +1,58 @@
 //! `guestcluster demo`: the whole flow on an embedded control plane, with progress output.
 //!
-//! Today the flow is: control plane → simulated cluster (KubeVirt, CDI, kubelet, guests) → a local
-//! mirror serving a CRC bundle → operator (leader-elected) → the bundle downloaded by the prep Job
-//! into a raw golden disk → the samples → the `kubectl get` view. Later issues extend it (builds,
-//! pools, instances) without changing how it is started.
+//! The flow: control plane → simulated cluster (KubeVirt, CDI, kubelet, CRC guests with their own
+//! API servers) and its router for passthrough Routes → a local mirror serving a CRC bundle → the
+//! operator (leader-elected) → the bundle downloaded by the prep Job into a raw golden disk → the
+//! sample namespace (with a pull secret) and pool of two → both instances Ready (disk clone, VM,
+//! crc-agent Job, guest API through the instance Route) → the `kubectl get` view → kubectl on a
+//! guest with the instance's published kubeconfig, through the router.
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, Patch, PatchParams};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::ResourceExt;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use tokio::sync::oneshot;
 
+use crate::actors::Context;
 use crate::actors::ObjectActor;
 use crate::actors::bundle::BundleActor;
-use crate::api::CRCBundle;
+use crate::actors::context::GuestSettings;
+use crate::actors::instance::InstanceActor;
+use crate::actors::pool::PoolActor;
+use crate::actors::root::{self, TreeConfig};
+use crate::api::instance::InstancePhase;
+use crate::api::{CRCBundle, ClusterInstance, ClusterPool};
+use crate::guest::route::RouteAccess;
 use crate::metrics::Metrics;
+use crate::operator::{http, leader};
 use crate::resources::bundle::JobSettings;
 use crate::sim::bundles;
 use crate::sim::file_server::{Fault, FileServer};
+use crate::sim::route_proxy::RouteProxy;
 use crate::testenv::{self, ControlPlane};
 use crate::{manifests, operator, sim};
 
 /// Namespace the demo runs the operator in.
 pub const OPERATOR_NAMESPACE: &str = "guestcluster-system";
 const FIELD_MANAGER: &str = "guestcluster-demo";
+/// The management cluster's apps domain: instance Route hosts are made under it.
+const INGRESS_DOMAIN: &str = "apps.mgmt.demo";
+/// The samples the demo applies, in order: the enabled namespace and the pool of two. The others
+/// (a standalone instance, a lease, an hcp pool, a build-sourced bundle) stay out so the demo runs
+/// two guests; apply them by hand with `--keep-running true`.
+const DEMO_SAMPLES: [&str; 2] = ["namespace.yaml", "clusterpool.yaml"];
+/// Namespace and name of the sample pool.
+const POOL_NAMESPACE: &str = "guestcluster-demo";
+const POOL_NAME: &str = "crc-pool";
+/// How many Ready instances the sample pool settles at (`minSize`).
+const POOL_SIZE: usize = 2;
 
 /// Errors that end the demo.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +66,11 @@ pub enum Error {
         path: String,
         source: std::io::Error,
     },
+    #[error("writing {path}: {source}")]
+    Write {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
     #[error("the operator stopped: {0}")]
@@ -48,6 +79,8 @@ pub enum Error {
     Timeout(Duration, String),
     #[error("running kubectl: {0}")]
     Kubectl(String),
+    #[error("{0}")]
+    Demo(String),
 }
 
 /// How the demo runs.
@@ -122,59 +155,63 @@ async fn drive(cp: &ControlPlane, opts: &Options, progress: &Progress) -> Result
     .await
     .map_err(|e| Error::Operator(e.to_string()))?;
     sim.serve_guest_apis(cp.apiserver_launcher());
+    let router = RouteProxy::start(client.clone())
+        .await
+        .map_err(|e| Error::Operator(format!("starting the router: {e}")))?;
+    ensure_ingress_domain(&client).await?;
+    progress.step(format!(
+        "the management cluster's router (passthrough Routes, as an HTTPS proxy) listens at {}; Route hosts are under *.{INGRESS_DOMAIN}",
+        router.url()
+    ));
 
     progress.step(format!(
-        "building CRC bundles {} (sealed guest disks, converted with qemu-img) for the local mirror",
-        DEMO_VERSIONS.join(" and ")
+        "building the CRC bundle {DEMO_VERSION} (a sealed guest disk, converted with qemu-img) for the local mirror"
     ));
     let mirror = Mirror::start(&sim_root.join("mirror")).await?;
-    for served in &mirror.bundles {
-        progress.step(format!("  serving {}", served.bundle_url));
-    }
+    progress.step(format!("  serving {}", mirror.bundle_url));
 
     progress.step(format!(
-        "starting the operator in namespace {OPERATOR_NAMESPACE} (leader election on)"
+        "starting the operator in namespace {OPERATOR_NAMESPACE} (leader election on; guest APIs reached through the router, as HTTPS_PROXY={} would)",
+        router.url()
     ));
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let (bound_tx, bound_rx) = oneshot::channel();
-    let options = operator::Options {
-        namespace: OPERATOR_NAMESPACE.to_owned(),
-        leader_elect: true,
-        identity: operator::default_identity(),
-        health_addr: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
-        metrics_addr: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
-        tree: Default::default(),
-        jobs: JobSettings {
-            image: format!("{JOB_IMAGE_REPO}:demo"),
-            prep_service_account: "default".to_owned(),
-        },
-    };
     let metrics = Metrics::default();
-    let op = tokio::spawn(operator::run(
-        client.clone(),
-        options,
-        metrics.clone(),
-        async {
-            let _ = stop_rx.await;
-        },
-        move |bound| {
-            let _ = bound_tx.send(bound);
-        },
+    let guests = GuestSettings {
+        route_access: RouteAccess::via_proxy(&router.url()),
+        ..GuestSettings::from_env()
+    };
+    let op = RunningOperator::start(&client, metrics.clone(), guests).await?;
+
+    let name = bundle_name(DEMO_VERSION);
+    progress.step(format!(
+        "creating CRCBundle {name} from the local mirror (the sample pool's crcVersion selects it)"
     ));
-    let bound = bound_rx
-        .await
-        .map_err(|_| Error::Operator("exited before listening".into()))?;
+    mirror.apply_bundle(&client).await?;
+    let bundles: Api<CRCBundle> = Api::all(client.clone());
+    progress.step(format!("waiting for the download of {name} (prep Job: download, verify, extract, qemu-img convert to raw, publish the key)"));
+    let settled = wait_until_settled(&bundles, &name, Duration::from_secs(300), progress).await?;
+    let status = settled.status.unwrap_or_default();
+    if status.phase != Some(crate::api::bundle::BundlePhase::Ready) {
+        return Err(Error::Demo(format!("CRCBundle {name} is not Ready")));
+    }
+    progress.step(format!(
+        "  {name} is Ready: OpenShift {}, raw disk sha256 {}, {} bytes virtual",
+        status.ocp_version.as_deref().unwrap_or("?"),
+        status.disk_sha256.as_deref().unwrap_or("?"),
+        status.disk_virtual_size.unwrap_or_default(),
+    ));
 
     progress.step(format!(
-        "creating CRCBundles {} from the local mirror (the sample pool uses the second)",
-        DEMO_VERSIONS.map(bundle_name).join(" and ")
+        "applying {} from {}, and Secret {POOL_NAMESPACE}/pull-secret (the pool's default pull secret)",
+        DEMO_SAMPLES.join(" and "),
+        opts.samples_dir.display()
     ));
-    mirror.apply_bundles(&client).await?;
-
-    progress.step(format!("applying {}", opts.samples_dir.display()));
-    let applied =
-        manifests::apply_all(&client, read_samples(&opts.samples_dir)?, FIELD_MANAGER).await?;
-    for obj in &applied {
+    let samples = read_samples(&opts.samples_dir, &DEMO_SAMPLES)?;
+    let applied = manifests::apply_all(&client, samples[..1].to_vec(), FIELD_MANAGER).await?;
+    ensure_pull_secret(&client).await?;
+    let applied = applied
+        .into_iter()
+        .chain(manifests::apply_all(&client, samples[1..].to_vec(), FIELD_MANAGER).await?);
+    for obj in applied {
         let kind = obj.types.as_ref().map(|t| t.kind.as_str()).unwrap_or("?");
         let ns = obj
             .metadata
@@ -188,53 +225,16 @@ async fn drive(cp: &ControlPlane, opts: &Options, progress: &Progress) -> Result
         ));
     }
 
-    progress.step("waiting for the operator to observe every CRCBundle");
-    let bundles: Api<CRCBundle> = Api::all(client.clone());
-    wait_until_observed(&bundles, Duration::from_secs(120), progress).await?;
-    for version in DEMO_VERSIONS {
-        let name = bundle_name(version);
-        progress.step(format!("waiting for the download of {name} (prep Job: download, verify, extract, qemu-img convert to raw, publish the key)"));
-        let settled =
-            wait_until_settled(&bundles, &name, Duration::from_secs(300), progress).await?;
-        if let Some(status) = &settled.status {
-            progress.step(format!(
-                "  {name} is {:?}: OpenShift {}, raw disk sha256 {}, {} bytes virtual",
-                status
-                    .phase
-                    .unwrap_or(crate::api::bundle::BundlePhase::Pending),
-                status.ocp_version.as_deref().unwrap_or("?"),
-                status.disk_sha256.as_deref().unwrap_or("?"),
-                status.disk_virtual_size.unwrap_or_default(),
-            ));
-        }
-    }
+    progress.step(format!(
+        "waiting for ClusterPool {POOL_NAMESPACE}/{POOL_NAME} to have {POOL_SIZE} Ready instances (each: root disk cloned from the golden disk, VM started, crc-agent Job configures the guest, guest API probed through its Route)"
+    ));
+    let ready = wait_for_pool(&client, Duration::from_secs(900), progress).await?;
 
     println!();
     print_kubectl(
         cp,
-        &[
-            "get",
-            "crcbundles,clusterpools,clusterinstances,clusterleases",
-            "-A",
-        ],
+        &["get", "crcbundles,clusterpools,clusterinstances", "-A"],
     )?;
-    println!();
-    print_kubectl(
-        cp,
-        &[
-            "get",
-            "crcbundles",
-            "-o",
-            "custom-columns=NAME:.metadata.name,SOURCE:.status.source,READY:.status.conditions[?(@.type==\"Ready\")].status,REASON:.status.conditions[?(@.type==\"Ready\")].reason,MESSAGE:.status.conditions[?(@.type==\"Ready\")].message",
-        ],
-    )?;
-    println!();
-    println!(
-        "operator: {} bundle actor(s); probes at http://{}/readyz, metrics at http://{}/metrics",
-        metrics.live_actors(BundleActor::KIND),
-        bound.health.map(|a| a.to_string()).unwrap_or_default(),
-        bound.metrics.map(|a| a.to_string()).unwrap_or_default(),
-    );
     println!();
     print_kubectl(
         cp,
@@ -243,51 +243,195 @@ async fn drive(cp: &ControlPlane, opts: &Options, progress: &Progress) -> Result
             "clusterinstances",
             "-A",
             "-o",
-            "custom-columns=NAMESPACE:.metadata.namespace,NAME:.metadata.name,PHASE:.status.phase,PROVISIONING:.status.conditions[?(@.type==\"ProvisioningAllowed\")].reason,PLATFORM:.status.conditions[?(@.type==\"HyperConvergedReady\")].reason,READY:.status.conditions[?(@.type==\"Ready\")].reason",
+            "custom-columns=NAMESPACE:.metadata.namespace,NAME:.metadata.name,PHASE:.status.phase,OCP:.status.ocpVersion,API:.status.apiEndpoint,KUBECONFIG:.status.kubeconfigSecretRef.name,READY:.status.conditions[?(@.type==\"Ready\")].reason",
         ],
     )?;
     println!();
     println!(
-        "not yet reconciled in this version: the CRC backing of instances (they stop at CRCBackingPending), pool scale-down, leases, and the build source"
+        "operator: {} bundle, {} pool and {} instance actor(s); probes at http://{}/readyz, metrics at http://{}/metrics",
+        metrics.live_actors(BundleActor::KIND),
+        metrics.live_actors(PoolActor::KIND),
+        metrics.live_actors(InstanceActor::KIND),
+        op.health,
+        op.metrics,
+    );
+
+    let first = &ready[0];
+    let kubeconfig_file = write_guest_kubeconfig(&client, cp.state_dir(), first).await?;
+    let kubectl = cp.bin_dir().join("kubectl");
+    println!();
+    println!(
+        "Using a guest: {} published its kubeconfig in Secret {POOL_NAMESPACE}/{} (key `kubeconfig`); its server is the instance Route {}, reached through the router. Written to {} (removed when the demo stops):",
+        first.name_any(),
+        crate::resources::instance::kubeconfig_secret_name(&first.name_any()),
+        first
+            .status
+            .as_ref()
+            .and_then(|s| s.api_endpoint.as_deref())
+            .unwrap_or("?"),
+        kubeconfig_file.display()
     );
     println!();
+    println!(
+        "  kubectl -n {POOL_NAMESPACE} get secret {} -o jsonpath='{{.data.kubeconfig}}' | base64 -d > {}",
+        crate::resources::instance::kubeconfig_secret_name(&first.name_any()),
+        kubeconfig_file.display()
+    );
+    let guest_args = [
+        "--kubeconfig".to_owned(),
+        kubeconfig_file.display().to_string(),
+        "get".to_owned(),
+        "clusteroperators".to_owned(),
+    ];
+    println!(
+        "  HTTPS_PROXY={} {} {}",
+        router.url(),
+        kubectl.display(),
+        guest_args.join(" ")
+    );
+    println!();
+    println!(
+        "$ HTTPS_PROXY={} kubectl {}",
+        router.url(),
+        guest_args.join(" ")
+    );
+    let out = std::process::Command::new(&kubectl)
+        .args(&guest_args)
+        .env("HTTPS_PROXY", router.url())
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .output()
+        .map_err(|e| Error::Kubectl(e.to_string()))?;
+    if !out.status.success() {
+        return Err(Error::Kubectl(format!(
+            "against guest {}: {}",
+            first.name_any(),
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    println!();
+
     let keep_running = opts
         .keep_running
         .unwrap_or_else(|| std::io::stdout().is_terminal());
     if keep_running {
         println!("export KUBECONFIG={}", cp.kubeconfig_path().display());
         println!("export PATH={}:$PATH", cp.bin_dir().display());
-        println!("\nThe control plane and operator keep running; press Ctrl-C to stop.");
+        println!(
+            "# a guest: HTTPS_PROXY={} kubectl --kubeconfig {} get nodes",
+            router.url(),
+            kubeconfig_file.display()
+        );
+        println!("\nThe control plane, guests and operator keep running; press Ctrl-C to stop.");
         operator::shutdown_signal().await;
     } else {
         println!(
-            "To keep the control plane and operator up and use kubectl on them, run `make demo`"
+            "To keep the control plane, guests and operator up and use kubectl on them, run `make demo`"
         );
         println!("in a terminal, or `cargo run -- demo --keep-running true`.");
     }
-    let _ = stop_tx.send(());
+    let stopped = op.stop().await;
     sim.shutdown().await;
-    match op.await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(err)) => Err(Error::Operator(err.to_string())),
-        Err(err) => Err(Error::Operator(err.to_string())),
+    drop(router);
+    stopped
+}
+
+/// The operator as `guestcluster operator` runs it — probes, metrics, leader election, the
+/// supervision tree — in this process, with the router as its way to Route hosts. (A separate
+/// operator process would get that from `HTTPS_PROXY`.)
+struct RunningOperator {
+    health: SocketAddr,
+    metrics: SocketAddr,
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), Error>>,
+}
+
+impl RunningOperator {
+    async fn start(
+        client: &kube::Client,
+        metrics: Metrics,
+        guests: GuestSettings,
+    ) -> Result<RunningOperator, Error> {
+        let ctx = Context::build(
+            client.clone(),
+            OPERATOR_NAMESPACE,
+            metrics,
+            JobSettings {
+                image: format!("{JOB_IMAGE_REPO}:demo"),
+                prep_service_account: "default".to_owned(),
+            },
+            Default::default(),
+            guests,
+        );
+        let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+        let listen_err = |e: std::io::Error| Error::Operator(format!("listening: {e}"));
+        let leading = Arc::new(AtomicBool::new(false));
+        let probes = http::probes(http::ProbeState {
+            ctx: ctx.clone(),
+            leading: leading.clone(),
+            kinds: root::KIND_NAMES,
+        });
+        let (health, health_task) = http::serve(loopback, probes).await.map_err(listen_err)?;
+        let (metrics, metrics_task) = http::serve(loopback, http::metrics(ctx.clone()))
+            .await
+            .map_err(listen_err)?;
+        let elector = leader::Elector::new(
+            client.clone(),
+            leader::Config::new(OPERATOR_NAMESPACE, operator::default_identity()),
+        );
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let result = async {
+                let leader_err = |e: leader::Error| Error::Operator(e.to_string());
+                elector.acquire().await.map_err(leader_err)?;
+                leading.store(true, Ordering::Relaxed);
+                let tree = root::start(ctx, TreeConfig::default())
+                    .await
+                    .map_err(|e| Error::Operator(e.to_string()))?;
+                let lost = tokio::select! {
+                    lost = elector.hold() => Some(lost),
+                    _ = stopped => None,
+                };
+                let _ = tree
+                    .stop_and_wait(Some("demo shutdown".into()), Some(Duration::from_secs(10)))
+                    .await;
+                match lost {
+                    Some(lost) => Err(leader_err(lost)),
+                    None => elector.release().await.map_err(leader_err),
+                }
+            }
+            .await;
+            health_task.abort();
+            metrics_task.abort();
+            result
+        });
+        Ok(RunningOperator {
+            health,
+            metrics,
+            stop,
+            task,
+        })
+    }
+
+    async fn stop(self) -> Result<(), Error> {
+        let _ = self.stop.send(());
+        match self.task.await {
+            Ok(result) => result,
+            Err(err) => Err(Error::Operator(err.to_string())),
+        }
     }
 }
 
-fn read_samples(dir: &Path) -> Result<Vec<kube::api::DynamicObject>, Error> {
-    let read_err = |path: &Path| {
-        let path = path.display().to_string();
-        move |source| Error::Read { path, source }
-    };
-    let mut paths: Vec<_> = std::fs::read_dir(dir)
-        .map_err(read_err(dir))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
-    paths.sort();
+/// The named samples, parsed, in the given order.
+fn read_samples(dir: &Path, names: &[&str]) -> Result<Vec<DynamicObject>, Error> {
     let mut objects = Vec::new();
-    for path in paths {
-        let text = std::fs::read_to_string(&path).map_err(read_err(&path))?;
+    for name in names {
+        let path = dir.join(name);
+        let text = std::fs::read_to_string(&path).map_err(|source| Error::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
         objects.extend(manifests::parse(&text)?);
     }
     Ok(objects)
@@ -302,41 +446,149 @@ async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<(), Error
     Ok(())
 }
 
-async fn wait_until_observed(
-    api: &Api<CRCBundle>,
+/// `ingresses.config.openshift.io/cluster` with the management cluster's apps domain, which
+/// instance Route hosts are made under.
+async fn ensure_ingress_domain(client: &kube::Client) -> Result<(), Error> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("config.openshift.io", "v1", "Ingress"),
+        "ingresses",
+    );
+    let ingress = serde_json::json!({
+        "apiVersion": "config.openshift.io/v1", "kind": "Ingress",
+        "metadata": {"name": "cluster"}, "spec": {"domain": INGRESS_DOMAIN}
+    });
+    Api::<DynamicObject>::all_with(client.clone(), &resource)
+        .patch(
+            "cluster",
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&ingress),
+        )
+        .await?;
+    Ok(())
+}
+
+/// The pool namespace's `pull-secret`, which instances hand to their guests (a placeholder
+/// registry credential: the simulated guests pull nothing).
+async fn ensure_pull_secret(client: &kube::Client) -> Result<(), Error> {
+    let secret = serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "pull-secret", "namespace": POOL_NAMESPACE},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": "{\"auths\":{\"quay.io\":{\"auth\":\"ZGVtbzpkZW1v\"}}}"}
+    });
+    Api::<Secret>::namespaced(client.clone(), POOL_NAMESPACE)
+        .patch(
+            "pull-secret",
+            &PatchParams::apply(FIELD_MANAGER),
+            &Patch::Apply(secret),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Waits until the sample pool has [`POOL_SIZE`] Ready instances, printing each change of an
+/// instance's phase and Ready condition, and of the pool's counts. Returns the Ready instances
+/// by name.
+async fn wait_for_pool(
+    client: &kube::Client,
     deadline: Duration,
     progress: &Progress,
-) -> Result<(), Error> {
+) -> Result<Vec<ClusterInstance>, Error> {
+    let instances: Api<ClusterInstance> = Api::namespaced(client.clone(), POOL_NAMESPACE);
+    let pools: Api<ClusterPool> = Api::namespaced(client.clone(), POOL_NAMESPACE);
     let start = Instant::now();
-    let mut reported = std::collections::BTreeSet::new();
+    let mut last = std::collections::BTreeMap::<String, String>::new();
+    let mut last_pool = String::new();
     loop {
-        let list = api.list(&Default::default()).await?;
-        let mut pending = Vec::new();
-        for b in &list.items {
-            let name = b.metadata.name.clone().unwrap_or_default();
-            let observed = b.status.as_ref().and_then(|s| s.observed_generation);
-            if observed.is_some() && observed == b.metadata.generation {
-                if reported.insert(name.clone()) {
-                    progress.step(format!(
-                        "  CRCBundle {name} observed at generation {}",
-                        observed.unwrap_or_default()
-                    ));
-                }
-            } else {
-                pending.push(name);
+        if let Some(status) = pools.get_opt(POOL_NAME).await?.and_then(|p| p.status) {
+            let line = format!(
+                "  ClusterPool {POOL_NAME}: {} instance(s), {} available, {} leased",
+                status.total_instances.unwrap_or_default(),
+                status.available_instances.unwrap_or_default(),
+                status.leased_instances.unwrap_or_default(),
+            );
+            if line != last_pool {
+                progress.step(&line);
+                last_pool = line;
             }
         }
-        if pending.is_empty() {
-            return Ok(());
+        let mut list = instances.list(&Default::default()).await?.items;
+        list.sort_by_key(|i| i.name_any());
+        for instance in &list {
+            let name = instance.name_any();
+            let status = instance.status.clone().unwrap_or_default();
+            let phase = status
+                .phase
+                .map(|p| format!("{p:?}"))
+                .unwrap_or_else(|| "-".to_owned());
+            let ready = crate::api::conditions::find(
+                &status.conditions,
+                crate::api::conditions::types::READY,
+            );
+            let line = match ready {
+                Some(c) if c.message.is_empty() => format!("{phase} ({})", c.reason),
+                Some(c) => format!("{phase} ({}): {}", c.reason, c.message),
+                None => phase,
+            };
+            if last.get(&name) != Some(&line) {
+                progress.step(format!("  {name}: {line}"));
+                last.insert(name, line);
+            }
+        }
+        let ready: Vec<ClusterInstance> = list
+            .into_iter()
+            .filter(|i| i.status.as_ref().and_then(|s| s.phase) == Some(InstancePhase::Ready))
+            .collect();
+        if ready.len() >= POOL_SIZE {
+            progress.step(format!(
+                "  {} Ready: {}",
+                ready.len(),
+                ready
+                    .iter()
+                    .map(|i| i.name_any())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            return Ok(ready);
         }
         if start.elapsed() > deadline {
             return Err(Error::Timeout(
                 deadline,
-                format!("CRCBundles to be observed: {}", pending.join(", ")),
+                format!("{POOL_SIZE} Ready instances of ClusterPool {POOL_NAME}"),
             ));
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// Writes `instance`'s published kubeconfig to `<dir>/<instance>.kubeconfig`.
+async fn write_guest_kubeconfig(
+    client: &kube::Client,
+    dir: &Path,
+    instance: &ClusterInstance,
+) -> Result<PathBuf, Error> {
+    let name = instance.name_any();
+    let secret_name = instance
+        .status
+        .as_ref()
+        .and_then(|s| s.kubeconfig_secret_ref.as_ref())
+        .map(|r| r.name.clone())
+        .unwrap_or_else(|| crate::resources::instance::kubeconfig_secret_name(&name));
+    let secret = Api::<Secret>::namespaced(client.clone(), POOL_NAMESPACE)
+        .get(&secret_name)
+        .await?;
+    let Some(ByteString(kubeconfig)) = secret.data.and_then(|mut d| d.remove("kubeconfig")) else {
+        return Err(Error::Demo(format!(
+            "Secret {POOL_NAMESPACE}/{secret_name} has no kubeconfig"
+        )));
+    };
+    let path = dir.join(format!("{name}.kubeconfig"));
+    let write_err = |source| Error::Write {
+        path: path.display().to_string(),
+        source,
+    };
+    std::fs::write(&path, kubeconfig).map_err(write_err)?;
+    Ok(path)
 }
 
 fn print_kubectl(cp: &ControlPlane, args: &[&str]) -> Result<(), Error> {
@@ -358,8 +610,8 @@ fn print_kubectl(cp: &ControlPlane, args: &[&str]) -> Result<(), Error> {
 /// Repository of the operator's Job image in the demo; the simulated kubelet runs pods of it as
 /// this very binary.
 const JOB_IMAGE_REPO: &str = "quay.io/opdev/guestcluster";
-/// The versions the samples use: the standalone instance's and the pool's.
-const DEMO_VERSIONS: [&str; 2] = ["4.16.0", "4.22.7"];
+/// The version the sample pool's `crcVersion` asks for.
+const DEMO_VERSION: &str = "4.22.7";
 
 fn bundle_name(version: &str) -> String {
     format!("crc-{version}-amd64")
@@ -368,11 +620,6 @@ fn bundle_name(version: &str) -> String {
 /// The local stand-in for mirror.openshift.com.
 struct Mirror {
     _files: FileServer,
-    bundles: Vec<Served>,
-}
-
-struct Served {
-    version: &'static str,
     bundle_url: String,
     sha256_url: String,
 }
@@ -382,50 +629,46 @@ impl Mirror {
         let files = FileServer::start(std::net::IpAddr::from([127, 0, 0, 1]))
             .await
             .map_err(|e| Error::Operator(format!("starting the mirror: {e}")))?;
-        let mut served = Vec::new();
-        for version in DEMO_VERSIONS {
-            let bundle = bundles::build(&dir.join(version), &bundles::BundleSpec::new(version))
-                .map_err(|e| Error::Operator(format!("building the demo bundle {version}: {e}")))?;
-            let prefix = format!("pub/openshift-v4/clients/crc/bundles/openshift/{version}");
-            served.push(Served {
-                version,
-                bundle_url: files.publish(
-                    &format!("{prefix}/{}", bundle.file_name),
-                    bundle.archive.clone(),
-                    Fault::None,
-                ),
-                sha256_url: files.publish(
-                    &format!("{prefix}/sha256sum.txt"),
-                    bundle.sha256sum_txt.clone(),
-                    Fault::None,
-                ),
-            });
-        }
+        let bundle = bundles::build(
+            &dir.join(DEMO_VERSION),
+            &bundles::BundleSpec::new(DEMO_VERSION),
+        )
+        .map_err(|e| Error::Operator(format!("building the demo bundle {DEMO_VERSION}: {e}")))?;
+        let prefix = format!("pub/openshift-v4/clients/crc/bundles/openshift/{DEMO_VERSION}");
+        let bundle_url = files.publish(
+            &format!("{prefix}/{}", bundle.file_name),
+            bundle.archive.clone(),
+            Fault::None,
+        );
+        let sha256_url = files.publish(
+            &format!("{prefix}/sha256sum.txt"),
+            bundle.sha256sum_txt.clone(),
+            Fault::None,
+        );
         Ok(Mirror {
             _files: files,
-            bundles: served,
+            bundle_url,
+            sha256_url,
         })
     }
 
-    /// The bundles the samples need, pointed at this mirror (own field manager, so applying the
-    /// samples, or a pool creating its bundle, keeps the URLs).
-    async fn apply_bundles(&self, client: &kube::Client) -> Result<(), Error> {
-        for served in &self.bundles {
-            let name = bundle_name(served.version);
-            let bundle = serde_json::json!({
-                "apiVersion": crate::api::API_VERSION,
-                "kind": "CRCBundle",
-                "metadata": {"name": name},
-                "spec": {"version": served.version, "bundleURL": served.bundle_url, "sha256URL": served.sha256_url, "goldenVolumeSize": "1Gi"},
-            });
-            Api::<CRCBundle>::all(client.clone())
-                .patch(
-                    &name,
-                    &PatchParams::apply("guestcluster-demo-mirror"),
-                    &Patch::Apply(bundle),
-                )
-                .await?;
-        }
+    /// The bundle the sample pool needs, pointed at this mirror; the pool finds it by name
+    /// instead of creating one for the internet.
+    async fn apply_bundle(&self, client: &kube::Client) -> Result<(), Error> {
+        let name = bundle_name(DEMO_VERSION);
+        let bundle = serde_json::json!({
+            "apiVersion": crate::api::API_VERSION,
+            "kind": "CRCBundle",
+            "metadata": {"name": name},
+            "spec": {"version": DEMO_VERSION, "bundleURL": self.bundle_url, "sha256URL": self.sha256_url, "goldenVolumeSize": "1Gi"},
+        });
+        Api::<CRCBundle>::all(client.clone())
+            .patch(
+                &name,
+                &PatchParams::apply("guestcluster-demo-mirror"),
+                &Patch::Apply(bundle),
+            )
+            .await?;
         Ok(())
     }
 }

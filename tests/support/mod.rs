@@ -2,6 +2,7 @@
 //! a deadline, the samples, kubectl, and the operator as a child process.
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod crc;
 pub mod world;
 
 use std::future::Future;
@@ -185,6 +186,16 @@ impl Operator {
 
     /// Starts an operator whose leader identity begins with `name`.
     pub async fn start_named(namespace: &str, name: &str) -> Self {
+        Self::start_with(namespace, name, &[], &[]).await
+    }
+
+    /// [`Operator::start_named`] with extra arguments and environment.
+    pub async fn start_with(
+        namespace: &str,
+        name: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let cp = control_plane().await;
         let dir = tempfile::tempdir().expect("temp dir");
         let log = dir.path().join("operator.log");
@@ -197,6 +208,8 @@ impl Operator {
             .env("KUBECONFIG", cp.kubeconfig_path())
             .env("POD_NAME", name)
             .env("RUST_LOG", "info")
+            .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()
@@ -238,6 +251,27 @@ impl Operator {
         })
         .await;
         status.code()
+    }
+}
+
+impl Operator {
+    /// Kills the process at once (SIGKILL): no graceful stop, no lease release.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// The process's peak resident memory (`VmHWM`) in KiB, while it runs.
+    pub fn peak_rss_kib(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()
     }
 }
 

@@ -3,7 +3,8 @@
 //! that move OpenShift objects the way a real single-node cluster would:
 //!
 //! - kubelet CSRs (client and serving) appear when the kubelet starts, and are issued once
-//!   approved;
+//!   approved: a real certificate for the requested subject and key, signed by a CA of the CSR's
+//!   signer, as the kube-controller-manager does;
 //! - ClusterOperators and the ClusterVersion become Available once the kubelet has run for
 //!   `Timings.operators` and the guest's certificates are valid *by guest time*;
 //! - MachineConfig changes roll out: the pool goes Updating, the files land in the guest after
@@ -31,12 +32,28 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 use sha2::Digest as _;
 
-use super::pki::GuestPki;
+use super::pki::{CsrSigner, GuestPki};
 use crate::sim::Timings;
 use crate::sim::guest::state::paths;
 use crate::testenv::{ApiServerLauncher, ExtraApiServer, ExtraApiServerSpec};
 
 const MANAGER: &str = "guestcluster-sim-openshift";
+/// The signers of the kubelet's own CSRs (client, then serving).
+const KUBELET_SIGNERS: [&str; 2] = [
+    "kubernetes.io/kube-apiserver-client-kubelet",
+    "kubernetes.io/kubelet-serving",
+];
+/// The signers the kube-controller-manager issues certificates for.
+const CONTROLLER_SIGNERS: [&str; 4] = [
+    "kubernetes.io/kube-apiserver-client",
+    "kubernetes.io/kube-apiserver-client-kubelet",
+    "kubernetes.io/kubelet-serving",
+    "kubernetes.io/legacy-unknown",
+];
+/// The user the kubelet's CSRs are for.
+const KUBELET_USER: &str = "system:node:crc";
+/// How long issued certificates are valid (the cluster signing duration), in seconds.
+const SIGNING_DURATION: i64 = 30 * 86_400;
 /// The cluster operators a CRC guest reports and the crc-agent waits for (and a few more).
 pub const OPERATORS: [&str; 8] = [
     "authentication",
@@ -171,6 +188,9 @@ impl GuestCluster {
             client_ca_file: spec.dir.join("client-ca.crt"),
             kubelet_since: None,
             csr_epoch: None,
+            csr_pending: Vec::new(),
+            csr_signers: BTreeMap::new(),
+            failures: BTreeMap::new(),
             rollouts: BTreeMap::new(),
         }));
         Ok(GuestCluster {
@@ -368,6 +388,12 @@ struct Controllers {
     kubelet_since: Option<Instant>,
     /// The kubelet start for which CSRs were created.
     csr_epoch: Option<Instant>,
+    /// Signers whose kubelet CSR for `csr_epoch` is still to be created.
+    csr_pending: Vec<&'static str>,
+    /// The simulated kube-controller-manager's signers, made on first use.
+    csr_signers: BTreeMap<String, CsrSigner>,
+    /// The last error of each controller sub-step that is failing, to log each error once.
+    failures: BTreeMap<&'static str, String>,
     /// MachineConfigPool rollouts in progress: rendered config name → when it started.
     rollouts: BTreeMap<String, Instant>,
 }
@@ -376,29 +402,56 @@ async fn run_controllers(mut c: Controllers) {
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     loop {
         tick.tick().await;
-        if let Err(err) = c.step().await {
-            tracing::debug!("guest cluster controllers: {err}");
-        }
+        c.step().await;
     }
 }
 
 impl Controllers {
-    /// One level-triggered pass over everything the controllers own.
-    async fn step(&mut self) -> Result<(), Error> {
+    /// One level-triggered pass over everything the controllers own. The sub-steps are
+    /// independent: one that fails (an unreachable API, an object the API server refuses) is
+    /// logged and retried on the next pass, and never holds up the others.
+    async fn step(&mut self) {
         let running = self.guest.kubelet_running();
         self.kubelet_since = match (running, self.kubelet_since) {
             (true, None) => Some(Instant::now()),
             (true, since) => since,
             (false, _) => None,
         };
-        self.sync_client_ca().await?;
-        self.named_certificates().await?;
-        self.mirror_pull_secret().await?;
-        self.kubelet_csrs().await?;
-        let available = self.operators().await?;
-        self.cluster_version(available).await?;
-        self.machine_configs().await?;
-        Ok(())
+        let result = self.sync_client_ca().await;
+        self.outcome("client CA", result);
+        let result = self.named_certificates().await;
+        self.outcome("named certificates", result);
+        let result = self.mirror_pull_secret().await;
+        self.outcome("pull secret", result);
+        let result = self.kubelet_csrs().await;
+        self.outcome("kubelet CSRs", result);
+        let result = self.operators().await;
+        self.outcome("cluster operators", result);
+        let result = self.cluster_version().await;
+        self.outcome("cluster version", result);
+        let result = self.machine_configs().await;
+        self.outcome("machine configs", result);
+    }
+
+    /// Logs a sub-step's failure when it starts or changes (and at debug level on each repeat),
+    /// and its recovery.
+    fn outcome(&mut self, step: &'static str, result: Result<(), Error>) {
+        match result {
+            Ok(()) => {
+                if self.failures.remove(step).is_some() {
+                    tracing::info!(step, "guest cluster controller recovered");
+                }
+            }
+            Err(err) => {
+                let err = err.to_string();
+                if self.failures.get(step) == Some(&err) {
+                    tracing::debug!(step, "guest cluster controller still failing: {err}");
+                } else {
+                    tracing::warn!(step, "guest cluster controller failed: {err}");
+                    self.failures.insert(step, err);
+                }
+            }
+        }
     }
 
     async fn sync_client_ca(&mut self) -> Result<(), Error> {
@@ -566,63 +619,137 @@ impl Controllers {
         Ok(())
     }
 
-    /// Kubelet client and serving CSRs appear on each kubelet start; approved ones are issued and
-    /// renew the guest's kubelet certificates.
+    /// Kubelet client and serving CSRs appear on each kubelet start; approved ones are issued
+    /// (and the kubelet ones renew the guest's kubelet certificates). Each CSR is handled on its
+    /// own: one that cannot be issued is marked Failed, as the kube-controller-manager does, and
+    /// one the API server refuses is retried on the next pass without holding up the others.
     async fn kubelet_csrs(&mut self) -> Result<(), Error> {
         let api: Api<CertificateSigningRequest> = Api::all(self.client.clone());
         if let Some(since) = self.kubelet_since
             && self.csr_epoch != Some(since)
         {
-            for (signer, cn) in [
-                (
-                    "kubernetes.io/kube-apiserver-client-kubelet",
-                    "system:node:crc",
-                ),
-                ("kubernetes.io/kubelet-serving", "system:node:crc"),
-            ] {
-                let csr = kubelet_csr(signer, cn).map_err(|e| Error::Client(e.to_string()))?;
-                api.create(&PostParams::default(), &csr).await?;
-            }
             self.csr_epoch = Some(since);
+            self.csr_pending = KUBELET_SIGNERS.to_vec();
+        }
+        if self.kubelet_since.is_none() {
+            self.csr_pending.clear();
+        }
+        let mut first_error = None;
+        for signer in std::mem::take(&mut self.csr_pending) {
+            let created = match kubelet_csr(signer, KUBELET_USER) {
+                Ok(csr) => api
+                    .create(&PostParams::default(), &csr)
+                    .await
+                    .map(drop)
+                    .map_err(Error::Kube),
+                Err(e) => Err(Error::Client(e.to_string())),
+            };
+            if let Err(err) = created {
+                first_error.get_or_insert(err);
+                self.csr_pending.push(signer);
+            }
         }
         for csr in api.list(&ListParams::default()).await? {
-            let status = csr.status.clone().unwrap_or_default();
-            let approved = status
+            if let Err(err) = self.issue(&api, &csr).await {
+                let name = csr.metadata.name.as_deref().unwrap_or_default();
+                first_error.get_or_insert(Error::Client(format!("CSR {name}: {err}")));
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Issues one CSR if it is approved, not yet issued, and for a signer the
+    /// kube-controller-manager runs.
+    async fn issue(
+        &mut self,
+        api: &Api<CertificateSigningRequest>,
+        csr: &CertificateSigningRequest,
+    ) -> Result<(), Error> {
+        let status = csr.status.clone().unwrap_or_default();
+        let is = |type_: &str| {
+            status
                 .conditions
                 .iter()
                 .flatten()
-                .any(|c| c.type_ == "Approved" && c.status == "True");
-            if approved && status.certificate.is_none() {
-                let now = self.guest.guest_now();
-                self.guest.renew_kubelet_certificates(now, 30);
-                let name = csr.metadata.name.clone().unwrap_or_default();
-                let issued = json!({"status": {"certificate": base64::engine::general_purpose::STANDARD.encode(b"issued by the simulated kube-controller-manager")}});
-                api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&issued))
-                    .await?;
+                .any(|c| c.type_ == type_ && c.status == "True")
+        };
+        let signer = csr.spec.signer_name.as_str();
+        if !is("Approved")
+            || is("Denied")
+            || is("Failed")
+            || status.certificate.is_some()
+            || !CONTROLLER_SIGNERS.contains(&signer)
+        {
+            return Ok(());
+        }
+        let name = csr.metadata.name.clone().unwrap_or_default();
+        let now = self.guest.guest_now();
+        // Like the kube-controller-manager: backdated a little, for the cluster's signing
+        // duration or the shorter one the CSR asks for (at least ten minutes).
+        let lifetime = csr.spec.expiration_seconds.map_or(SIGNING_DURATION, |s| {
+            i64::from(s).clamp(600, SIGNING_DURATION)
+        });
+        let signed = match self.csr_signers.entry(signer.to_owned()) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => e.insert(CsrSigner::generate(signer)?),
+        }
+        .sign(
+            &csr.spec.request.0,
+            &csr.spec.usages.clone().unwrap_or_default(),
+            now - 300,
+            now + lifetime,
+        );
+        let body = match signed {
+            Ok(pem) => {
+                json!({"status": {"certificate": base64::engine::general_purpose::STANDARD.encode(pem)}})
             }
+            Err(err @ super::pki::Error::Request(_)) => {
+                tracing::warn!(csr = %name, signer, "cannot issue the approved CSR: {err}");
+                let mut conditions = status.conditions.clone().unwrap_or_default();
+                let failed = json!({"type": "Failed", "status": "True", "reason": "SignerValidationFailure",
+                    "message": err.to_string(), "lastUpdateTime": now_rfc3339(), "lastTransitionTime": now_rfc3339()});
+                conditions.push(
+                    serde_json::from_value(failed).map_err(|e| Error::Client(e.to_string()))?,
+                );
+                json!({"status": {"conditions": conditions}})
+            }
+            Err(err) => return Err(err.into()),
+        };
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
+            .await?;
+        if body["status"]["certificate"].is_string() && KUBELET_SIGNERS.contains(&signer) {
+            self.guest
+                .renew_kubelet_certificates(now, SIGNING_DURATION / 86_400);
         }
         Ok(())
     }
 
-    async fn operators(&self) -> Result<bool, Error> {
+    /// Whether the cluster is Available now, with the reason and message the operators report.
+    fn availability(&self) -> (bool, &'static str, &'static str) {
         let warmed = self
             .kubelet_since
             .is_some_and(|since| since.elapsed() >= self.timings.operators);
         let certs = self.guest.certificates_valid();
-        let (available, reason, message) = match (warmed, certs) {
-            (true, true) => (true, "AsExpected", "All is well".to_owned()),
+        match (warmed, certs) {
+            (true, true) => (true, "AsExpected", "All is well"),
             (_, false) => (
                 false,
                 "CertificatesExpired",
-                "certificates are not valid at guest time".to_owned(),
+                "certificates are not valid at guest time",
             ),
             (false, true) => (
                 false,
                 "KubeletNotReady",
-                "waiting for the kubelet and static pods".to_owned(),
+                "waiting for the kubelet and static pods",
             ),
-        };
+        }
+    }
+
+    /// Each ClusterOperator's conditions; one that cannot be updated does not hold up the others.
+    async fn operators(&self) -> Result<(), Error> {
+        let (available, reason, message) = self.availability();
         let api = config_api(&self.client, "ClusterOperator", "clusteroperators");
+        let mut first_error = None;
         for op in OPERATORS {
             // Only the kube-apiserver operator rolls out the serving certificates.
             let progressing = op == "kube-apiserver" && self.sni_rollout.is_some();
@@ -642,19 +769,16 @@ impl Controllers {
                            "versions": [{"name": "operator", "version": self.version}]}});
             if current_conditions(&api, op, ["Available", "Progressing"]).await
                 != [Some(available), Some(progressing)]
+                && let Err(err) = apply_status(&api, op, body).await
             {
-                api.patch_status(
-                    op,
-                    &PatchParams::apply(MANAGER).force(),
-                    &Patch::Apply(&body),
-                )
-                .await?;
+                first_error.get_or_insert(err);
             }
         }
-        Ok(available)
+        first_error.map_or(Ok(()), Err)
     }
 
-    async fn cluster_version(&self, available: bool) -> Result<(), Error> {
+    async fn cluster_version(&self) -> Result<(), Error> {
+        let (available, _, _) = self.availability();
         let api = config_api(&self.client, "ClusterVersion", "clusterversions");
         if current_conditions(&api, "version", ["Available"]).await == [Some(available)] {
             return Ok(());

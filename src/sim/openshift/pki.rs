@@ -20,6 +20,8 @@ pub enum Error {
     Rcgen(#[from] rcgen::Error),
     #[error("invalid validity time {0}")]
     Time(i64),
+    #[error("invalid certificate signing request: {0}")]
+    Request(String),
 }
 
 /// PEM-encoded key material of one guest cluster.
@@ -151,9 +153,157 @@ fn leaf(
     Ok((cert.pem(), key.serialize_pem()))
 }
 
+/// A signer of the simulated kube-controller-manager: its own CA, which issues the certificates
+/// of approved CertificateSigningRequests naming it (so the signer determines the issuer, as in
+/// a real cluster).
+pub struct CsrSigner {
+    /// The signer's CA certificate, PEM.
+    pub ca_cert: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+impl CsrSigner {
+    /// A fresh CA for `signer_name` (for example `kubernetes.io/kubelet-serving`).
+    pub fn generate(signer_name: &str) -> Result<CsrSigner, Error> {
+        let (ca_cert, _key, issuer) = ca(&format!("kube-csr-signer_@{signer_name}"))?;
+        Ok(CsrSigner { ca_cert, issuer })
+    }
+
+    /// The certificate (PEM) for a PEM-encoded PKCS#10 `request`: its subject, SANs and key, the
+    /// CSR's `usages` (Kubernetes names, like "client auth"), valid from `not_before` to
+    /// `not_after` (unix seconds).
+    pub fn sign(
+        &self,
+        request: &[u8],
+        usages: &[String],
+        not_before: i64,
+        not_after: i64,
+    ) -> Result<String, Error> {
+        use x509_parser::extensions::{GeneralName, ParsedExtension};
+        use x509_parser::prelude::FromDer as _;
+        let bad = |what: &str| Error::Request(what.to_owned());
+        let (_, pem) =
+            x509_parser::pem::parse_x509_pem(request).map_err(|e| Error::Request(e.to_string()))?;
+        if pem.label != "CERTIFICATE REQUEST" {
+            return Err(Error::Request(format!("a {} PEM block", pem.label)));
+        }
+        let (_, csr) =
+            x509_parser::certification_request::X509CertificationRequest::from_der(&pem.contents)
+                .map_err(|e| Error::Request(e.to_string()))?;
+        csr.verify_signature()
+            .map_err(|e| Error::Request(format!("signature: {e}")))?;
+        let info = &csr.certification_request_info;
+        let key = RequestKey::from_spki(&info.subject_pki)?;
+
+        let mut params = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        for cn in info.subject.iter_common_name() {
+            dn.push(DnType::CommonName, cn.as_str().map_err(|_| bad("CN"))?);
+        }
+        for org in info.subject.iter_organization() {
+            dn.push(
+                DnType::OrganizationName,
+                org.as_str().map_err(|_| bad("O"))?,
+            );
+        }
+        params.distinguished_name = dn;
+        for ext in csr.requested_extensions().into_iter().flatten() {
+            let ParsedExtension::SubjectAlternativeName(san) = ext else {
+                continue;
+            };
+            for name in &san.general_names {
+                match name {
+                    GeneralName::DNSName(dns) => params.subject_alt_names.push(
+                        rcgen::SanType::DnsName((*dns).try_into().map_err(|_| bad("DNS name"))?),
+                    ),
+                    GeneralName::IPAddress(ip) => {
+                        let ip = match ip.len() {
+                            4 => <[u8; 4]>::try_from(*ip).map(std::net::IpAddr::from).ok(),
+                            16 => <[u8; 16]>::try_from(*ip).map(std::net::IpAddr::from).ok(),
+                            _ => None,
+                        };
+                        params
+                            .subject_alt_names
+                            .push(rcgen::SanType::IpAddress(ip.ok_or_else(|| bad("IP"))?));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for usage in usages {
+            match usage.as_str() {
+                "digital signature" => params.key_usages.push(KeyUsagePurpose::DigitalSignature),
+                "key encipherment" => params.key_usages.push(KeyUsagePurpose::KeyEncipherment),
+                "client auth" => params
+                    .extended_key_usages
+                    .push(ExtendedKeyUsagePurpose::ClientAuth),
+                "server auth" => params
+                    .extended_key_usages
+                    .push(ExtendedKeyUsagePurpose::ServerAuth),
+                _ => {}
+            }
+        }
+        params.not_before =
+            OffsetDateTime::from_unix_timestamp(not_before).map_err(|_| Error::Time(not_before))?;
+        params.not_after =
+            OffsetDateTime::from_unix_timestamp(not_after).map_err(|_| Error::Time(not_after))?;
+        params.use_authority_key_identifier_extension = true;
+        Ok(params.signed_by(&key, &self.issuer)?.pem())
+    }
+}
+
+/// The public key of a certificate request, as rcgen needs it to certify the key.
+struct RequestKey {
+    der: Vec<u8>,
+    algorithm: &'static rcgen::SignatureAlgorithm,
+}
+
+impl RequestKey {
+    fn from_spki(spki: &x509_parser::x509::SubjectPublicKeyInfo<'_>) -> Result<RequestKey, Error> {
+        use x509_parser::oid_registry::{
+            OID_EC_P256, OID_KEY_TYPE_EC_PUBLIC_KEY, OID_NIST_EC_P384, OID_PKCS1_RSAENCRYPTION,
+            OID_SIG_ED25519,
+        };
+        let oid = &spki.algorithm.algorithm;
+        let curve = spki
+            .algorithm
+            .parameters
+            .as_ref()
+            .and_then(|p| p.as_oid().ok());
+        let algorithm = if *oid == OID_KEY_TYPE_EC_PUBLIC_KEY {
+            match curve {
+                Some(c) if c == OID_EC_P256 => &rcgen::PKCS_ECDSA_P256_SHA256,
+                Some(c) if c == OID_NIST_EC_P384 => &rcgen::PKCS_ECDSA_P384_SHA384,
+                _ => return Err(Error::Request(format!("unsupported EC curve {curve:?}"))),
+            }
+        } else if *oid == OID_PKCS1_RSAENCRYPTION {
+            &rcgen::PKCS_RSA_SHA256
+        } else if *oid == OID_SIG_ED25519 {
+            &rcgen::PKCS_ED25519
+        } else {
+            return Err(Error::Request(format!("unsupported key type {oid}")));
+        };
+        Ok(RequestKey {
+            der: spki.subject_public_key.data.to_vec(),
+            algorithm,
+        })
+    }
+}
+
+impl rcgen::PublicKeyData for RequestKey {
+    fn der_bytes(&self) -> &[u8] {
+        &self.der
+    }
+
+    fn algorithm(&self) -> &'static rcgen::SignatureAlgorithm {
+        self.algorithm
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rcgen::PublicKeyData as _;
 
     #[test]
     fn generates_pem_material_with_the_given_validity() {
@@ -164,5 +314,47 @@ mod tests {
             .client_cert("guestcluster-sim", "system:masters")
             .unwrap();
         assert!(cert.contains("CERTIFICATE") && key.contains("PRIVATE KEY"));
+    }
+
+    #[test]
+    fn a_csr_signer_certifies_the_requested_subject_and_key() {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(vec!["crc".to_owned()]).unwrap();
+        params.distinguished_name = name("system:node:crc", Some("system:nodes"));
+        let request = params.serialize_request(&key).unwrap().pem().unwrap();
+        let signer = CsrSigner::generate("kubernetes.io/kubelet-serving").unwrap();
+        let usages = ["digital signature", "server auth"].map(str::to_owned);
+        let pem = signer
+            .sign(request.as_bytes(), &usages, 1_700_000_000, 1_700_086_400)
+            .unwrap();
+
+        let (_, block) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap();
+        assert_eq!(block.label, "CERTIFICATE");
+        let cert = block.parse_x509().unwrap();
+        let (_, ca) = x509_parser::pem::parse_x509_pem(signer.ca_cert.as_bytes()).unwrap();
+        let ca = ca.parse_x509().unwrap();
+        assert_eq!(cert.issuer(), ca.subject());
+        cert.verify_signature(Some(ca.public_key())).unwrap();
+        assert_eq!(
+            cert.subject().to_string(),
+            "CN=system:node:crc, O=system:nodes"
+        );
+        assert_eq!(
+            cert.public_key().raw,
+            key.subject_public_key_info().as_slice()
+        );
+        assert_eq!(cert.validity().not_before.timestamp(), 1_700_000_000);
+        assert!(
+            cert.extended_key_usage()
+                .unwrap()
+                .unwrap()
+                .value
+                .server_auth
+        );
+
+        assert!(matches!(
+            signer.sign(b"not a request", &usages, 0, 1),
+            Err(Error::Request(_))
+        ));
     }
 }

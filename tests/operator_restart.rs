@@ -1,0 +1,141 @@
+//! Crash safety end to end: the operator process is killed (SIGKILL) while a pool's instances
+//! are being provisioned and a new process takes over. Every instance still becomes Ready, and
+//! there is exactly one DataVolume, one VirtualMachine and one agent Job per VMI for each — the
+//! write-ahead status and create-if-missing steps make the restart converge without duplicates.
+//! Also prints the run time and the operator's peak memory.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use guestcluster::api::instance::InstancePhase;
+use guestcluster::api::{ClusterInstance, ClusterPool};
+use guestcluster::cdi::DataVolume;
+use guestcluster::guest::route::ROUTE_PROXY_ENV;
+use guestcluster::kubevirt::VirtualMachine;
+use k8s_openapi::api::batch::v1::Job;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, PostParams};
+use support::Operator;
+use support::crc::{ready_bundle, team_namespace, template};
+use support::wait_long;
+use support::world::{IMAGE, OPERATOR_NS, bare_world};
+
+async fn operator(name: &str) -> Operator {
+    let router = format!("http://{}", bare_world().router);
+    Operator::start_with(
+        OPERATOR_NS,
+        name,
+        &[
+            "--job-image",
+            IMAGE,
+            "--bundle-prep-service-account",
+            "default",
+        ],
+        // Route hosts through the simulated router.
+        &[(ROUTE_PROXY_ENV, router.as_str())],
+    )
+    .await
+}
+
+/// Objects of `K` in `ns` per `opdev.io/cluster-instance` label.
+async fn per_instance<K>(client: &kube::Client, ns: &str) -> BTreeMap<String, Vec<String>>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let mut map: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for obj in Api::<K>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels("opdev.io/cluster-instance"))
+        .await
+        .expect("list")
+        .items
+    {
+        let owner = obj.labels()["opdev.io/cluster-instance"].clone();
+        map.entry(owner).or_default().push(obj.name_any());
+    }
+    map
+}
+
+#[tokio::test]
+async fn instances_become_ready_without_duplicates_when_the_operator_is_killed_mid_provisioning() {
+    let world = bare_world();
+    let client = support::client().await;
+    let started = Instant::now();
+    let mut first = operator("first-operator").await;
+    let bundle = support::unique("restart-bundle");
+    ready_bundle(world, &client, &bundle, "4.22.7").await;
+    let ns = team_namespace(&client).await;
+    let pool: ClusterPool = serde_json::from_value(serde_json::json!({
+        "apiVersion": "guestcluster.opdev.io/v1alpha1", "kind": "ClusterPool",
+        "metadata": {"name": "ci"},
+        "spec": {"type": "crc", "minSize": 2, "maxSize": 2,
+                 "template": template(serde_json::json!({"crcBundleRef": {"name": bundle}}))}
+    }))
+    .unwrap();
+    Api::<ClusterPool>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &pool)
+        .await
+        .unwrap();
+
+    // Kill it once provisioning is under way: a disk is being cloned or a VM exists.
+    wait_long("provisioning under way", || async {
+        let dvs = per_instance::<DataVolume>(&client, &ns).await;
+        (!dvs.is_empty()).then_some(())
+    })
+    .await;
+    let first_peak = first.peak_rss_kib();
+    first.kill();
+    eprintln!(
+        "killed the operator {:?} after start, mid-provisioning",
+        started.elapsed()
+    );
+
+    let second = operator("second-operator").await;
+    let instances: Api<ClusterInstance> = Api::namespaced(client.clone(), &ns);
+    let ready = wait_long("both instances Ready after the restart", || async {
+        let list = instances.list(&ListParams::default()).await.ok()?.items;
+        let ready: Vec<ClusterInstance> = list
+            .iter()
+            .filter(|i| i.status.as_ref().and_then(|s| s.phase) == Some(InstancePhase::Ready))
+            .cloned()
+            .collect();
+        (list.len() == 2 && ready.len() == 2).then_some(ready)
+    })
+    .await;
+    eprintln!(
+        "both instances Ready {:?} after the first operator started; peak RSS: first {:?} KiB, second {:?} KiB",
+        started.elapsed(),
+        first_peak,
+        second.peak_rss_kib()
+    );
+
+    let dvs = per_instance::<DataVolume>(&client, &ns).await;
+    let vms = per_instance::<VirtualMachine>(&client, &ns).await;
+    let jobs = per_instance::<Job>(&client, &ns).await;
+    for instance in &ready {
+        let name = instance.name_any();
+        assert_eq!(
+            dvs.get(&name).map(Vec::len),
+            Some(1),
+            "{name}: DataVolumes {dvs:?}"
+        );
+        assert_eq!(vms.get(&name).map(Vec::len), Some(1), "{name}: VMs {vms:?}");
+        let vmi_uid = instance
+            .status
+            .as_ref()
+            .and_then(|s| s.crc.as_ref())
+            .and_then(|c| c.vmi_uid.clone())
+            .expect("VMI recorded");
+        assert_eq!(
+            jobs.get(&name).cloned().unwrap_or_default(),
+            vec![guestcluster::resources::instance::agent_job_name(
+                &name, &vmi_uid
+            )],
+            "{name}: exactly one agent Job, for the running VMI"
+        );
+    }
+}
