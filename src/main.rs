@@ -145,6 +145,7 @@ fn operator(args: OperatorArgs) -> Result<(), Box<dyn std::error::Error>> {
             image: args.job_image,
             prep_service_account: args.bundle_prep_service_account,
         },
+        guests: guestcluster::actors::context::GuestSettings::from_env(),
     };
     tokio::runtime::Runtime::new()?.block_on(async {
         let client = kube::Client::try_default().await?;

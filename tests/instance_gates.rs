@@ -134,7 +134,8 @@ async fn instance_gates_follow_namespace_policy_and_platform() {
         ready.message
     );
 
-    // KubeVirt and CDI deployed: the platform gate passes, the backing is pending.
+    // KubeVirt and CDI deployed: the platform gate passes and the CRC backing starts — its first
+    // check, the pull secret, fails here because the namespace has none.
     let kv_ar = resource("kubevirt.io", "v1", "KubeVirt", "kubevirts");
     let cdi_ar = resource("cdi.kubevirt.io", "v1beta1", "CDI", "cdis");
     let kv_api = Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &kv_ar);
@@ -147,7 +148,7 @@ async fn instance_gates_follow_namespace_policy_and_platform() {
         &name,
         types::READY,
         "False",
-        reasons::CRC_BACKING_PENDING,
+        reasons::INVALID_PULL_SECRET,
     )
     .await;
     let status = i.status.unwrap();
@@ -155,7 +156,13 @@ async fn instance_gates_follow_namespace_policy_and_platform() {
         &status.conditions,
         types::HYPER_CONVERGED_READY
     ));
-    assert_eq!(status.phase, Some(InstancePhase::Provisioning));
+    assert_eq!(status.phase, Some(InstancePhase::Failed));
+    let ready = conditions::find(&status.conditions, types::READY).unwrap();
+    assert!(
+        ready.message.contains(&format!("{ns}/pull-secret")),
+        "the message names the Secret: {}",
+        ready.message
+    );
     assert_eq!(
         status.provisioning.map(|p| p.started_at),
         Some(started_at),

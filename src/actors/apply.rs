@@ -2,8 +2,8 @@
 //! (field manager `guestcluster-operator`), a create that accepts an existing object, a delete that
 //! accepts a missing one.
 
-use kube::Resource;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -48,6 +48,49 @@ where
     match api.delete(name, &DeleteParams::background()).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Adds (`add`) or removes our finalizer `finalizer` on `obj`, guarded by the resourceVersion it
+/// was read at: a concurrent change fails with a conflict and is retried on the next trigger.
+/// An object already gone while being deleted is fine (nothing is left to release).
+pub async fn finalizer<K>(
+    api: &Api<K>,
+    obj: &K,
+    finalizer: &str,
+    add: bool,
+) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let mut finalizers: Vec<String> = obj
+        .finalizers()
+        .iter()
+        .filter(|f| *f != finalizer)
+        .cloned()
+        .collect();
+    if add {
+        finalizers.push(finalizer.to_owned());
+    }
+    let patch = serde_json::json!({"metadata": {
+        "resourceVersion": obj.resource_version(),
+        "finalizers": finalizers,
+    }});
+    match api
+        .patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status))
+            if status.code == 404 && obj.meta().deletion_timestamp.is_some() =>
+        {
+            Ok(())
+        }
         Err(e) => Err(e),
     }
 }

@@ -111,6 +111,14 @@ async fn write_status(
             name: name.clone(),
             source,
         })?;
+    let before = bundle
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    ctx.events
+        .transition(bundle, types::READY, before, &status.conditions)
+        .await;
     let ready = conditions::find(&status.conditions, types::READY);
     tracing::info!(
         crcbundle = %name,

@@ -1,12 +1,13 @@
 //! Kubernetes Events about our objects (`kubectl describe` shows them): one on every change of
-//! the `Ready` reason, and a few for notable decisions (a raised root disk size). Publishing is
+//! the reason of an object's main condition (`Ready`; `CapacityAvailable` for pools), and a few
+//! for notable decisions (a raised root disk size). Publishing is
 //! best effort: a failed Event is logged, never a reason to fail a reconcile.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
-use crate::api::conditions::{self, types};
+use crate::api::conditions::{self, reasons};
 
 /// The controller name Events are reported by.
 pub const REPORTER: &str = "guestcluster-operator";
@@ -60,27 +61,32 @@ impl Events {
         }
     }
 
-    /// An Event when the `Ready` condition's reason (or status) changed between `before` and
-    /// `after`: the stage an object is in, as people follow it with `kubectl describe`.
-    pub async fn ready_transition<K>(&self, object: &K, before: &[Condition], after: &[Condition])
-    where
+    /// An Event when condition `type_` changed reason or status between `before` and `after`:
+    /// the stage an object is in, as people follow it with `kubectl describe`.
+    pub async fn transition<K>(
+        &self,
+        object: &K,
+        type_: &str,
+        before: &[Condition],
+        after: &[Condition],
+    ) where
         K: Resource<DynamicType = ()>,
     {
-        if let Some((kind, reason, note)) = ready_transition(before, after) {
+        if let Some((kind, reason, note)) = transition(type_, before, after) {
             self.publish(object, kind, &reason, &note).await;
         }
     }
 }
 
-/// The Event for a change of the `Ready` condition, if it changed: `Warning` for `False` with a
-/// failure-like reason is left to the caller's wording; here `True` and progress are `Normal`,
-/// everything the user must act on (reason in `warning_reasons`) is `Warning`.
-pub fn ready_transition(
+/// The Event for a change of condition `type_`, if it changed: `Normal` when it is `True` or the
+/// reason means work in progress, `Warning` when someone has to act.
+pub fn transition(
+    type_: &str,
     before: &[Condition],
     after: &[Condition],
 ) -> Option<(Kind, String, String)> {
-    let new = conditions::find(after, types::READY)?;
-    let old = conditions::find(before, types::READY);
+    let new = conditions::find(after, type_)?;
+    let old = conditions::find(before, type_);
     if old.is_some_and(|o| o.status == new.status && o.reason == new.reason) {
         return None;
     }
@@ -92,19 +98,18 @@ pub fn ready_transition(
     Some((kind, new.reason.clone(), new.message.clone()))
 }
 
-/// `Ready=False` reasons that mean "working on it", not "something is wrong".
-const PROGRESS_REASONS: [&str; 11] = [
-    "Pending",
-    "Preparing",
-    "Reprovisioning",
-    "CRCBackingPending",
-    "AgentPodPending",
-    "AgentWorking",
-    "HandoffPending",
-    "HandoffReceived",
-    "VMIReplaced",
-    "ProvisioningAuthorized",
-    "Provisioning",
+/// `False` reasons that mean "working on it", not "something is wrong".
+const PROGRESS_REASONS: [&str; 10] = [
+    reasons::PENDING,
+    reasons::PREPARING,
+    reasons::REPROVISIONING,
+    reasons::CRC_BACKING_PENDING,
+    reasons::AGENT_POD_PENDING,
+    reasons::AGENT_WORKING,
+    reasons::HANDOFF_PENDING,
+    reasons::HANDOFF_RECEIVED,
+    reasons::VMI_REPLACED,
+    reasons::VMI_UNAVAILABLE,
 ];
 
 fn truncate(text: &str, max: usize) -> String {
@@ -121,6 +126,7 @@ fn truncate(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::conditions::types;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;
 
@@ -138,15 +144,16 @@ mod tests {
     #[test]
     fn only_a_changed_ready_reason_makes_an_event() {
         assert_eq!(
-            ready_transition(&ready(false, "A"), &ready(false, "A")),
+            transition(types::READY, &ready(false, "A"), &ready(false, "A")),
             None
         );
         assert_eq!(
-            ready_transition(&[], &ready(false, "CRCBackingPending")).map(|e| e.0),
+            transition(types::READY, &[], &ready(false, "CRCBackingPending")).map(|e| e.0),
             Some(Kind::Normal)
         );
         assert_eq!(
-            ready_transition(
+            transition(
+                types::READY,
                 &ready(false, "CRCBackingPending"),
                 &ready(false, "AgentJobFailed")
             )
@@ -154,7 +161,8 @@ mod tests {
             Some(Kind::Warning)
         );
         assert_eq!(
-            ready_transition(
+            transition(
+                types::READY,
                 &ready(false, "X"),
                 &ready(true, "BackingResourcesAvailable")
             )

@@ -12,9 +12,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Api, ResourceExt};
-use serde_json::json;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
@@ -23,8 +22,8 @@ use super::apply;
 use super::crc;
 use super::instance_gates::{self, NamespaceState, Observed, Platform};
 use super::kind_supervisor::{
-    Next, ObjectActor, OwnerEvents, ReconcileError, Related, RelatedEvents, owner_events,
-    related_events,
+    Next, ObjectActor, OwnerEvents, ReconcileError, Related, RelatedEvents, labelled_owner_events,
+    owner_events, related_events,
 };
 use crate::api::conditions::{self, reasons, types};
 use crate::api::instance::{ClusterInstance, ClusterInstanceStatus, InstancePhase};
@@ -83,9 +82,11 @@ impl ObjectActor for InstanceActor {
     /// VMIs labelled with its name wake it.
     fn owned_events(ctx: &Arc<super::Context>) -> Vec<OwnerEvents> {
         let c = &ctx.client;
+        // Everything the instance (or its agent) creates carries its name label.
+        let ours = Some(CLUSTER_INSTANCE);
         vec![
-            owner_events(Api::<Job>::all(c.clone()), "ClusterInstance"),
-            owner_events(Api::<Secret>::all(c.clone()), "ClusterInstance"),
+            labelled_owner_events(Api::<Job>::all(c.clone()), "ClusterInstance", ours),
+            labelled_owner_events(Api::<Secret>::all(c.clone()), "ClusterInstance", ours),
             owner_events(Api::<VirtualMachine>::all(c.clone()), "ClusterInstance"),
             owner_events(Api::<DataVolume>::all(c.clone()), "ClusterInstance"),
             owner_events(Api::<Route>::all(c.clone()), "ClusterInstance"),
@@ -138,22 +139,12 @@ async fn reconcile(instance: &ClusterInstance, ctx: &Arc<super::Context>) -> Res
         if let Some(next) = teardown(instance, ctx, &api).await? {
             return Ok(next);
         }
-        {
-            let rest: Vec<&String> = instance
-                .finalizers()
-                .iter()
-                .filter(|f| *f != FINALIZER_CLEANUP)
-                .collect();
-            patch_finalizers(&api, instance, &rest).await?;
-            tracing::info!(clusterinstance = %name, namespace = %ns, "finalizer removed");
-        }
+        set_finalizer(&api, instance, false).await?;
+        tracing::info!(clusterinstance = %name, namespace = %ns, "finalizer removed");
         return Ok(Next::Done);
     }
     if !has_finalizer {
-        let mut all: Vec<&String> = instance.finalizers().iter().collect();
-        let ours = FINALIZER_CLEANUP.to_owned();
-        all.push(&ours);
-        patch_finalizers(&api, instance, &all).await?;
+        set_finalizer(&api, instance, true).await?;
         tracing::info!(clusterinstance = %name, namespace = %ns, "finalizer added");
         // The update event brings us back.
         return Ok(Next::Done);
@@ -218,7 +209,7 @@ async fn record(
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default();
     ctx.events
-        .ready_transition(instance, before, &status.conditions)
+        .transition(instance, types::READY, before, &status.conditions)
         .await;
     Ok(())
 }
@@ -303,31 +294,17 @@ async fn teardown(
     Ok(Some(Next::Requeue(crc::teardown::STEP_REQUEUE)))
 }
 
-/// Replaces `metadata.finalizers`, guarded by the resourceVersion we decided on (a concurrent
-/// change fails with a conflict and is retried on the next trigger).
-async fn patch_finalizers(
+async fn set_finalizer(
     api: &Api<ClusterInstance>,
     instance: &ClusterInstance,
-    finalizers: &[&String],
+    add: bool,
 ) -> Result<(), Error> {
-    let name = instance.name_any();
-    let patch = json!({"metadata": {
-        "resourceVersion": instance.resource_version(),
-        "finalizers": finalizers,
-    }});
-    match api
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+    apply::finalizer(api, instance, FINALIZER_CLEANUP, add)
         .await
-    {
-        Ok(_) => Ok(()),
-        // Already gone: nothing left to release.
-        Err(kube::Error::Api(status))
-            if status.code == 404 && instance.metadata.deletion_timestamp.is_some() =>
-        {
-            Ok(())
-        }
-        Err(source) => Err(Error::Finalizer { name, source }),
-    }
+        .map_err(|source| Error::Finalizer {
+            name: instance.name_any(),
+            source,
+        })
 }
 
 /// Live reads: the namespace always, the platform only once the namespace policy allows work.

@@ -181,7 +181,24 @@ pub fn owner_events<K>(api: Api<K>, owner_kind: &'static str) -> OwnerEvents
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    watcher(api, watcher::Config::default())
+    labelled_owner_events(api, owner_kind, None)
+}
+
+/// [`owner_events`] for only the objects matching the label selector `labels`, so a watch of a
+/// busy kind (Secrets, Jobs) carries only what we label rather than the whole cluster's traffic.
+pub fn labelled_owner_events<K>(
+    api: Api<K>,
+    owner_kind: &'static str,
+    labels: Option<&str>,
+) -> OwnerEvents
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let config = match labels {
+        Some(selector) => watcher::Config::default().labels(selector),
+        None => watcher::Config::default(),
+    };
+    watcher(api, config)
         .default_backoff()
         .filter_map(move |event| {
             let owner = match event {

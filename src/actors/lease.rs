@@ -24,6 +24,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Precon
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
+use super::apply;
 use super::instance_gates::NamespaceState;
 use super::kind_supervisor::{
     Next, ObjectActor, ReconcileError, Related, RelatedEvents, related_events,
@@ -121,9 +122,7 @@ async fn reconcile(lease: &ClusterLease, ctx: &super::Context) -> Result<Next, E
     match lease_decide::step(lease, Timestamp::now()) {
         Step::Done => Ok(Next::Done),
         Step::AddFinalizer => {
-            let mut all: Vec<String> = lease.finalizers().to_vec();
-            all.push(FINALIZER_RELEASE.to_owned());
-            patch_finalizers(&api, lease, &all).await?;
+            set_finalizer(&api, lease, true).await?;
             tracing::info!(clusterlease = %name, namespace = %ns, "finalizer added");
             // The update event brings us back.
             Ok(Next::Done)
@@ -188,13 +187,7 @@ async fn release(
             tracing::info!(clusterlease = %name, namespace = %ns, clusterinstance = %instance, "bound instance deleted");
         }
     }
-    let rest: Vec<String> = live
-        .finalizers()
-        .iter()
-        .filter(|f| *f != FINALIZER_RELEASE)
-        .cloned()
-        .collect();
-    patch_finalizers(api, &live, &rest).await?;
+    set_finalizer(api, &live, false).await?;
     tracing::info!(clusterlease = %name, namespace = %ns, "finalizer removed");
     Ok(Next::Done)
 }
@@ -371,30 +364,17 @@ async fn write_status(
     .map_err(|source| Error::WriteStatus { name, source })
 }
 
-/// Replaces the finalizers, guarded by the resourceVersion the lease was read at.
-async fn patch_finalizers(
+async fn set_finalizer(
     api: &Api<ClusterLease>,
     lease: &ClusterLease,
-    finalizers: &[String],
+    add: bool,
 ) -> Result<(), Error> {
-    let name = lease.name_any();
-    let patch = json!({"metadata": {
-        "resourceVersion": lease.resource_version(),
-        "finalizers": finalizers,
-    }});
-    match api
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+    apply::finalizer(api, lease, FINALIZER_RELEASE, add)
         .await
-    {
-        Ok(_) => Ok(()),
-        // Already gone: nothing left to release.
-        Err(kube::Error::Api(status))
-            if status.code == 404 && lease.metadata.deletion_timestamp.is_some() =>
-        {
-            Ok(())
-        }
-        Err(source) => Err(Error::Finalizer { name, source }),
-    }
+        .map_err(|source| Error::Finalizer {
+            name: lease.name_any(),
+            source,
+        })
 }
 
 /// Deletes this lease (by UID); gone already is fine.

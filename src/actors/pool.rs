@@ -240,6 +240,14 @@ async fn write_status(
         name: name.clone(),
         source,
     })?;
+    let before = pool
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    ctx.events
+        .transition(pool, types::CAPACITY_AVAILABLE, before, &status.conditions)
+        .await;
     let capacity = conditions::find(&status.conditions, types::CAPACITY_AVAILABLE);
     tracing::info!(
         clusterpool = %name,

@@ -13,7 +13,7 @@ use kube::{Resource, ResourceExt};
 use super::instance_gates::{HCP_MESSAGE, NamespaceState};
 use super::lease_decide::{claimed, is_pending};
 use crate::api::bundle::DEFAULT_GOLDEN_VOLUME_SIZE;
-use crate::api::common::{Arch, ClusterType, LocalRef};
+use crate::api::common::{ClusterType, LocalRef};
 use crate::api::conditions::{self, reasons, types};
 use crate::api::instance::{ClusterInstance, ClusterInstanceSpec, InstancePhase};
 use crate::api::labels::{MANAGED_BY, MANAGED_BY_OPERATOR, POOL};
@@ -198,11 +198,6 @@ pub fn trim_candidate<'a>(
     }
 }
 
-/// Name of the CRCBundle a pool with `crcVersion` uses: `crc-<crcVersion>-<arch>`.
-pub fn bundle_name(version: &str, arch: Arch) -> String {
-    format!("crc-{version}-{arch}")
-}
-
 /// The CRCBundle a pool with this template ensures: only for `crcVersion` (non-empty), never
 /// with `crcBundleRef`. Cluster-scoped, shared, no owner reference.
 pub fn bundle_for(template: &ClusterTemplate) -> Option<CRCBundle> {
@@ -223,7 +218,10 @@ pub fn bundle_for(template: &ClusterTemplate) -> Option<CRCBundle> {
         golden_volume_size: DEFAULT_GOLDEN_VOLUME_SIZE.to_owned(),
         build: None,
     };
-    Some(CRCBundle::new(&bundle_name(version, arch), spec))
+    Some(CRCBundle::new(
+        &super::resolve::published_bundle_name(version, arch),
+        spec,
+    ))
 }
 
 /// `<pool>-<N>` with the smallest non-negative `N` no member of `pool` in `instances` (deleting
@@ -398,6 +396,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::api::common::Arch;
     use crate::api::instance::ClusterInstanceStatus;
     use crate::api::lease::{ClusterLeaseStatus, LeasePhase};
 
@@ -849,8 +848,14 @@ mod tests {
 
     #[test]
     fn bundle_is_named_by_version_and_arch() {
-        assert_eq!(bundle_name("4.22.7", Arch::Amd64), "crc-4.22.7-amd64");
-        assert_eq!(bundle_name("4.22.7", Arch::Arm64), "crc-4.22.7-arm64");
+        assert_eq!(
+            crate::actors::resolve::published_bundle_name("4.22.7", Arch::Amd64),
+            "crc-4.22.7-amd64"
+        );
+        assert_eq!(
+            crate::actors::resolve::published_bundle_name("4.22.7", Arch::Arm64),
+            "crc-4.22.7-arm64"
+        );
         let p = pool(
             "crc",
             1,

@@ -31,11 +31,6 @@ use crate::kubevirt::VirtualMachineInstance;
 pub use config::{Config, Settings};
 pub use publish::{Handoff, Owner};
 
-/// Kubernetes keeps at most this many bytes of a termination message.
-const TERMINATION_MESSAGE_MAX: usize = 4096;
-/// Where the kubelet expects the termination message unless the container says otherwise.
-const DEFAULT_TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
-
 /// How a run ended without failing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -334,25 +329,6 @@ async fn guest_steps(config: &Config, inputs: &Inputs) -> Result<(String, String
     Ok((kubeconfig, version))
 }
 
-/// Writes the termination message: to `TERMINATION_MESSAGE_PATH` when set, else to
-/// `/dev/termination-log` only if it exists (the kubelet creates it); errors are ignored since
-/// the log line carries the same text.
-fn write_termination_message(message: &str) {
-    let mut end = message.len().min(TERMINATION_MESSAGE_MAX);
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    let message = &message[..end];
-    let _ = match std::env::var_os("TERMINATION_MESSAGE_PATH").filter(|p| !p.is_empty()) {
-        Some(path) => std::fs::write(path, message),
-        None => std::fs::OpenOptions::new()
-            .write(true)
-            .truncate(true)
-            .open(DEFAULT_TERMINATION_MESSAGE_PATH)
-            .and_then(|mut f| std::io::Write::write_all(&mut f, message.as_bytes())),
-    };
-}
-
 /// The `agent` subcommand: config from the environment, the management cluster from the pod's
 /// service account (or `KUBECONFIG`), exit 0 or 1. Logging must already be set up.
 pub fn main() -> ExitCode {
@@ -386,7 +362,7 @@ pub fn main() -> ExitCode {
         Err(err) => {
             let message = format!("{}: {err}", err.reason());
             tracing::error!("{message}");
-            write_termination_message(&message);
+            crate::jobs::termination::write(&message);
             ExitCode::FAILURE
         }
     }

@@ -1,3 +1,4 @@
 //! The bodies of the Jobs the operator runs, one subcommand each (`guestcluster <job>`).
 
 pub mod bundle_prep;
+pub mod termination;

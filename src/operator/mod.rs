@@ -43,6 +43,8 @@ pub struct Options {
     pub tree: TreeConfig,
     /// Image and service accounts of the Jobs the operator creates.
     pub jobs: crate::resources::bundle::JobSettings,
+    /// How guest APIs are reached (Route proxy) and the agents' ClusterRole.
+    pub guests: crate::actors::context::GuestSettings,
 }
 
 /// Addresses the HTTP listeners actually bound (port 0 resolves to a free port).
@@ -61,11 +63,13 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
     on_bound: impl FnOnce(Bound),
 ) -> Result<(), Error> {
-    let ctx = Context::new(
+    let ctx = Context::build(
         client.clone(),
         options.namespace.clone(),
         metrics,
         options.jobs.clone(),
+        Default::default(),
+        options.guests.clone(),
     );
     let leading = Arc::new(AtomicBool::new(!options.leader_elect));
     let mut servers = Vec::new();

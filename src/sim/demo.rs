@@ -10,28 +10,24 @@
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::ResourceExt;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use tokio::sync::oneshot;
 
-use crate::actors::Context;
 use crate::actors::ObjectActor;
 use crate::actors::bundle::BundleActor;
 use crate::actors::context::GuestSettings;
 use crate::actors::instance::InstanceActor;
 use crate::actors::pool::PoolActor;
-use crate::actors::root::{self, TreeConfig};
+use crate::actors::root::TreeConfig;
 use crate::api::instance::InstancePhase;
 use crate::api::{CRCBundle, ClusterInstance, ClusterPool};
 use crate::guest::route::RouteAccess;
 use crate::metrics::Metrics;
-use crate::operator::{http, leader};
 use crate::resources::bundle::JobSettings;
 use crate::sim::bundles;
 use crate::sim::file_server::{Fault, FileServer};
@@ -44,7 +40,8 @@ pub const OPERATOR_NAMESPACE: &str = "guestcluster-system";
 const FIELD_MANAGER: &str = "guestcluster-demo";
 /// The management cluster's apps domain: instance Route hosts are made under it.
 const INGRESS_DOMAIN: &str = "apps.mgmt.demo";
-/// The samples the demo applies, in order: the enabled namespace and the pool of two. The others
+/// The samples the demo applies, in order: the enabled namespace (then the demo adds its
+/// `pull-secret`) and the pool of two. The others
 /// (a standalone instance, a lease, an hcp pool, a build-sourced bundle) stay out so the demo runs
 /// two guests; apply them by hand with `--keep-running true`.
 const DEMO_SAMPLES: [&str; 2] = ["namespace.yaml", "clusterpool.yaml"];
@@ -158,7 +155,7 @@ async fn drive(cp: &ControlPlane, opts: &Options, progress: &Progress) -> Result
     let router = RouteProxy::start(client.clone())
         .await
         .map_err(|e| Error::Operator(format!("starting the router: {e}")))?;
-    ensure_ingress_domain(&client).await?;
+    crate::sim::route_proxy::set_ingress_domain(&client, INGRESS_DOMAIN).await?;
     progress.step(format!(
         "the management cluster's router (passthrough Routes, as an HTTPS proxy) listens at {}; Route hosts are under *.{INGRESS_DOMAIN}",
         router.url()
@@ -171,7 +168,7 @@ async fn drive(cp: &ControlPlane, opts: &Options, progress: &Progress) -> Result
     progress.step(format!("  serving {}", mirror.bundle_url));
 
     progress.step(format!(
-        "starting the operator in namespace {OPERATOR_NAMESPACE} (leader election on; guest APIs reached through the router, as HTTPS_PROXY={} would)",
+        "starting the operator in namespace {OPERATOR_NAMESPACE} (leader election on; guest APIs reached through the router, as GUESTCLUSTER_ROUTE_PROXY={} would)",
         router.url()
     ));
     let metrics = Metrics::default();
@@ -181,7 +178,10 @@ async fn drive(cp: &ControlPlane, opts: &Options, progress: &Progress) -> Result
     };
     let op = RunningOperator::start(&client, metrics.clone(), guests).await?;
 
-    let name = bundle_name(DEMO_VERSION);
+    let name = crate::actors::resolve::published_bundle_name(
+        DEMO_VERSION,
+        crate::api::common::Arch::Amd64,
+    );
     progress.step(format!(
         "creating CRCBundle {name} from the local mirror (the sample pool's crcVersion selects it)"
     ));
@@ -205,24 +205,26 @@ async fn drive(cp: &ControlPlane, opts: &Options, progress: &Progress) -> Result
         DEMO_SAMPLES.join(" and "),
         opts.samples_dir.display()
     ));
-    let samples = read_samples(&opts.samples_dir, &DEMO_SAMPLES)?;
-    let applied = manifests::apply_all(&client, samples[..1].to_vec(), FIELD_MANAGER).await?;
-    ensure_pull_secret(&client).await?;
-    let applied = applied
-        .into_iter()
-        .chain(manifests::apply_all(&client, samples[1..].to_vec(), FIELD_MANAGER).await?);
-    for obj in applied {
-        let kind = obj.types.as_ref().map(|t| t.kind.as_str()).unwrap_or("?");
-        let ns = obj
-            .metadata
-            .namespace
-            .as_deref()
-            .map(|n| format!("{n}/"))
-            .unwrap_or_default();
-        progress.step(format!(
-            "  applied {kind} {ns}{}",
-            obj.metadata.name.as_deref().unwrap_or("?")
-        ));
+    // The namespace first, then its pull secret, then the pool: instances find the secret at once.
+    for (i, name) in DEMO_SAMPLES.iter().enumerate() {
+        let objects = read_sample(&opts.samples_dir, name)?;
+        for obj in manifests::apply_all(&client, objects, FIELD_MANAGER).await? {
+            let kind = obj.types.as_ref().map(|t| t.kind.as_str()).unwrap_or("?");
+            let ns = obj
+                .metadata
+                .namespace
+                .as_deref()
+                .map(|n| format!("{n}/"))
+                .unwrap_or_default();
+            progress.step(format!(
+                "  applied {kind} {ns}{} ({name})",
+                obj.metadata.name.as_deref().unwrap_or("?")
+            ));
+        }
+        if i == 0 {
+            ensure_pull_secret(&client).await?;
+            progress.step(format!("  applied Secret {POOL_NAMESPACE}/pull-secret"));
+        }
     }
 
     progress.step(format!(
@@ -257,13 +259,14 @@ async fn drive(cp: &ControlPlane, opts: &Options, progress: &Progress) -> Result
     );
 
     let first = &ready[0];
-    let kubeconfig_file = write_guest_kubeconfig(&client, cp.state_dir(), first).await?;
+    let (secret_name, kubeconfig_file) =
+        write_guest_kubeconfig(&client, cp.state_dir(), first).await?;
     let kubectl = cp.bin_dir().join("kubectl");
     println!();
     println!(
         "Using a guest: {} published its kubeconfig in Secret {POOL_NAMESPACE}/{} (key `kubeconfig`); its server is the instance Route {}, reached through the router. Written to {} (removed when the demo stops):",
         first.name_any(),
-        crate::resources::instance::kubeconfig_secret_name(&first.name_any()),
+        secret_name,
         first
             .status
             .as_ref()
@@ -273,43 +276,26 @@ async fn drive(cp: &ControlPlane, opts: &Options, progress: &Progress) -> Result
     );
     println!();
     println!(
-        "  kubectl -n {POOL_NAMESPACE} get secret {} -o jsonpath='{{.data.kubeconfig}}' | base64 -d > {}",
-        crate::resources::instance::kubeconfig_secret_name(&first.name_any()),
+        "  kubectl -n {POOL_NAMESPACE} get secret {secret_name} -o jsonpath='{{.data.kubeconfig}}' | base64 -d > {}",
         kubeconfig_file.display()
     );
-    let guest_args = [
-        "--kubeconfig".to_owned(),
-        kubeconfig_file.display().to_string(),
-        "get".to_owned(),
-        "clusteroperators".to_owned(),
-    ];
+    let guest = GuestKubectl {
+        kubectl: &kubectl,
+        proxy: router.url(),
+        kubeconfig: &kubeconfig_file,
+    };
     println!(
-        "  HTTPS_PROXY={} {} {}",
-        router.url(),
-        kubectl.display(),
-        guest_args.join(" ")
+        "  {}",
+        guest.command_line(&["get", "clusteroperators"], true)
     );
     println!();
     println!(
-        "$ HTTPS_PROXY={} kubectl {}",
-        router.url(),
-        guest_args.join(" ")
+        "kubectl on guest {} with that kubeconfig, through the router:",
+        first.name_any()
     );
-    let out = std::process::Command::new(&kubectl)
-        .args(&guest_args)
-        .env("HTTPS_PROXY", router.url())
-        .env_remove("NO_PROXY")
-        .env_remove("no_proxy")
-        .output()
-        .map_err(|e| Error::Kubectl(e.to_string()))?;
-    if !out.status.success() {
-        return Err(Error::Kubectl(format!(
-            "against guest {}: {}",
-            first.name_any(),
-            String::from_utf8_lossy(&out.stderr)
-        )));
-    }
-    print!("{}", String::from_utf8_lossy(&out.stdout));
+    guest.run(&["auth", "whoami"])?;
+    guest.run(&["get", "clusterversion", "-o", CLUSTERVERSION_COLUMNS])?;
+    guest.run(&["get", "clusteroperators", "-o", CLUSTEROPERATOR_COLUMNS])?;
     println!();
 
     let keep_running = opts
@@ -319,9 +305,8 @@ async fn drive(cp: &ControlPlane, opts: &Options, progress: &Progress) -> Result
         println!("export KUBECONFIG={}", cp.kubeconfig_path().display());
         println!("export PATH={}:$PATH", cp.bin_dir().display());
         println!(
-            "# a guest: HTTPS_PROXY={} kubectl --kubeconfig {} get nodes",
-            router.url(),
-            kubeconfig_file.display()
+            "# on a guest: {}",
+            guest.command_line(&["get", "clusterversion"], false)
         );
         println!("\nThe control plane, guests and operator keep running; press Ctrl-C to stop.");
         operator::shutdown_signal().await;
@@ -337,9 +322,8 @@ async fn drive(cp: &ControlPlane, opts: &Options, progress: &Progress) -> Result
     stopped
 }
 
-/// The operator as `guestcluster operator` runs it — probes, metrics, leader election, the
-/// supervision tree — in this process, with the router as its way to Route hosts. (A separate
-/// operator process would get that from `HTTPS_PROXY`.)
+/// The operator as `guestcluster operator` runs it (`operator::run`: probes, metrics, leader
+/// election, the supervision tree) in this process, with the router as its way to Route hosts.
 struct RunningOperator {
     health: SocketAddr,
     metrics: SocketAddr,
@@ -353,62 +337,51 @@ impl RunningOperator {
         metrics: Metrics,
         guests: GuestSettings,
     ) -> Result<RunningOperator, Error> {
-        let ctx = Context::build(
-            client.clone(),
-            OPERATOR_NAMESPACE,
-            metrics,
-            JobSettings {
+        let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+        let options = operator::Options {
+            namespace: OPERATOR_NAMESPACE.to_owned(),
+            leader_elect: true,
+            identity: operator::default_identity(),
+            health_addr: Some(loopback),
+            metrics_addr: Some(loopback),
+            tree: TreeConfig::default(),
+            jobs: JobSettings {
                 image: format!("{JOB_IMAGE_REPO}:demo"),
                 prep_service_account: "default".to_owned(),
             },
-            Default::default(),
             guests,
-        );
-        let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
-        let listen_err = |e: std::io::Error| Error::Operator(format!("listening: {e}"));
-        let leading = Arc::new(AtomicBool::new(false));
-        let probes = http::probes(http::ProbeState {
-            ctx: ctx.clone(),
-            leading: leading.clone(),
-            kinds: root::KIND_NAMES,
-        });
-        let (health, health_task) = http::serve(loopback, probes).await.map_err(listen_err)?;
-        let (metrics, metrics_task) = http::serve(loopback, http::metrics(ctx.clone()))
-            .await
-            .map_err(listen_err)?;
-        let elector = leader::Elector::new(
-            client.clone(),
-            leader::Config::new(OPERATOR_NAMESPACE, operator::default_identity()),
-        );
+        };
         let (stop, stopped) = oneshot::channel::<()>();
+        let (bound_tx, bound_rx) = oneshot::channel();
+        let client = client.clone();
         let task = tokio::spawn(async move {
-            let result = async {
-                let leader_err = |e: leader::Error| Error::Operator(e.to_string());
-                elector.acquire().await.map_err(leader_err)?;
-                leading.store(true, Ordering::Relaxed);
-                let tree = root::start(ctx, TreeConfig::default())
-                    .await
-                    .map_err(|e| Error::Operator(e.to_string()))?;
-                let lost = tokio::select! {
-                    lost = elector.hold() => Some(lost),
-                    _ = stopped => None,
-                };
-                let _ = tree
-                    .stop_and_wait(Some("demo shutdown".into()), Some(Duration::from_secs(10)))
-                    .await;
-                match lost {
-                    Some(lost) => Err(leader_err(lost)),
-                    None => elector.release().await.map_err(leader_err),
-                }
-            }
-            .await;
-            health_task.abort();
-            metrics_task.abort();
-            result
+            operator::run(
+                client,
+                options,
+                metrics,
+                async {
+                    let _ = stopped.await;
+                },
+                move |bound| {
+                    let _ = bound_tx.send(bound);
+                },
+            )
+            .await
+            .map_err(|e| Error::Operator(e.to_string()))
         });
+        let bound = match bound_rx.await {
+            Ok(bound) => bound,
+            Err(_) => {
+                return Err(match task.await {
+                    Ok(Err(e)) => e,
+                    _ => Error::Operator("the operator stopped before listening".into()),
+                });
+            }
+        };
+        let missing = || Error::Operator("the operator bound no listener".into());
         Ok(RunningOperator {
-            health,
-            metrics,
+            health: bound.health.ok_or_else(missing)?,
+            metrics: bound.metrics.ok_or_else(missing)?,
             stop,
             task,
         })
@@ -423,18 +396,14 @@ impl RunningOperator {
     }
 }
 
-/// The named samples, parsed, in the given order.
-fn read_samples(dir: &Path, names: &[&str]) -> Result<Vec<DynamicObject>, Error> {
-    let mut objects = Vec::new();
-    for name in names {
-        let path = dir.join(name);
-        let text = std::fs::read_to_string(&path).map_err(|source| Error::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
-        objects.extend(manifests::parse(&text)?);
-    }
-    Ok(objects)
+/// The objects of the sample file `name`.
+fn read_sample(dir: &Path, name: &str) -> Result<Vec<DynamicObject>, Error> {
+    let path = dir.join(name);
+    let text = std::fs::read_to_string(&path).map_err(|source| Error::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    Ok(manifests::parse(&text)?)
 }
 
 async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<(), Error> {
@@ -442,27 +411,6 @@ async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<(), Error
         serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
     Api::<Namespace>::all(client.clone())
         .patch(name, &PatchParams::apply(FIELD_MANAGER), &Patch::Apply(ns))
-        .await?;
-    Ok(())
-}
-
-/// `ingresses.config.openshift.io/cluster` with the management cluster's apps domain, which
-/// instance Route hosts are made under.
-async fn ensure_ingress_domain(client: &kube::Client) -> Result<(), Error> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("config.openshift.io", "v1", "Ingress"),
-        "ingresses",
-    );
-    let ingress = serde_json::json!({
-        "apiVersion": "config.openshift.io/v1", "kind": "Ingress",
-        "metadata": {"name": "cluster"}, "spec": {"domain": INGRESS_DOMAIN}
-    });
-    Api::<DynamicObject>::all_with(client.clone(), &resource)
-        .patch(
-            "cluster",
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&ingress),
-        )
         .await?;
     Ok(())
 }
@@ -561,12 +509,13 @@ async fn wait_for_pool(
     }
 }
 
-/// Writes `instance`'s published kubeconfig to `<dir>/<instance>.kubeconfig`.
+/// Writes `instance`'s published kubeconfig to `<dir>/<instance>.kubeconfig`; returns the
+/// Secret's name and the file.
 async fn write_guest_kubeconfig(
     client: &kube::Client,
     dir: &Path,
     instance: &ClusterInstance,
-) -> Result<PathBuf, Error> {
+) -> Result<(String, PathBuf), Error> {
     let name = instance.name_any();
     let secret_name = instance
         .status
@@ -588,11 +537,82 @@ async fn write_guest_kubeconfig(
         source,
     };
     std::fs::write(&path, kubeconfig).map_err(write_err)?;
-    Ok(path)
+    Ok((secret_name, path))
+}
+
+/// `kubectl get clusteroperators` columns as `oc` shows them.
+const CLUSTEROPERATOR_COLUMNS: &str = "custom-columns=NAME:.metadata.name,VERSION:.status.versions[?(@.name==\"operator\")].version,AVAILABLE:.status.conditions[?(@.type==\"Available\")].status,PROGRESSING:.status.conditions[?(@.type==\"Progressing\")].status,DEGRADED:.status.conditions[?(@.type==\"Degraded\")].status";
+const CLUSTERVERSION_COLUMNS: &str = "custom-columns=NAME:.metadata.name,VERSION:.status.desired.version,AVAILABLE:.status.conditions[?(@.type==\"Available\")].status";
+
+/// kubectl on a guest with its published kubeconfig, through the router as `HTTPS_PROXY` (Go's
+/// `http.ProxyFromEnvironment`: a `CONNECT` to the Route host; TLS stays end to end and kubectl
+/// verifies the guest's serving certificate against the kubeconfig's CA data).
+struct GuestKubectl<'a> {
+    kubectl: &'a Path,
+    proxy: String,
+    kubeconfig: &'a Path,
+}
+
+impl GuestKubectl<'_> {
+    /// The command line a user types; `full_path` names the kubectl binary by its path.
+    fn command_line(&self, args: &[&str], full_path: bool) -> String {
+        let kubectl = if full_path {
+            self.kubectl.display().to_string()
+        } else {
+            "kubectl".to_owned()
+        };
+        format!(
+            "HTTPS_PROXY={} {kubectl} --kubeconfig {} {}",
+            self.proxy,
+            self.kubeconfig.display(),
+            shell_words(args)
+        )
+    }
+
+    fn run(&self, args: &[&str]) -> Result<(), Error> {
+        println!("$ {}", self.command_line(args, false));
+        let out = std::process::Command::new(self.kubectl)
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig)
+            .args(args)
+            .env("HTTPS_PROXY", &self.proxy)
+            .env_remove("https_proxy")
+            .env_remove("NO_PROXY")
+            .env_remove("no_proxy")
+            .output()
+            .map_err(|e| Error::Kubectl(e.to_string()))?;
+        if !out.status.success() {
+            return Err(Error::Kubectl(format!(
+                "on the guest: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        print!("{}", String::from_utf8_lossy(&out.stdout));
+        Ok(())
+    }
+}
+
+/// `args` as a shell would need them typed: single-quoted where they hold anything but plain
+/// word characters.
+fn shell_words(args: &[&str]) -> String {
+    args.iter()
+        .map(|arg| {
+            let plain = !arg.is_empty()
+                && arg
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./:=,".contains(c));
+            if plain {
+                (*arg).to_owned()
+            } else {
+                format!("'{}'", arg.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn print_kubectl(cp: &ControlPlane, args: &[&str]) -> Result<(), Error> {
-    println!("$ kubectl {}", args.join(" "));
+    println!("$ kubectl {}", shell_words(args));
     let out = cp
         .kubectl()
         .args(args)
@@ -612,10 +632,6 @@ fn print_kubectl(cp: &ControlPlane, args: &[&str]) -> Result<(), Error> {
 const JOB_IMAGE_REPO: &str = "quay.io/opdev/guestcluster";
 /// The version the sample pool's `crcVersion` asks for.
 const DEMO_VERSION: &str = "4.22.7";
-
-fn bundle_name(version: &str) -> String {
-    format!("crc-{version}-amd64")
-}
 
 /// The local stand-in for mirror.openshift.com.
 struct Mirror {
@@ -655,7 +671,10 @@ impl Mirror {
     /// The bundle the sample pool needs, pointed at this mirror; the pool finds it by name
     /// instead of creating one for the internet.
     async fn apply_bundle(&self, client: &kube::Client) -> Result<(), Error> {
-        let name = bundle_name(DEMO_VERSION);
+        let name = crate::actors::resolve::published_bundle_name(
+            DEMO_VERSION,
+            crate::api::common::Arch::Amd64,
+        );
         let bundle = serde_json::json!({
             "apiVersion": crate::api::API_VERSION,
             "kind": "CRCBundle",

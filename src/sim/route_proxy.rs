@@ -284,6 +284,28 @@ fn ready_address(pod: &Pod, target: &IntOrString) -> Option<SocketAddr> {
     Some(SocketAddr::new(ip, u16::try_from(port).ok()?))
 }
 
+/// Sets `ingresses.config.openshift.io/cluster` `spec.domain`: the management cluster's apps
+/// domain, under which the operator makes instance Route hosts (what OpenShift's ingress
+/// operator publishes on a real management cluster).
+pub async fn set_ingress_domain(client: &kube::Client, domain: &str) -> Result<(), kube::Error> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("config.openshift.io", "v1", "Ingress"),
+        "ingresses",
+    );
+    let ingress = serde_json::json!({
+        "apiVersion": "config.openshift.io/v1", "kind": "Ingress",
+        "metadata": {"name": "cluster"}, "spec": {"domain": domain}
+    });
+    Api::<DynamicObject>::all_with(client.clone(), &resource)
+        .patch(
+            "cluster",
+            &kube::api::PatchParams::apply("guestcluster-sim-router").force(),
+            &kube::api::Patch::Apply(&ingress),
+        )
+        .await
+        .map(drop)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

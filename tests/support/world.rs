@@ -117,7 +117,9 @@ async fn start(with_operator: bool) -> Result<(World, (Sim, RouteProxy)), String
     let router = RouteProxy::start(client.clone())
         .await
         .map_err(|e| e.to_string())?;
-    ensure_ingress_domain(&client).await?;
+    guestcluster::sim::route_proxy::set_ingress_domain(&client, INGRESS_DOMAIN)
+        .await
+        .map_err(|e| format!("ingress domain: {e}"))?;
     let guests = GuestSettings {
         route_access: RouteAccess::via_proxy(&router.addr().to_string()),
         ..GuestSettings::from_env()
@@ -149,27 +151,4 @@ async fn start(with_operator: bool) -> Result<(World, (Sim, RouteProxy)), String
         },
         (sim, router),
     ))
-}
-
-/// `ingresses.config.openshift.io/cluster` with the management cluster's apps domain, which
-/// instance Route hosts are made under.
-async fn ensure_ingress_domain(client: &kube::Client) -> Result<(), String> {
-    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("config.openshift.io", "v1", "Ingress"),
-        "ingresses",
-    );
-    let ingress = serde_json::json!({
-        "apiVersion": "config.openshift.io/v1", "kind": "Ingress",
-        "metadata": {"name": "cluster"}, "spec": {"domain": INGRESS_DOMAIN}
-    });
-    Api::<DynamicObject>::all_with(client.clone(), &resource)
-        .patch(
-            "cluster",
-            &PatchParams::apply("scenario-world").force(),
-            &Patch::Apply(&ingress),
-        )
-        .await
-        .map(drop)
-        .map_err(|e| format!("ingress domain: {e}"))
 }

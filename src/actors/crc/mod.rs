@@ -56,6 +56,8 @@ pub const PROVISIONING_REQUEUE: Duration = Duration::from_secs(20);
 pub const READY_RECHECK: Duration = Duration::from_secs(60);
 /// After a write-ahead status change: look again as soon as it has landed.
 const AFTER_RECORD: Duration = Duration::from_millis(200);
+/// How soon a failed readiness probe is repeated.
+const PROBE_RETRY: Duration = Duration::from_secs(5);
 /// Readiness probe budget (upstream: 10 s).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// CDI's default filesystem overhead; the volume mode is CDI's choice, so assume Filesystem.
@@ -388,7 +390,12 @@ impl<'a> Pass<'a> {
                 reasons::GUEST_API_UNAVAILABLE,
                 &message,
             );
-            return stop(Stop::pending(reasons::GUEST_API_UNAVAILABLE, message));
+            // The guest API restarts once more for its named certificate right around the
+            // handoff: look again soon rather than after the full provisioning interval.
+            return stop(Stop {
+                requeue: PROBE_RETRY,
+                ..Stop::pending(reasons::GUEST_API_UNAVAILABLE, message)
+            });
         }
         self.condition(
             types::GUEST_API_REACHABLE,
@@ -862,16 +869,19 @@ impl<'a> Pass<'a> {
             .and_then(|v| v.status.as_ref())
             .is_some_and(|s| s.phase == Some(VmiPhase::Running));
         if !ready || !vmi_running {
-            let disk = dv.status.as_ref().map(|s| {
-                format!(
-                    "{:?}{}",
-                    s.phase,
-                    s.progress
-                        .as_deref()
-                        .map(|p| format!(" {p}"))
-                        .unwrap_or_default()
-                )
-            });
+            let disk = dv
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.map(|p| (p, s)))
+                .map(|(phase, s)| {
+                    format!(
+                        "{phase:?}{}",
+                        s.progress
+                            .as_deref()
+                            .map(|p| format!(" {p}"))
+                            .unwrap_or_default()
+                    )
+                });
             let printable = vm
                 .status
                 .as_ref()

@@ -63,11 +63,6 @@ pub const CM_SHA256: &str = "sha256";
 pub const CM_DISK_SHA256: &str = "diskSHA256";
 pub const CM_DISK_VIRTUAL_SIZE: &str = "diskVirtualSize";
 
-/// Kubernetes keeps at most this many bytes of a termination message.
-const TERMINATION_MESSAGE_MAX: usize = 4096;
-/// Where the kubelet expects the termination message unless the container says otherwise.
-const DEFAULT_TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
-
 /// Every reason [`PrepError::reason`] can return, for the operator's condition mapping.
 pub const REASONS: &[&str] = &[
     "InvalidConfig",
@@ -823,24 +818,6 @@ fn sync_dir(dir: &Path) -> Result<(), PrepError> {
         .map_err(PrepError::storage(format!("syncing {}", dir.display())))
 }
 
-/// Writes the termination message: to `TERMINATION_MESSAGE_PATH` when set, else to
-/// `/dev/termination-log` only if it exists (the kubelet creates it); errors are ignored.
-fn write_termination_message(message: &str) {
-    let mut end = message.len().min(TERMINATION_MESSAGE_MAX);
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    let message = &message[..end];
-    let _ = match std::env::var_os("TERMINATION_MESSAGE_PATH").filter(|p| !p.is_empty()) {
-        Some(path) => std::fs::write(path, message),
-        None => std::fs::OpenOptions::new()
-            .write(true)
-            .truncate(true)
-            .open(DEFAULT_TERMINATION_MESSAGE_PATH)
-            .and_then(|mut f| std::io::Write::write_all(&mut f, message.as_bytes())),
-    };
-}
-
 /// The `bundle-prep` subcommand: runs, reports, and returns the exit code (0, or 10 + the
 /// reason's index in [`REASONS`]). Logging must already be set up.
 pub fn main() -> ExitCode {
@@ -855,13 +832,13 @@ pub fn main() -> ExitCode {
     match result {
         Ok(outcome) => {
             let summary = outcome.summary();
-            write_termination_message(&summary);
+            crate::jobs::termination::write(&summary);
             eprintln!("{summary}");
             ExitCode::SUCCESS
         }
         Err(err) => {
             let message = err.termination_message();
-            write_termination_message(&message);
+            crate::jobs::termination::write(&message);
             eprintln!("{message}");
             ExitCode::from(err.exit_code())
         }
