@@ -16,6 +16,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestCondition,
@@ -374,7 +376,7 @@ pub async fn inject_pull_secret(
     patience: Patience,
 ) -> Result<(), Error> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), OPENSHIFT_CONFIG);
-    let body = json!({"data": {PULL_SECRET_KEY: super::base64::encode(pull_secret)}});
+    let body = json!({"data": {PULL_SECRET_KEY: BASE64.encode(pull_secret)}});
     let (params, patch) = (PatchParams::default(), Patch::Merge(&body));
     retry(STEP_PULL_SECRET, patience, || {
         secrets.patch(PULL_SECRET, &params, &patch)
@@ -406,8 +408,7 @@ pub async fn configure_htpasswd(
     retry(step, patience, || async {
         match secrets.get_opt(HTPASSWD_SECRET).await? {
             Some(_) => {
-                let patch =
-                    json!({"data": {HTPASSWD_KEY: super::base64::encode(&data[HTPASSWD_KEY].0)}});
+                let patch = json!({"data": {HTPASSWD_KEY: BASE64.encode(&data[HTPASSWD_KEY].0)}});
                 secrets
                     .patch(
                         HTPASSWD_SECRET,

@@ -2,9 +2,9 @@
 //! 18). Fields we do not touch are kept as they are: the document is handled as a JSON value, not
 //! a typed struct that would drop what it does not know.
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Map, Value};
-
-use super::base64;
 
 const CA_DATA: &str = "certificate-authority-data";
 const CA_FILE: &str = "certificate-authority";
@@ -97,11 +97,11 @@ impl Kubeconfig {
         user.remove(KEY_FILE);
         user.insert(
             CERT_DATA.into(),
-            Value::String(base64::encode(cert_pem.as_bytes())),
+            Value::String(BASE64.encode(cert_pem.as_bytes())),
         );
         user.insert(
             KEY_DATA.into(),
-            Value::String(base64::encode(key_pem.as_bytes())),
+            Value::String(BASE64.encode(key_pem.as_bytes())),
         );
         Ok(())
     }
@@ -116,7 +116,7 @@ impl Kubeconfig {
             .filter(|c| !c.is_empty())
             .ok_or(Error::NoClusters)?;
         let server = format!("https://{host}:443");
-        let ca = base64::encode(serving_crt_pem.as_bytes());
+        let ca = BASE64.encode(serving_crt_pem.as_bytes());
         for entry in clusters {
             let cluster = object_entry(entry, "cluster");
             cluster.insert("server".into(), Value::String(server.clone()));
@@ -149,7 +149,7 @@ fn decode_field(parent: &Value, key: &str, field: &'static str) -> Result<String
         .and_then(Value::as_str)
         .filter(|t| !t.is_empty())
         .ok_or(Error::Missing(field))?;
-    let bytes = base64::decode(text.as_bytes()).map_err(|e| Error::Data {
+    let bytes = super::decode_base64(text).map_err(|e| Error::Data {
         field,
         reason: e.to_string(),
     })?;
@@ -164,7 +164,7 @@ mod tests {
     use super::*;
 
     fn b64(text: &str) -> String {
-        base64::encode(text.as_bytes())
+        BASE64.encode(text.as_bytes())
     }
 
     fn sealed() -> String {

@@ -21,7 +21,6 @@
 //! `sh -c`, so the whole line is one argument).
 
 pub mod api;
-pub mod base64;
 pub mod cluster;
 pub mod command;
 pub mod connect;
@@ -34,6 +33,9 @@ pub mod ssh;
 pub mod steps;
 
 use std::future::Future;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 
 pub use command::{Command, Stage, quote};
 
@@ -213,16 +215,42 @@ pub fn write_chunk(path: &str, chunk: &[u8], append: bool) -> Command {
     } else {
         vec!["tee", path]
     };
-    Command::new(["echo".to_string(), base64::encode(chunk)])
+    Command::new(["echo".to_string(), BASE64.encode(chunk)])
         .sensitive()
         .pipe(Command::new(["base64", "--decode"]))
         .pipe(Command::sudo(tee))
+}
+
+/// Decodes standard base64 (RFC 4648, padded) as GNU `base64 --decode` reads what we send:
+/// ASCII whitespace (the line breaks of `base64` or `echo`) is ignored.
+pub fn decode_base64(text: impl AsRef<[u8]>) -> Result<Vec<u8>, base64::DecodeError> {
+    let compact: Vec<u8> = text
+        .as_ref()
+        .iter()
+        .copied()
+        .filter(|c| !c.is_ascii_whitespace())
+        .collect();
+    BASE64.decode(compact)
 }
 
 #[cfg(test)]
 mod tests {
     use super::fake::ScriptedGuest;
     use super::*;
+
+    #[test]
+    fn decode_base64_ignores_line_breaks_and_rejects_garbage() {
+        assert_eq!(decode_base64("Zm9v\nYmFy\n").unwrap(), b"foobar");
+        assert_eq!(decode_base64(" Zg==\r\n").unwrap(), b"f");
+        assert_eq!(decode_base64("").unwrap(), b"");
+        assert!(decode_base64("Zm9v*").is_err());
+        assert!(decode_base64("Zm9").is_err());
+        assert!(decode_base64("Zg==Zg==").is_err());
+        for len in 0..64usize {
+            let data: Vec<u8> = (0..len).map(|i| (i * 37 + 11) as u8).collect();
+            assert_eq!(decode_base64(BASE64.encode(&data)).unwrap(), data);
+        }
+    }
 
     #[tokio::test]
     async fn write_file_installs_then_appends_chunks() {

@@ -4,7 +4,7 @@
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{Event, Pod, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
@@ -96,11 +96,38 @@ fn job_condition(job: &Job, type_: &str) -> Option<(String, Option<Timestamp>, S
         })
 }
 
-/// Diagnoses the agent from its Job and pods (`pods` already filtered to the Job's).
-/// `missing_prerequisite` names an account, binding or Secret the pod needs that is gone.
+/// Pod Events that mean the pod will not start by waiting.
+const BLOCKING_POD_EVENTS: [&str; 4] = [
+    "FailedMount",
+    "FailedScheduling",
+    "Failed",
+    "FailedCreatePodSandBox",
+];
+
+/// The newest Event about object `name` of `kind` with one of `reasons`.
+fn event_about<'a>(
+    events: &'a [Event],
+    kind: &str,
+    name: &str,
+    reasons: &[&str],
+) -> Option<&'a Event> {
+    events
+        .iter()
+        .filter(|e| {
+            e.involved_object.kind.as_deref() == Some(kind)
+                && e.involved_object.name.as_deref() == Some(name)
+                && e.reason.as_deref().is_some_and(|r| reasons.contains(&r))
+        })
+        .max_by_key(|e| e.last_timestamp.as_ref().map(|t| t.0))
+}
+
+/// Diagnoses the agent from its Job, its pods and the Events about them (`pods` and `events`
+/// already filtered to the Job's). `missing_prerequisite` names an account, binding or Secret
+/// the pod needs that is gone.
 pub fn diagnose(
     job: &Job,
     pods: &[Pod],
+    events: &[Event],
     missing_prerequisite: Option<&str>,
     now: Timestamp,
 ) -> Diagnosis {
@@ -151,10 +178,34 @@ pub fn diagnose(
             false,
         );
     }
+    if pods.is_empty()
+        && let Some(event) = event_about(events, "Job", &name, &["FailedCreate"])
+    {
+        return diag(
+            "False",
+            reasons::AGENT_POD_CREATION_FAILED,
+            format!(
+                "cannot create its pod: {}",
+                event.message.as_deref().unwrap_or_default()
+            ),
+            false,
+        );
+    }
     let mut running = false;
     let mut failed_pod = false;
     for pod in pods {
-        if let Some(blocked) = blocked(pod) {
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let event = (phase == Some("Pending"))
+            .then(|| event_about(events, "Pod", &pod.name_any(), &BLOCKING_POD_EVENTS))
+            .flatten()
+            .map(|e| {
+                format!(
+                    "{}: {}",
+                    e.reason.as_deref().unwrap_or_default(),
+                    e.message.as_deref().unwrap_or_default()
+                )
+            });
+        if let Some(blocked) = blocked(pod).or(event) {
             return diag(
                 "False",
                 reasons::AGENT_POD_BLOCKED,
@@ -364,6 +415,7 @@ mod tests {
         let failed = diagnose(
             &job(Some(("Failed", 0))),
             &[pod("Failed", None, Some("SshUnreachable: no route"))],
+            &[],
             None,
             at(10),
         );
@@ -378,9 +430,9 @@ mod tests {
         );
         assert!(failed.message.contains("kubectl describe job"));
 
-        let fresh = diagnose(&job(Some(("Complete", 100))), &[], None, at(110));
+        let fresh = diagnose(&job(Some(("Complete", 100))), &[], &[], None, at(110));
         assert_eq!(fresh.reason, reasons::HANDOFF_PENDING);
-        let stale = diagnose(&job(Some(("Complete", 100))), &[], None, at(200));
+        let stale = diagnose(&job(Some(("Complete", 100))), &[], &[], None, at(200));
         assert_eq!(
             (stale.status, stale.reason),
             ("False", reasons::HANDOFF_INVALID)
@@ -410,7 +462,53 @@ mod tests {
             ),
         ];
         for (pods, missing, want) in cases {
-            assert_eq!(diagnose(&job(None), &pods, missing, at(0)).reason, want);
+            assert_eq!(
+                diagnose(&job(None), &pods, &[], missing, at(0)).reason,
+                want
+            );
         }
+    }
+
+    fn event(kind: &str, name: &str, reason: &str) -> Event {
+        Event {
+            involved_object: k8s_openapi::api::core::v1::ObjectReference {
+                kind: Some(kind.into()),
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            reason: Some(reason.into()),
+            message: Some("details".into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn events_explain_a_pod_that_never_starts() {
+        let job = job(None);
+        let created = diagnose(
+            &job,
+            &[],
+            &[event("Job", "crc-1-crc-agent-0123456789ab", "FailedCreate")],
+            None,
+            at(0),
+        );
+        assert_eq!(created.reason, reasons::AGENT_POD_CREATION_FAILED);
+        let mount = diagnose(
+            &job,
+            &[pod("Pending", None, None)],
+            &[event("Pod", "agent-pod", "FailedMount")],
+            None,
+            at(0),
+        );
+        assert_eq!(mount.reason, reasons::AGENT_POD_BLOCKED);
+        assert!(mount.message.contains("FailedMount"), "{}", mount.message);
+        let unrelated = diagnose(
+            &job,
+            &[pod("Pending", None, None)],
+            &[event("Pod", "other-pod", "FailedMount")],
+            None,
+            at(0),
+        );
+        assert_eq!(unrelated.reason, reasons::AGENT_POD_PENDING);
     }
 }

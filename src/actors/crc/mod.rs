@@ -26,7 +26,9 @@ use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    Event, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount,
+};
 use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -1182,7 +1184,8 @@ impl<'a> Pass<'a> {
             .map_err(self.err("listing", format!("pods of Job {job_name}")))?
             .items;
         let missing = self.missing_prerequisite(inputs).await?;
-        let diagnosis = agent::diagnose(&job, &pods, missing.as_deref(), self.now.0);
+        let events = self.agent_events(&job_name, &pods).await?;
+        let diagnosis = agent::diagnose(&job, &pods, &events, missing.as_deref(), self.now.0);
         self.condition(
             types::CRC_AGENT,
             diagnosis.status,
@@ -1195,6 +1198,25 @@ impl<'a> Pass<'a> {
             failed: diagnosis.failed,
             requeue: PROVISIONING_REQUEUE,
         })
+    }
+
+    /// Events about the agent Job and its pods (why a pod is not created or does not start).
+    async fn agent_events(&self, job: &str, pods: &[Pod]) -> Result<Vec<Event>, Error> {
+        let names: Vec<String> = std::iter::once(job.to_owned())
+            .chain(pods.iter().map(|p| p.name_any()))
+            .collect();
+        let mut events = Vec::new();
+        for name in names {
+            let selector = format!("involvedObject.name={name}");
+            events.extend(
+                self.api::<Event>()
+                    .list(&ListParams::default().fields(&selector))
+                    .await
+                    .map_err(self.err("listing", format!("Events of {name}")))?
+                    .items,
+            );
+        }
+        Ok(events)
     }
 
     /// The first object the agent pod needs that is gone (it would be stuck mounting it).

@@ -141,7 +141,7 @@ pub fn decode_data_url(url: &str) -> Result<Vec<u8>, String> {
         return Err("data URL without ','".to_string());
     };
     if meta.split(';').any(|p| p == "base64") {
-        crate::guest::base64::decode(data.as_bytes()).map_err(|e| e.to_string())
+        crate::guest::decode_base64(data).map_err(|e| e.to_string())
     } else {
         percent_decode(data)
     }

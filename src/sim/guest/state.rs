@@ -4,9 +4,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::{Deserialize, Serialize};
-
-use crate::guest::base64;
 
 /// Version of this model inside the JSON; bumped on incompatible changes.
 pub const FORMAT_VERSION: u32 = 1;
@@ -188,7 +188,7 @@ impl Serialize for Content {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match std::str::from_utf8(&self.0) {
             Ok(text) => ContentRepr::Text(text.to_string()),
-            Err(_) => ContentRepr::Base64(base64::encode(&self.0)),
+            Err(_) => ContentRepr::Base64(BASE64.encode(&self.0)),
         }
         .serialize(serializer)
     }
@@ -198,7 +198,7 @@ impl<'de> Deserialize<'de> for Content {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         match ContentRepr::deserialize(deserializer)? {
             ContentRepr::Text(text) => Ok(Content(text.into_bytes())),
-            ContentRepr::Base64(text) => base64::decode(text.as_bytes())
+            ContentRepr::Base64(text) => crate::guest::decode_base64(text)
                 .map(Content)
                 .map_err(serde::de::Error::custom),
         }
@@ -321,7 +321,7 @@ impl GuestState {
     pub fn add_certificate(&mut self, path: &str, certificate: Certificate) {
         let pem = format!(
             "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
-            base64::encode(format!("simulated certificate {}", certificate.subject).as_bytes())
+            BASE64.encode(format!("simulated certificate {}", certificate.subject).as_bytes())
         );
         self.files.insert(path.to_string(), File::root(pem, 0o600));
         self.certificates.insert(path.to_string(), certificate);
@@ -491,9 +491,9 @@ impl GuestState {
 /// a client certificate), as SNC copies it in.
 /// `/opt/kubeconfig` of a sealed disk: the API's CA and the `system:admin` client certificate.
 fn sealed_kubeconfig(pki: &crate::sim::openshift::GuestPki) -> String {
-    let ca = base64::encode(pki.server_ca_cert.as_bytes());
-    let cert = base64::encode(pki.admin_cert.as_bytes());
-    let key = base64::encode(pki.admin_key.as_bytes());
+    let ca = BASE64.encode(pki.server_ca_cert.as_bytes());
+    let cert = BASE64.encode(pki.admin_cert.as_bytes());
+    let key = BASE64.encode(pki.admin_key.as_bytes());
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    certificate-authority-data: {ca}\n    server: https://api-int.crc.testing:6443\n  name: crc\ncontexts:\n- context:\n    cluster: crc\n    user: admin\n  name: admin\ncurrent-context: admin\nusers:\n- name: admin\n  user:\n    client-certificate-data: {cert}\n    client-key-data: {key}\n"
     )

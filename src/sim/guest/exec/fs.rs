@@ -8,8 +8,10 @@
 
 use std::collections::BTreeSet;
 
+use ::base64::Engine as _;
+use ::base64::engine::general_purpose::STANDARD as BASE64;
+
 use super::{Ctx, Run, storage};
-use crate::guest::base64 as b64;
 use crate::sim::guest::state::{File, User};
 
 /// Directories every guest has.
@@ -513,12 +515,12 @@ pub fn base64(ctx: &mut Ctx<'_>, args: &[String], stdin: &[u8]) -> Run {
         None => stdin.to_vec(),
     };
     if decode {
-        return match b64::decode(&data) {
+        return match crate::guest::decode_base64(&data) {
             Ok(bytes) => Run::out(bytes),
             Err(_) => Run::fail(1, "base64: invalid input"),
         };
     }
-    let encoded = b64::encode(&data);
+    let encoded = BASE64.encode(&data);
     let mut out = String::new();
     match wrap {
         Some(width) => {

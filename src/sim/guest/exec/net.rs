@@ -297,6 +297,9 @@ fn dnsmasq_answer(lines: &[String], host: &str) -> Option<Ipv4Addr> {
 
 #[cfg(test)]
 mod tests {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD as BASE64;
+
     use super::super::testing::*;
     use super::*;
 
@@ -306,7 +309,7 @@ mod tests {
     fn write(m: &mut Machine, path: &str, text: &str) {
         let line = format!(
             "echo {} | base64 --decode | sudo tee {path}",
-            crate::guest::base64::encode(text.as_bytes())
+            BASE64.encode(text)
         );
         assert_eq!(run(m, &line).code, 0);
     }
