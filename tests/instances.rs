@@ -17,6 +17,8 @@ use guestcluster::guest::ssh::{SshGuest, SshOptions};
 use guestcluster::guest::{Command, Guest, keys};
 use guestcluster::kubevirt::{VirtualMachine, VirtualMachineInstance};
 use guestcluster::resources::instance as res;
+use guestcluster::sim::bundles::{self, BundleSpec};
+use guestcluster::sim::file_server::Fault;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
@@ -368,6 +370,20 @@ async fn the_boot_key_copy_is_restored_but_never_rebound_to_a_changed_key() {
     .await;
     assert_eq!(restored.data, original.data, "the same key is restored");
 
+    // A deleted published kubeconfig is rebuilt from the retained handoff.
+    let kubeconfig_name = res::kubeconfig_secret_name("crc-k");
+    let published = secrets.get(&kubeconfig_name).await.unwrap();
+    secrets
+        .delete(&kubeconfig_name, &DeleteParams::default())
+        .await
+        .unwrap();
+    let rebuilt = wait_for("the published kubeconfig rebuilt", || async {
+        let s = secrets.get_opt(&kubeconfig_name).await.ok()??;
+        (s.uid() != published.uid()).then_some(s)
+    })
+    .await;
+    assert_eq!(rebuilt.data, published.data);
+
     // The bundle's key Secret is replaced (deleted: the bundle prepares itself again and
     // publishes a new Secret). The instance must not bind to it.
     let key_secret = bundle.status.unwrap().ssh_key_secret_ref.unwrap().name;
@@ -404,4 +420,54 @@ async fn the_boot_key_copy_is_restored_but_never_rebound_to_a_changed_key() {
         "the binding is never rewritten"
     );
     assert!(secrets.get_opt(&copy_name).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn the_manual_path_imports_a_disk_by_url_with_the_users_key() {
+    let client = support::client().await;
+    let ns = team_namespace(&client).await;
+    let w = world();
+    let name = support::unique("manual");
+    let built = bundles::build(
+        &w.root.join("served").join(&name),
+        &BundleSpec::new("4.22.7"),
+    )
+    .expect("build test bundle");
+    let url = w.files.publish(
+        &format!("{name}/crc.qcow2"),
+        built.qcow2.clone(),
+        Fault::None,
+    );
+    // The key under `ssh-privatekey` (a kubernetes.io/ssh-auth Secret): the agent Job remaps it.
+    let key: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "crc-key"},
+        "type": "kubernetes.io/ssh-auth",
+        "stringData": {"ssh-privatekey": built.private_key}
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &key)
+        .await
+        .unwrap();
+    let api: Api<ClusterInstance> = Api::namespaced(client.clone(), &ns);
+    let instance: ClusterInstance = serde_json::from_value(serde_json::json!({
+        "apiVersion": "guestcluster.opdev.io/v1alpha1", "kind": "ClusterInstance",
+        "metadata": {"name": "crc-m"},
+        "spec": {"type": "crc", "template": template(serde_json::json!({
+            "releaseImage": url, "bundleSSHKeyRef": {"name": "crc-key"}
+        }))}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &instance).await.unwrap();
+    let ready = ready_instance(&api, "crc-m").await;
+    let crc = ready.status.clone().unwrap().crc.unwrap();
+    assert!(crc.boot_key.is_none(), "the manual path binds no bundle");
+    assert!(
+        Api::<Secret>::namespaced(client.clone(), &ns)
+            .get_opt(&res::boot_key_secret_name("crc-m"))
+            .await
+            .unwrap()
+            .is_none(),
+        "the manual path uses the user's Secret, no copy"
+    );
 }

@@ -53,6 +53,8 @@ pub struct Bundle {
     /// `crc_libvirt_<version>_<arch>.crcbundle`.
     pub file_name: String,
     pub archive: PathBuf,
+    /// The bundle's `crc.qcow2` on its own (an extracted disk, as the manual path serves it).
+    pub qcow2: PathBuf,
     pub sha256sum_txt: PathBuf,
     /// Hex SHA-256 of the archive.
     pub sha256: String,
@@ -165,11 +167,15 @@ pub fn build(dir: &Path, spec: &BundleSpec) -> Result<Bundle, Error> {
         spec.version
     );
     std::fs::write(&sha256sum_txt, format!("{other}{listed}")).map_err(io(&sha256sum_txt))?;
+    // The bare disk too: what the manual path (`template.releaseImage`) imports.
+    let bare_qcow2 = dir.join(format!("{base}.qcow2"));
+    std::fs::rename(&qcow2, &bare_qcow2).map_err(io(&bare_qcow2))?;
     std::fs::remove_dir_all(&work).map_err(io(&work))?;
 
     Ok(Bundle {
         file_name,
         archive,
+        qcow2: bare_qcow2,
         sha256sum_txt,
         sha256,
         private_key,
