@@ -5,10 +5,8 @@ mod support;
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
-use guestcluster::sim::{self, Options, Sim, Timings};
-use guestcluster::testenv::ControlPlane;
+use guestcluster::sim;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
@@ -17,95 +15,21 @@ use k8s_openapi::api::core::v1::{
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
+use support::shared_sim::{self, Setup, SharedSim};
 use support::{namespace, unique, wait_for};
-use tokio::sync::{RwLock, mpsc, oneshot};
 
 const IMAGE: &str = "quay.io/opdev/guestcluster:sim-test";
 const NODE: &str = "sim-jobs-node";
 
-/// The one simulation of this test binary. Tests run in parallel against one control plane,
-/// and two simulated schedulers would race to bind the same pods, so the simulation is shared:
-/// it runs on a runtime of its own (a client is bound to the runtime it was made in), for the
-/// life of the test process, and can be restarted (see [`restart_sim`]).
-struct SharedSim {
-    root: PathBuf,
-    restart: mpsc::UnboundedSender<oneshot::Sender<Result<(), String>>>,
-}
-
-/// Read: a test using the simulation. Write: the test restarting it (a restart fails every pod
-/// that runs at that moment).
-static GATE: RwLock<()> = RwLock::const_new(());
-
-fn shared_sim() -> &'static SharedSim {
-    static SIM: OnceLock<SharedSim> = OnceLock::new();
-    SIM.get_or_init(|| {
-        let root = sim_root();
-        let (started, result) = std::sync::mpsc::channel();
-        let (restart, mut restarts) = mpsc::unbounded_channel::<oneshot::Sender<_>>();
-        let sim_root = root.clone();
-        std::thread::Builder::new()
-            .name("sim".into())
-            .spawn(move || {
-                let runtime = tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(2)
-                    .enable_all()
-                    .build()
-                    .expect("simulation runtime");
-                runtime.block_on(async move {
-                    let mut sim = match start_sim(sim_root.clone()).await {
-                        Ok(sim) => sim,
-                        Err(err) => return drop(started.send(Err(err))),
-                    };
-                    let _ = started.send(Ok(()));
-                    // Runs for the rest of the test process.
-                    while let Some(done) = restarts.recv().await {
-                        sim.shutdown().await;
-                        match start_sim(sim_root.clone()).await {
-                            Ok(restarted) => {
-                                sim = restarted;
-                                let _ = done.send(Ok(()));
-                            }
-                            Err(err) => return drop(done.send(Err(err))),
-                        }
-                    }
-                });
-            })
-            .expect("simulation thread");
-        let outcome = result
-            .recv()
-            .unwrap_or_else(|_| Err("the thread died".into()));
-        if let Err(err) = outcome {
-            panic!("the simulation did not start: {err}");
-        }
-        SharedSim { root, restart }
+/// The one simulation of this test binary (see [`shared_sim`]): two simulated schedulers would
+/// race to bind the same pods. A restart fails every pod that runs at that moment.
+async fn start() -> &'static SharedSim {
+    shared_sim::start(|| Setup {
+        root: sim_root(),
+        node_name: NODE,
+        our_image_prefix: "quay.io/opdev/guestcluster",
     })
-}
-
-/// Stops the simulation (killing every process it runs) and starts a new one on the same root,
-/// as after a crash of the node.
-async fn restart_sim() {
-    let (done, restarted) = oneshot::channel();
-    start()
-        .await
-        .restart
-        .send(done)
-        .expect("the simulation thread runs");
-    let outcome = restarted.await.expect("the simulation thread answers");
-    outcome.expect("the simulation restarts");
-}
-
-async fn start_sim(root: PathBuf) -> Result<Sim, String> {
-    let cp = ControlPlane::shared().await.map_err(|e| e.to_string())?;
-    let client = cp.client().map_err(|e| e.to_string())?;
-    let options = Options {
-        root,
-        timings: Timings::fast(),
-        kubeconfig: cp.kubeconfig_path().to_path_buf(),
-        guestcluster_bin: PathBuf::from(env!("CARGO_BIN_EXE_guestcluster")),
-        our_image_prefix: "quay.io/opdev/guestcluster".into(),
-        node_name: NODE.into(),
-    };
-    Sim::start(client, options).await.map_err(|e| e.to_string())
+    .await
 }
 
 /// `<target tmp>/sim_jobs/<pid>`: kept after the run (pod logs are worth reading when a test
@@ -212,16 +136,9 @@ async fn job_pods(client: &kube::Client, ns: &str, job: &str) -> Vec<Pod> {
         .items
 }
 
-/// Starts the shared simulation on first use without blocking this test's runtime.
-async fn start() -> &'static SharedSim {
-    tokio::task::spawn_blocking(shared_sim)
-        .await
-        .expect("simulation start task")
-}
-
-fn sandbox(pod: &Pod) -> PathBuf {
+fn sandbox(sim: &SharedSim, pod: &Pod) -> PathBuf {
     sim::kubelet::sandbox_dir(
-        &shared_sim().root,
+        sim.root(),
         &pod.namespace().unwrap_or_default(),
         &pod.name_any(),
         &pod.uid().unwrap_or_default(),
@@ -239,8 +156,8 @@ fn read(path: &Path) -> String {
 
 #[tokio::test]
 async fn the_node_is_registered_ready_with_a_lease() {
-    start().await;
-    let _gate = GATE.read().await;
+    let sim = start().await;
+    let _shared = sim.share().await;
     let client = support::client().await;
     let nodes: Api<Node> = Api::all(client.clone());
     let node = wait_for("the simulated Node", || {
@@ -275,8 +192,8 @@ async fn the_node_is_registered_ready_with_a_lease() {
 
 #[tokio::test]
 async fn a_job_running_our_subcommand_succeeds_and_writes_into_its_volume() {
-    start().await;
-    let _gate = GATE.read().await;
+    let sim = start().await;
+    let _shared = sim.share().await;
     let client = support::client().await;
     let ns = ready_namespace(&client, "sim-crdgen").await;
     let name = unique("crdgen");
@@ -311,16 +228,19 @@ async fn a_job_running_our_subcommand_succeeds_and_writes_into_its_volume() {
         Some(NODE)
     );
 
-    let out = sandbox(pod).join("volumes/out");
+    let out = sandbox(sim, pod).join("volumes/out");
     let crd = out.join("guestcluster.opdev.io_crcbundles.yaml");
     assert!(read(&crd).contains("kind: CustomResourceDefinition"));
-    assert!(sandbox(pod).join("main.log").exists(), "the log is kept");
+    assert!(
+        sandbox(sim, pod).join("main.log").exists(),
+        "the log is kept"
+    );
 }
 
 #[tokio::test]
 async fn a_failing_process_is_retried_per_backoff_limit_then_the_job_fails() {
-    start().await;
-    let _gate = GATE.read().await;
+    let sim = start().await;
+    let _shared = sim.share().await;
     let client = support::client().await;
     let ns = ready_namespace(&client, "sim-fail").await;
     let name = unique("fails");
@@ -343,15 +263,15 @@ async fn a_failing_process_is_retried_per_backoff_limit_then_the_job_fails() {
             Some("Failed")
         );
         assert_eq!(terminated_exit_code(pod), Some(2), "clap's usage error");
-        let log = read(&sandbox(pod).join("main.log"));
+        let log = read(&sandbox(sim, pod).join("main.log"));
         assert!(log.contains("no-such-subcommand"), "{log}");
     }
 }
 
 #[tokio::test]
 async fn secrets_config_maps_env_and_fake_tools_reach_the_process() {
-    start().await;
-    let _gate = GATE.read().await;
+    let sim = start().await;
+    let _shared = sim.share().await;
     let client = support::client().await;
     let ns = ready_namespace(&client, "sim-inputs").await;
     let secret: Secret = serde_json::from_value(json!({
@@ -409,7 +329,7 @@ async fn secrets_config_maps_env_and_fake_tools_reach_the_process() {
     wait_for_condition(&jobs, &name, "Complete").await;
 
     let pod = job_pods(&client, &ns, &name).await.remove(0);
-    let dir = sandbox(&pod);
+    let dir = sandbox(sim, &pod);
     let out = dir.join("volumes/out");
     assert_eq!(read(&out.join("secret")), "s3cret");
     assert_eq!(read(&out.join("config")), "debug");
@@ -443,8 +363,8 @@ async fn secrets_config_maps_env_and_fake_tools_reach_the_process() {
 
 #[tokio::test]
 async fn the_active_deadline_kills_the_process_and_fails_the_job() {
-    start().await;
-    let _gate = GATE.read().await;
+    let sim = start().await;
+    let _shared = sim.share().await;
     let client = support::client().await;
     let ns = ready_namespace(&client, "sim-deadline").await;
     let name = unique("sleeper");
@@ -466,7 +386,7 @@ async fn the_active_deadline_kills_the_process_and_fails_the_job() {
             let running = pods
                 .into_iter()
                 .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))?;
-            sandbox(&running)
+            sandbox(sim, &running)
                 .join("volumes/out/pid")
                 .exists()
                 .then_some(running)
@@ -474,7 +394,7 @@ async fn the_active_deadline_kills_the_process_and_fails_the_job() {
     })
     .await;
     let pid = wait_for("the process's pid", || {
-        let path = sandbox(&pod).join("volumes/out/pid");
+        let path = sandbox(sim, &pod).join("volumes/out/pid");
         async move {
             std::fs::read_to_string(path)
                 .ok()?
@@ -509,8 +429,8 @@ async fn the_active_deadline_kills_the_process_and_fails_the_job() {
 
 #[tokio::test]
 async fn a_claim_is_mounted_as_its_volume_directory() {
-    start().await;
-    let _gate = GATE.read().await;
+    let sim = start().await;
+    let _shared = sim.share().await;
     let client = support::client().await;
     let ns = ready_namespace(&client, "sim-pvc").await;
     let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
@@ -535,7 +455,7 @@ async fn a_claim_is_mounted_as_its_volume_directory() {
     wait_for_condition(&jobs, &name, "Complete").await;
 
     let uid = pvcs.get("work").await.expect("PVC").uid().expect("uid");
-    let dir = shared_sim().root.join("volumes").join(uid).join("crds");
+    let dir = sim.root().join("volumes").join(uid).join("crds");
     assert!(
         read(&dir.join("guestcluster.opdev.io_crcbundles.yaml"))
             .contains("CustomResourceDefinition")
@@ -544,8 +464,8 @@ async fn a_claim_is_mounted_as_its_volume_directory() {
 
 #[tokio::test]
 async fn pods_of_other_images_are_bound_but_not_run() {
-    start().await;
-    let _gate = GATE.read().await;
+    let sim = start().await;
+    let _shared = sim.share().await;
     let client = support::client().await;
     let ns = ready_namespace(&client, "sim-foreign").await;
     let pod: Pod = serde_json::from_value(json!({
@@ -588,8 +508,8 @@ async fn pods_of_other_images_are_bound_but_not_run() {
 
 #[tokio::test]
 async fn after_a_restart_pods_of_the_old_kubelet_fail_and_their_processes_are_gone() {
-    start().await;
-    let _gate = GATE.write().await;
+    let sim = start().await;
+    let exclusive = sim.exclusive().await;
     let client = support::client().await;
     let ns = ready_namespace(&client, "sim-restart").await;
     let name = unique("survivor");
@@ -607,14 +527,14 @@ async fn after_a_restart_pods_of_the_old_kubelet_fail_and_their_processes_are_go
                 .await
                 .into_iter()
                 .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))?;
-            let pid = std::fs::read_to_string(sandbox(&pod).join("volumes/out/pid")).ok()?;
+            let pid = std::fs::read_to_string(sandbox(sim, &pod).join("volumes/out/pid")).ok()?;
             let pid: u32 = pid.trim().parse().ok()?;
             Some((pod, pid))
         }
     })
     .await;
 
-    restart_sim().await;
+    sim.restart(&exclusive).await;
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let pod_name = pod.name_any();

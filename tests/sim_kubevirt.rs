@@ -1,14 +1,13 @@
 //! The simulated KubeVirt (`guestcluster::sim::kubevirt`) against the real control plane, with
 //! the rest of the simulation (storage, CDI, kubelet, guests) running.
 //!
-//! One simulation serves every test of this binary (two would fight over the same objects); it
-//! runs on its own thread and runtime so it outlives each test's runtime. Tests share it through
-//! a read lock; the restart test takes the write lock to restart it alone.
+//! One simulation serves every test of this binary (see `support::shared_sim`); the restart test
+//! has it alone while it restarts it.
 
 mod support;
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 use guestcluster::guest::ssh::{SshGuest, SshOptions};
 use guestcluster::guest::{Command, Guest, keys};
@@ -17,103 +16,25 @@ use guestcluster::kubevirt::{
 };
 use guestcluster::sim::guest::disk::create_disk;
 use guestcluster::sim::guest::state::GuestState;
-use guestcluster::sim::{Options, Sim, SimContext, Timings};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use russh::keys::PrivateKey;
 use serde_json::{Value, json};
+use support::shared_sim::{self, Setup, SharedSim};
 use support::{client, namespace, wait_for};
-use tokio::sync::{OnceCell, RwLock, mpsc, oneshot};
 
 // ---------------------------------------------------------------------------------------------
 // The shared simulation
 // ---------------------------------------------------------------------------------------------
 
-struct SharedSim {
-    ctx: Mutex<Arc<SimContext>>,
-    restart: mpsc::UnboundedSender<oneshot::Sender<Arc<SimContext>>>,
-}
-
-impl SharedSim {
-    fn ctx(&self) -> Arc<SimContext> {
-        self.ctx.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-}
-
-static SIM: OnceCell<SharedSim> = OnceCell::const_new();
-/// Read: a test using the simulation. Write: the test restarting it.
-static GATE: RwLock<()> = RwLock::const_new(());
-
-async fn sim_options(root: PathBuf) -> Options {
-    let cp = guestcluster::testenv::ControlPlane::shared()
-        .await
-        .expect("the test control plane");
-    Options {
-        root,
-        timings: Timings::fast(),
-        kubeconfig: cp.kubeconfig_path().to_path_buf(),
-        guestcluster_bin: PathBuf::from(env!("CARGO_BIN_EXE_guestcluster")),
-        our_image_prefix: "quay.io/opdev/guestcluster".into(),
-        node_name: "sim-node".into(),
-    }
-}
-
 async fn sim() -> &'static SharedSim {
-    SIM.get_or_init(|| async {
-        let (ready_tx, ready_rx) = oneshot::channel();
-        let (restart_tx, mut restart_rx) =
-            mpsc::unbounded_channel::<oneshot::Sender<Arc<SimContext>>>();
-        std::thread::Builder::new()
-            .name("simulation".into())
-            .spawn(move || {
-                let runtime = tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(2)
-                    .enable_all()
-                    .build()
-                    .expect("simulation runtime");
-                if std::env::var_os("RUST_LOG").is_some() {
-                    let _ = tracing_subscriber::fmt()
-                        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-                        .try_init();
-                }
-                runtime.block_on(async move {
-                    let root = tempfile::Builder::new()
-                        .prefix("sim-kubevirt-")
-                        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-                        .expect("simulation root")
-                        .keep();
-                    let options = sim_options(root).await;
-                    let mut sim = Sim::start(client().await, options.clone())
-                        .await
-                        .expect("start the simulation");
-                    let _ = ready_tx.send(sim.ctx.clone());
-                    while let Some(done) = restart_rx.recv().await {
-                        sim.shutdown().await;
-                        sim = Sim::start(client().await, options.clone())
-                            .await
-                            .expect("restart the simulation");
-                        let _ = done.send(sim.ctx.clone());
-                    }
-                });
-            })
-            .expect("simulation thread");
-        let ctx = ready_rx.await.expect("the simulation thread started it");
-        SharedSim {
-            ctx: Mutex::new(ctx),
-            restart: restart_tx,
-        }
+    shared_sim::start(|| Setup {
+        root: shared_sim::temp_root("sim-kubevirt-"),
+        node_name: "sim-node",
+        our_image_prefix: "quay.io/opdev/guestcluster",
     })
     .await
-}
-
-/// Stops the simulation (its guests die with it, nothing is recorded in the API) and starts a
-/// fresh one on the same volumes: what a crashed and restarted simulation sees.
-async fn restart_sim(shared: &SharedSim) {
-    let (done_tx, done_rx) = oneshot::channel();
-    shared.restart.send(done_tx).expect("simulation thread");
-    let ctx = done_rx.await.expect("simulation restarted");
-    *shared.ctx.lock().unwrap_or_else(|e| e.into_inner()) = ctx;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -384,8 +305,8 @@ async fn vmi_gone(client: &Client, ns: &str, name: &str, uid: &str) {
 
 #[tokio::test]
 async fn every_start_gives_a_new_vmi_launcher_pod_and_ip() {
-    let _gate = GATE.read().await;
     let sim = sim().await;
+    let _shared = sim.share().await;
     let client = client().await;
     let ns = namespace(&client, "kv-start").await;
     bootable_pvc(sim, &client, &ns, "root").await;
@@ -467,8 +388,8 @@ async fn every_start_gives_a_new_vmi_launcher_pod_and_ip() {
 
 #[tokio::test]
 async fn the_disk_is_held_until_the_launcher_pod_is_gone() {
-    let _gate = GATE.read().await;
     let sim = sim().await;
+    let _shared = sim.share().await;
     let client = client().await;
     let ns = namespace(&client, "kv-hold").await;
     bootable_pvc(sim, &client, &ns, "root").await;
@@ -517,8 +438,8 @@ async fn the_disk_is_held_until_the_launcher_pod_is_gone() {
 
 #[tokio::test]
 async fn legacy_running_false_keeps_the_vm_stopped() {
-    let _gate = GATE.read().await;
     let sim = sim().await;
+    let _shared = sim.share().await;
     let client = client().await;
     let ns = namespace(&client, "kv-legacy").await;
     bootable_pvc(sim, &client, &ns, "root").await;
@@ -546,8 +467,8 @@ async fn legacy_running_false_keeps_the_vm_stopped() {
 
 #[tokio::test]
 async fn node_selector_and_tolerations_are_recorded_on_the_launcher_pod() {
-    let _gate = GATE.read().await;
     let sim = sim().await;
+    let _shared = sim.share().await;
     let client = client().await;
     let ns = namespace(&client, "kv-place").await;
     bootable_pvc(sim, &client, &ns, "root").await;
@@ -581,8 +502,8 @@ async fn node_selector_and_tolerations_are_recorded_on_the_launcher_pod() {
 
 #[tokio::test]
 async fn a_missing_pvc_is_reported_and_waited_for() {
-    let _gate = GATE.read().await;
     let sim = sim().await;
+    let _shared = sim.share().await;
     let client = client().await;
     let ns = namespace(&client, "kv-missing").await;
     create_vm(&client, &ns, vm_with_pvc("vm", "Always", "later")).await;
@@ -615,8 +536,8 @@ async fn a_missing_pvc_is_reported_and_waited_for() {
 
 #[tokio::test]
 async fn a_data_volume_is_waited_for_until_it_succeeds() {
-    let _gate = GATE.read().await;
     let sim = sim().await;
+    let _shared = sim.share().await;
     let client = client().await;
     let ns = namespace(&client, "kv-dv").await;
     let mut vm = vm_with_pvc("vm", "Always", "unused");
@@ -660,8 +581,7 @@ async fn a_data_volume_is_waited_for_until_it_succeeds() {
 
 #[tokio::test]
 async fn a_missing_disk_image_fails_the_vmi_with_a_reason() {
-    let _gate = GATE.read().await;
-    let _sim = sim().await;
+    let _shared = sim().await.share().await;
     let client = client().await;
     let ns = namespace(&client, "kv-nodisk").await;
     create_pvc(&client, &ns, "empty").await;
@@ -708,8 +628,8 @@ async fn a_missing_disk_image_fails_the_vmi_with_a_reason() {
 
 #[tokio::test]
 async fn rerun_on_failure_restarts_after_the_launcher_pod_is_killed() {
-    let _gate = GATE.read().await;
     let sim = sim().await;
+    let _shared = sim.share().await;
     let client = client().await;
     let ns = namespace(&client, "kv-rerun").await;
     bootable_pvc(sim, &client, &ns, "root").await;
@@ -729,8 +649,8 @@ async fn rerun_on_failure_restarts_after_the_launcher_pod_is_killed() {
 
 #[tokio::test]
 async fn a_restarted_simulation_fails_orphaned_vmis_and_restarts_per_run_strategy() {
-    let _gate = GATE.write().await;
     let sim = sim().await;
+    let exclusive = sim.exclusive().await;
     let client = client().await;
     let ns = namespace(&client, "kv-restart").await;
     bootable_pvc(sim, &client, &ns, "always-root").await;
@@ -748,7 +668,7 @@ async fn a_restarted_simulation_fails_orphaned_vmis_and_restarts_per_run_strateg
     let always = running_vmi(&client, &ns, "always").await;
     let manual = running_vmi(&client, &ns, "manual").await;
 
-    restart_sim(sim).await;
+    sim.restart(&exclusive).await;
 
     // Nobody runs their guests any more: both VMIs fail; Always starts a new one, Manual not.
     let failed = wait_vmi(&client, &ns, "manual", "Failed", |v| {
@@ -788,8 +708,8 @@ async fn power_off_from_inside(client: &Client, ns: &str, name: &str) -> Virtual
 
 #[tokio::test]
 async fn always_restarts_after_a_guest_power_off() {
-    let _gate = GATE.read().await;
     let sim = sim().await;
+    let _shared = sim.share().await;
     let client = client().await;
     let ns = namespace(&client, "kv-always").await;
     bootable_pvc(sim, &client, &ns, "root").await;
@@ -804,8 +724,8 @@ async fn always_restarts_after_a_guest_power_off() {
 
 #[tokio::test]
 async fn rerun_on_failure_does_not_restart_after_a_power_off() {
-    let _gate = GATE.read().await;
     let sim = sim().await;
+    let _shared = sim.share().await;
     let client = client().await;
     let ns = namespace(&client, "kv-rerun-ok").await;
     bootable_pvc(sim, &client, &ns, "root").await;
@@ -829,8 +749,8 @@ async fn rerun_on_failure_does_not_restart_after_a_power_off() {
 
 #[tokio::test]
 async fn a_blank_first_boot_disk_falls_through_to_the_cdrom() {
-    let _gate = GATE.read().await;
     let sim = sim().await;
+    let _shared = sim.share().await;
     let client = client().await;
     let ns = namespace(&client, "kv-boot").await;
     // A blank root disk (bootOrder 1) and a live ISO as cdrom (bootOrder 2).
@@ -879,8 +799,8 @@ async fn a_blank_first_boot_disk_falls_through_to_the_cdrom() {
 
 #[tokio::test]
 async fn the_clock_offset_reaches_the_guest() {
-    let _gate = GATE.read().await;
     let sim = sim().await;
+    let _shared = sim.share().await;
     let client = client().await;
     let ns = namespace(&client, "kv-clock").await;
     bootable_pvc(sim, &client, &ns, "root").await;
@@ -906,8 +826,8 @@ async fn the_clock_offset_reaches_the_guest() {
 
 #[tokio::test]
 async fn deleting_a_running_vm_stops_its_vmi_before_the_vm_goes() {
-    let _gate = GATE.read().await;
     let sim = sim().await;
+    let _shared = sim.share().await;
     let client = client().await;
     let ns = namespace(&client, "kv-delete").await;
     bootable_pvc(sim, &client, &ns, "root").await;
@@ -943,8 +863,8 @@ async fn deleting_a_running_vm_stops_its_vmi_before_the_vm_goes() {
 
 #[tokio::test]
 async fn manual_follows_start_requests_and_keeps_an_ended_vmi() {
-    let _gate = GATE.read().await;
     let sim = sim().await;
+    let _shared = sim.share().await;
     let client = client().await;
     let ns = namespace(&client, "kv-manual").await;
     bootable_pvc(sim, &client, &ns, "root").await;

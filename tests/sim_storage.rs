@@ -7,79 +7,34 @@ use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use futures::StreamExt;
 use guestcluster::sim::cdi::data_volume_resource;
 use guestcluster::sim::volumes::VolumeStore;
-use guestcluster::sim::{Options, Sim, Timings};
-use guestcluster::testenv::ControlPlane;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
+use support::shared_sim::{self, Setup};
 use support::{client, namespace, unique, wait_for};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const MI: u64 = 1 << 20;
 const GI: u64 = 1 << 30;
 
-/// One simulation for the whole test binary, on its own runtime thread: tests run on separate
-/// runtimes, and two simulations against one API server would both provision every PVC.
-/// Its root lives under Cargo's per-target temporary directory (never dropped: the thread never
-/// ends), so `cargo clean` removes it.
-fn sim_volumes() -> &'static VolumeStore {
-    static VOLUMES: OnceLock<VolumeStore> = OnceLock::new();
-    VOLUMES.get_or_init(|| {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .expect("simulation runtime");
-            runtime.block_on(async move {
-                let root = tempfile::Builder::new()
-                    .prefix("sim-storage-")
-                    .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-                    .expect("simulation root");
-                let sim = start_sim(root.path()).await;
-                tx.send(sim.ctx.volumes.clone())
-                    .expect("report the simulation");
-                std::future::pending::<()>().await;
-                drop((sim, root));
-            });
-        });
-        rx.recv().expect("the simulation thread started")
-    })
-}
-
-async fn start_sim(root: &Path) -> Sim {
-    let cp = ControlPlane::shared()
-        .await
-        .expect("the test control plane starts");
-    let client = cp.client().expect("client for the simulation");
-    let options = Options {
-        root: root.to_owned(),
-        timings: Timings::fast(),
-        kubeconfig: cp.kubeconfig_path().to_owned(),
-        guestcluster_bin: PathBuf::from(env!("CARGO_BIN_EXE_guestcluster")),
+/// The shared simulation (see [`shared_sim`]), started on first use, and a client for this
+/// test's runtime. No test restarts it.
+async fn setup() -> (VolumeStore, Client) {
+    let sim = shared_sim::start(|| Setup {
+        root: shared_sim::temp_root("sim-storage-"),
+        node_name: "sim-storage-node",
         // No pod of these tests runs a process.
-        our_image_prefix: "registry.invalid/sim-storage-tests/".into(),
-        node_name: "sim-storage-node".into(),
-    };
-    Sim::start(client, options)
-        .await
-        .expect("the simulation starts")
-}
-
-/// The shared simulation (started on first use) and a client for this test's runtime.
-async fn setup() -> (&'static VolumeStore, Client) {
-    let volumes = tokio::task::spawn_blocking(sim_volumes)
-        .await
-        .expect("simulation start task");
-    (volumes, client().await)
+        our_image_prefix: "registry.invalid/sim-storage-tests/",
+    })
+    .await;
+    (sim.ctx().volumes.clone(), client().await)
 }
 
 fn data_volumes(client: &Client, ns: &str) -> Api<DynamicObject> {
@@ -261,7 +216,7 @@ async fn a_blank_data_volume_is_a_sparse_disk_of_its_size() {
         ("DataVolume", Some(true))
     );
     assert_eq!(Some(owner.uid.clone()), dv.uid());
-    let disk = disk_of(volumes, &client, &ns, "blank").await;
+    let disk = disk_of(&volumes, &client, &ns, "blank").await;
     assert_eq!(std::fs::metadata(&disk).expect("disk").len(), GI);
     assert!(
         allocated(&disk) < MI,
@@ -277,7 +232,7 @@ async fn a_clone_copies_content_also_across_namespaces() {
     let target_ns = namespace(&client, "sim-clone-dst").await;
     create_data_volume(&client, &source_ns, "golden", blank("64Mi")).await;
     wait_phase(&client, &source_ns, "golden", "Succeeded").await;
-    let golden = disk_of(volumes, &client, &source_ns, "golden").await;
+    let golden = disk_of(&volumes, &client, &source_ns, "golden").await;
     write_pattern(&golden, 10 * MI);
 
     let clone = |namespace: &str, size: Option<&str>| {
@@ -303,7 +258,7 @@ async fn a_clone_copies_content_also_across_namespaces() {
     ] {
         let dv = wait_phase(&client, ns, name, "Succeeded").await;
         assert_eq!(condition(&dv, "Running")["message"], "Clone Complete");
-        let disk = disk_of(volumes, &client, ns, name).await;
+        let disk = disk_of(&volumes, &client, ns, name).await;
         assert_eq!(std::fs::metadata(&disk).expect("disk").len(), len);
         assert_eq!(
             read_at(&disk, 10 * MI, PATTERN.len()),
@@ -389,7 +344,7 @@ async fn a_clone_waits_while_its_source_is_in_use() {
         waiting["message"],
         format!("pod {ns}/builder using PersistentVolumeClaim golden")
     );
-    let target = disk_of(volumes, &client, &ns, "copy").await;
+    let target = disk_of(&volumes, &client, &ns, "copy").await;
     assert!(
         !target.exists(),
         "nothing copied while the source is in use"
@@ -529,7 +484,7 @@ async fn an_http_import_converts_qcow2_to_raw() {
         phases.iter().any(|p| p == "ImportInProgress"),
         "an import in progress is observable: {phases:?}"
     );
-    let disk = disk_of(volumes, &client, &ns, &name).await;
+    let disk = disk_of(&volumes, &client, &ns, &name).await;
     assert_ne!(read_at(&disk, 0, 4), b"QFI\xfb", "converted to raw");
     assert_eq!(read_at(&disk, 5 * MI, PATTERN.len()), PATTERN);
     assert_eq!(
@@ -563,7 +518,7 @@ async fn deleting_a_data_volume_removes_its_claim_and_directory() {
     let ns = namespace(&client, "sim-dv-delete").await;
     create_data_volume(&client, &ns, "short-lived", blank("64Mi")).await;
     wait_phase(&client, &ns, "short-lived", "Succeeded").await;
-    let disk = disk_of(volumes, &client, &ns, "short-lived").await;
+    let disk = disk_of(&volumes, &client, &ns, "short-lived").await;
     let dir = disk.parent().expect("volume directory").to_owned();
 
     data_volumes(&client, &ns)

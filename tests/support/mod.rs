@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 pub mod crc;
+pub mod shared_sim;
 pub mod world;
 
 use std::future::Future;
