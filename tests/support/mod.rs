@@ -99,9 +99,15 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
+    // One look may not hang the wait: a stalled request is abandoned and the next look makes a
+    // fresh one, and the deadline holds even if every look stalls.
+    const LOOK: Duration = Duration::from_secs(30);
     let start = Instant::now();
     loop {
-        if let Some(value) = check().await {
+        let left = deadline
+            .saturating_sub(start.elapsed())
+            .max(Duration::from_millis(100));
+        if let Ok(Some(value)) = tokio::time::timeout(LOOK.min(left), check()).await {
             return value;
         }
         if start.elapsed() > deadline {
