@@ -1066,6 +1066,11 @@ impl<'a> Pass<'a> {
                 ),
             ));
         }
+        // Uniqueness is checked before our Route exists; afterwards the router admits the oldest
+        // Route of a host, which is ours. (Listing every Route on every pass would not scale.)
+        if existing.is_some() {
+            return go(host);
+        }
         let all: Api<Route> = Api::all(self.ctx.client.clone());
         let taken = all
             .list(&ListParams::default())
@@ -1073,10 +1078,7 @@ impl<'a> Pass<'a> {
             .map_err(self.err("listing", "Routes"))?
             .items
             .into_iter()
-            .find(|r| {
-                r.spec.host.as_deref() == Some(host.as_str())
-                    && existing.as_ref().is_none_or(|e| e.uid() != r.uid())
-            });
+            .find(|r| r.spec.host.as_deref() == Some(host.as_str()));
         if let Some(other) = taken {
             return stop(Stop::failed(
                 reasons::API_ENDPOINT_CONFLICT,
@@ -1093,10 +1095,8 @@ impl<'a> Pass<'a> {
                 "API endpoint https://{host} chosen"
             )));
         }
-        if existing.is_none() {
-            self.create(&routes, &res::api_route(self.instance, &host))
-                .await?;
-        }
+        self.create(&routes, &res::api_route(self.instance, &host))
+            .await?;
         go(host)
     }
 
