@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build test lint fmt crds controlplane deps demo dev-up clean-cache
+.PHONY: all build test lint fmt crds controlplane deps demo dev-up clean-cache bench
 
 all: build
 
@@ -33,6 +33,11 @@ lint:
 ## and scenario tests.
 test: deps controlplane lint
 	$(CARGO) test --no-fail-fast
+
+## Criterion benchmarks (benches/): per-reconcile decision cost at scale, with same-run baselines to
+## state results as ratios. Needs no control plane. Pass a filter with BENCH_ARGS="pool_decide".
+bench:
+	$(CARGO) bench --bench decisions -- $(BENCH_ARGS)
 
 ## The whole flow on an embedded control plane with progress output. Per-request error logs of
 ## kube clients are off (the operator's guest API probes fail by design until a guest is up; the
