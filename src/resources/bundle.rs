@@ -8,15 +8,14 @@ use k8s_openapi::api::batch::v1::{
 };
 use k8s_openapi::api::core::v1::Volume;
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, SecurityContext, VolumeMount,
-    VolumeResourceRequirements,
+    EnvVar, PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource,
+    PodSpec, PodTemplateSpec, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
-use super::common::{bundle_labels, controller_ref};
+use super::common::{bundle_labels, controller_ref, job_container};
 use crate::api::CRCBundle;
 
 /// Default mirror of the published bundles.
@@ -29,7 +28,7 @@ pub const SCRATCH_DIR: &str = "/work";
 /// Prep Job limits (upstream: backoffLimit 2, 2 h).
 pub const PREP_BACKOFF_LIMIT: i32 = 2;
 /// The container's termination message file (the Kubernetes default, stated explicitly).
-pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
+pub const TERMINATION_MESSAGE_PATH: &str = crate::jobs::termination::DEFAULT_PATH;
 pub const PREP_DEADLINE_SECONDS: i64 = 7200;
 
 /// Names of a bundle's objects: `<bundle>-golden`, `-scratch`, `-prep`, `-ssh-key`, `-metadata`.
@@ -211,23 +210,13 @@ pub fn prep_job(bundle: &CRCBundle, namespace: &str, urls: &Urls, settings: &Job
                 spec: Some(PodSpec {
                     restart_policy: Some("Never".to_owned()),
                     service_account_name: Some(settings.prep_service_account.clone()),
-                    containers: vec![Container {
-                        name: "bundle-prep".to_owned(),
-                        image: Some(settings.image.clone()),
-                        args: Some(vec!["bundle-prep".to_owned()]),
-                        env: Some(env),
-                        volume_mounts: Some(vec![
-                            mount("golden", GOLDEN_DIR),
-                            mount("scratch", SCRATCH_DIR),
-                        ]),
-                        termination_message_path: Some(TERMINATION_MESSAGE_PATH.to_owned()),
-                        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
-                        security_context: Some(SecurityContext {
-                            allow_privilege_escalation: Some(false),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    }],
+                    containers: vec![job_container(
+                        "bundle-prep",
+                        &settings.image,
+                        "bundle-prep",
+                        env,
+                        vec![mount("golden", GOLDEN_DIR), mount("scratch", SCRATCH_DIR)],
+                    )],
                     volumes: Some(vec![
                         volume("golden", &names.golden_pvc),
                         volume("scratch", &names.scratch_pvc),

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::{Container, EnvVar, SecurityContext, VolumeMount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 
@@ -24,4 +25,30 @@ pub fn controller_ref<K: Resource<DynamicType = ()>>(owner: &K) -> Option<OwnerR
     let mut reference = owner.controller_owner_ref(&())?;
     reference.block_owner_deletion = None;
     Some(reference)
+}
+
+/// The container of one of our Jobs: `guestcluster <subcommand>` from `image`, with the
+/// termination message the operator reads back (the file, or the log tail if the process died
+/// before writing it) and no privilege escalation.
+pub fn job_container(
+    name: &str,
+    image: &str,
+    subcommand: &str,
+    env: Vec<EnvVar>,
+    mounts: Vec<VolumeMount>,
+) -> Container {
+    Container {
+        name: name.to_owned(),
+        image: Some(image.to_owned()),
+        args: Some(vec![subcommand.to_owned()]),
+        env: Some(env),
+        volume_mounts: Some(mounts),
+        termination_message_path: Some(crate::jobs::termination::DEFAULT_PATH.to_owned()),
+        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }

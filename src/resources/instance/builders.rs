@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, KeyToPath, PodSpec, PodTemplateSpec, Secret, SecretVolumeSource,
-    SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
+    EnvVar, KeyToPath, PodSpec, PodTemplateSpec, Secret, SecretVolumeSource, Service,
+    ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -28,7 +28,7 @@ use crate::cdi::{
     StorageSpec,
 };
 use crate::kubevirt;
-use crate::resources::bundle::TERMINATION_MESSAGE_PATH;
+use crate::resources::common::job_container;
 use crate::route::{
     InsecureEdgeTerminationPolicy, Route, RoutePort, RouteSpec, RouteTargetReference, TlsConfig,
     TlsTermination,
@@ -396,24 +396,17 @@ pub fn agent_job(instance: &ClusterInstance, inputs: &AgentJobInputs) -> Job {
                 spec: Some(PodSpec {
                     restart_policy: Some("Never".to_owned()),
                     service_account_name: Some(agent_account_name(&name)),
-                    containers: vec![Container {
-                        name: AGENT_CONTAINER.to_owned(),
-                        image: Some(inputs.image.clone()),
-                        args: Some(vec!["agent".to_owned()]),
-                        env: Some(env),
-                        volume_mounts: Some(vec![
+                    containers: vec![job_container(
+                        AGENT_CONTAINER,
+                        &inputs.image,
+                        "agent",
+                        env,
+                        vec![
                             mount("pull-secret", AGENT_PULL_SECRET_DIR),
                             mount("bundle-ssh-key", AGENT_SSH_DIR),
                             mount("identity", AGENT_IDENTITY_DIR),
-                        ]),
-                        termination_message_path: Some(TERMINATION_MESSAGE_PATH.to_owned()),
-                        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
-                        security_context: Some(SecurityContext {
-                            allow_privilege_escalation: Some(false),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    }],
+                        ],
+                    )],
                     volumes: Some(vec![
                         secret_volume("pull-secret", &inputs.pull_secret_name, None),
                         secret_volume(
