@@ -25,7 +25,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::watcher::{self, Event};
-use support::crc::{ready_bundle, ready_instance, team_namespace, template};
+use support::crc::{ready_bundle, ready_instance, team_namespace, template, wait_instance};
 use support::world::{OPERATOR_NS, world};
 use support::{wait_for, wait_long};
 
@@ -321,12 +321,18 @@ async fn a_replaced_vmi_gets_a_new_agent_and_becomes_ready_again() {
         .await
         .expect("delete the VMI");
     let api: Api<ClusterInstance> = Api::namespaced(client.clone(), &ns);
-    let again = wait_long("Ready again for a new VMI", || async {
-        let i = api.get("crc-a").await.ok()?;
-        let status = i.status.clone()?;
-        let uid = status.crc.as_ref()?.vmi_uid.clone()?;
-        (status.phase == Some(InstancePhase::Ready) && uid != old_uid).then_some(i)
-    })
+    let again = wait_instance(
+        &client,
+        &ns,
+        "crc-a",
+        "Ready again for a new VMI",
+        || async {
+            let i = api.get("crc-a").await.ok()?;
+            let status = i.status.clone()?;
+            let uid = status.crc.as_ref()?.vmi_uid.clone()?;
+            (status.phase == Some(InstancePhase::Ready) && uid != old_uid).then_some(i)
+        },
+    )
     .await;
     let new_uid = again.status.clone().unwrap().crc.unwrap().vmi_uid.unwrap();
     let jobs = Api::<Job>::namespaced(client.clone(), &ns);

@@ -85,3 +85,87 @@ pub async fn ready_instance(api: &Api<ClusterInstance>, name: &str) -> ClusterIn
     })
     .await
 }
+
+/// What an instance and its agent look like now, for a failure message: the instance's
+/// conditions, its Jobs' conditions and its pods' phases and termination messages.
+pub async fn describe(client: &kube::Client, ns: &str, name: &str) -> String {
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::ListParams;
+    let mut out = String::new();
+    if let Ok(i) = Api::<ClusterInstance>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+    {
+        let status = i.status.unwrap_or_default();
+        out += &format!(
+            "instance {ns}/{name}: phase {:?}, crc {:?}\n",
+            status.phase,
+            status.crc.map(|c| (c.vmi_uid, c.ssh_endpoint))
+        );
+        for c in status.conditions {
+            out += &format!("  {}={} {}: {}\n", c.type_, c.status, c.reason, c.message);
+        }
+    }
+    let selector = format!("opdev.io/cluster-instance={name}");
+    if let Ok(jobs) = Api::<Job>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&selector))
+        .await
+    {
+        for j in jobs {
+            let conditions: Vec<String> = j
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|c| format!("{}={} {:?}", c.type_, c.status, c.message))
+                .collect();
+            out += &format!(
+                "job {}: {conditions:?}\n",
+                j.metadata.name.unwrap_or_default()
+            );
+        }
+    }
+    if let Ok(pods) = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+    {
+        for p in pods {
+            let status = p.status.unwrap_or_default();
+            let messages: Vec<String> = status
+                .container_statuses
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|c| c.state?.terminated?.message)
+                .collect();
+            out += &format!(
+                "pod {}: {:?} {messages:?}\n",
+                p.metadata.name.unwrap_or_default(),
+                status.phase
+            );
+        }
+    }
+    out
+}
+
+/// Waits (long) for `check`, and on timeout panics with [`describe`] of the instance.
+pub async fn wait_instance<T, F, Fut>(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    check: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = std::time::Duration::from_secs(600);
+    match tokio::time::timeout(deadline, super::wait_within(what, deadline * 2, check)).await {
+        Ok(value) => value,
+        Err(_) => panic!(
+            "timed out after {deadline:?} waiting for: {what}\n{}",
+            describe(client, ns, name).await
+        ),
+    }
+}

@@ -417,6 +417,8 @@ impl Controllers {
             (true, since) => since,
             (false, _) => None,
         };
+        let result = self.keep_server_running().await;
+        self.outcome("API server", result);
         let result = self.sync_client_ca().await;
         self.outcome("client CA", result);
         let result = self.named_certificates().await;
@@ -448,6 +450,19 @@ impl Controllers {
                     tracing::debug!(step, "guest cluster controller still failing: {err}");
                 } else {
                     tracing::warn!(step, "guest cluster controller failed: {err}");
+                    // Also next to the API server's log, where a test's failure points.
+                    if let Some(dir) = self.client_ca_file.parent() {
+                        let _ = std::fs::OpenOptions::new()
+                            .create(true)
+                            .append(true)
+                            .open(dir.join("controllers.log"))
+                            .and_then(|mut f| {
+                                std::io::Write::write_all(
+                                    &mut f,
+                                    format!("{}: {step} failed: {err}\n", now_rfc3339()).as_bytes(),
+                                )
+                            });
+                    }
                     self.failures.insert(step, err);
                 }
             }
@@ -473,6 +488,25 @@ impl Controllers {
             std::fs::write(&tmp, &wanted)
                 .and_then(|()| std::fs::rename(&tmp, &self.client_ca_file))
                 .map_err(|e| Error::Client(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Like the kubelet with a static pod: an API server process that is gone (it exited, or a
+    /// restart could not start it) is started again with the current spec, unless the cluster
+    /// is being stopped.
+    async fn keep_server_running(&mut self) -> Result<(), Error> {
+        let needs_start = {
+            let mut slot = slot(&self.server);
+            !slot.stopped
+                && match slot.server.as_mut() {
+                    None => true,
+                    Some(server) => server.ensure_running().is_err(),
+                }
+        };
+        if needs_start {
+            tracing::warn!("guest API server is not running; starting it again");
+            self.restart_server().await?;
         }
         Ok(())
     }

@@ -21,7 +21,19 @@ const KUBELET: &str = "kubelet.service";
 /// The guest API port.
 pub const API_PORT: u16 = 6443;
 
-type Clusters = Arc<Mutex<HashMap<String, GuestCluster>>>;
+/// A guest's cluster: being started (a boot with the kubelet enabled and the agent's
+/// `systemctl start kubelet` both ask, and two API servers must never race for one address),
+/// or running.
+enum Entry {
+    /// Being started by the start with this number.
+    Starting(u64),
+    Running(Box<GuestCluster>),
+}
+
+/// Numbers starts, so a start finishing late never takes the place of a newer one.
+static STARTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+type Clusters = Arc<Mutex<HashMap<String, Entry>>>;
 
 /// The controller: reacts to guest events until the simulation stops.
 pub async fn run(ctx: Arc<SimContext>, launcher: ApiServerLauncher) -> Result<(), Error> {
@@ -61,24 +73,45 @@ fn kubelet_running(ctx: &SimContext, uid: &str) -> bool {
         .is_some_and(|s| s.units.get(KUBELET).is_some_and(|u| u.active))
 }
 
-fn lock(clusters: &Clusters) -> std::sync::MutexGuard<'_, HashMap<String, GuestCluster>> {
+fn lock(clusters: &Clusters) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
     clusters.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn start(ctx: &Arc<SimContext>, launcher: &ApiServerLauncher, clusters: &Clusters, uid: String) {
-    if lock(clusters).contains_key(&uid) {
-        return;
+    let start = {
+        let mut clusters = lock(clusters);
+        if clusters.contains_key(&uid) {
+            return;
+        }
+        let start = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        clusters.insert(uid.clone(), Entry::Starting(start));
+        start
+    };
+    if !start_cluster(ctx, launcher, clusters, &uid, start) {
+        lock(clusters).remove(&uid);
     }
+}
+
+/// Starts the API server of guest `uid` in the background; false when the guest cannot have
+/// one (nothing was started).
+fn start_cluster(
+    ctx: &Arc<SimContext>,
+    launcher: &ApiServerLauncher,
+    clusters: &Clusters,
+    uid: &str,
+    start: u64,
+) -> bool {
+    let uid = uid.to_owned();
     let (Some(state), Some(ip), Some(disk)) = (
         ctx.guests.state(&uid),
         ctx.guests.address(&uid),
         ctx.guests.boot_disk(&uid),
     ) else {
-        return;
+        return false;
     };
     let (Some(pki), Some(version)) = (state.pki.clone(), state.openshift_version.clone()) else {
         tracing::warn!(vmi = %uid, "kubelet started on a disk without OpenShift; no API server");
-        return;
+        return false;
     };
     let bind = SocketAddr::from((ip, API_PORT));
     let spec = ClusterSpec {
@@ -96,19 +129,38 @@ fn start(ctx: &Arc<SimContext>, launcher: &ApiServerLauncher, clusters: &Cluster
             uid: uid.clone(),
         });
         match GuestCluster::start(&launcher, spec, view).await {
-            // The kubelet may have stopped while the API server came up.
-            Ok(cluster) if kubelet_running(&ctx, &uid) => {
-                ctx.guests.register_port(&uid, API_PORT, cluster.addr());
-                lock(&clusters).insert(uid, cluster);
+            Ok(cluster) => {
+                let mut entries = lock(&clusters);
+                // Still wanted: not stopped meanwhile (the entry gone), kubelet still running.
+                let ours = matches!(entries.get(&uid), Some(Entry::Starting(n)) if *n == start);
+                let wanted = ours && kubelet_running(&ctx, &uid);
+                if wanted {
+                    ctx.guests.register_port(&uid, API_PORT, cluster.addr());
+                    entries.insert(uid, Entry::Running(Box::new(cluster)));
+                } else {
+                    if ours {
+                        entries.remove(&uid);
+                    }
+                    drop(entries);
+                    cluster.stop();
+                }
             }
-            Ok(cluster) => cluster.stop(),
-            Err(err) => tracing::error!(vmi = %uid, "guest API server did not start: {err}"),
+            Err(err) => {
+                tracing::error!(vmi = %uid, "guest API server did not start: {err}");
+                let mut entries = lock(&clusters);
+                if matches!(entries.get(&uid), Some(Entry::Starting(n)) if *n == start) {
+                    entries.remove(&uid);
+                }
+            }
         }
     });
+    true
 }
 
 fn stop(ctx: &SimContext, clusters: &Clusters, uid: &str) {
-    if let Some(cluster) = lock(clusters).remove(uid) {
+    // A cluster still starting sees its entry gone when it is up, and stops itself.
+    let removed = lock(clusters).remove(uid);
+    if let Some(Entry::Running(cluster)) = removed {
         ctx.guests.unregister_port(uid, API_PORT);
         cluster.stop();
     }
