@@ -464,10 +464,10 @@ fn agent_decision(c: &mut Criterion) {
         })
         .collect();
     let now = at(NOW);
-    let check = agent::diagnose(&job, &pods, &events, None, now);
+    let check = agent::diagnose(&job, &pods, &events, now);
     assert_eq!(check.status, "Unknown", "agent is working: {check:?}");
     c.bench_function("agent/diagnose", |b| {
-        b.iter(|| agent::diagnose(black_box(&job), &pods, &events, None, now))
+        b.iter(|| agent::diagnose(black_box(&job), &pods, &events, now))
     });
 }
 

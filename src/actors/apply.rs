@@ -2,7 +2,9 @@
 //! (field manager `guestcluster-operator`), a create that accepts an existing object, a delete that
 //! accepts a missing one.
 
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
+};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -48,6 +50,32 @@ where
     match api.delete(name, &DeleteParams::background()).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Deletes `name` only if it still is the object with `uid` (a UID precondition): a namesake
+/// created since is never touched. Gone, or replaced, is fine.
+pub async fn delete_exact<K>(
+    api: &Api<K>,
+    name: &str,
+    uid: &str,
+    propagation: PropagationPolicy,
+) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let params = DeleteParams {
+        propagation_policy: Some(propagation),
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
         Err(e) => Err(e),
     }
 }

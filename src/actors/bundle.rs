@@ -140,7 +140,8 @@ async fn observe(ctx: &Context, bundle: &CRCBundle) -> Result<download::Observed
         meta.owner_references
             .iter()
             .flatten()
-            .any(|r| r.uid == uid && r.controller == Some(true))
+            .find(|r| r.controller == Some(true))
+            .is_some_and(|r| r.uid == uid)
     };
     let err = |what: &str| {
         let (name, what) = (bundle.name_any(), what.to_owned());

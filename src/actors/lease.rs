@@ -20,7 +20,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -172,18 +172,10 @@ async fn release(
             }
         });
         if let Some(target) = target {
-            let params = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: target.uid(),
-                    resource_version: None,
-                }),
-                ..DeleteParams::background()
-            };
-            match instances.delete(instance, &params).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-                Err(source) => return Err(err(source)),
-            }
+            let uid = target.uid().unwrap_or_default();
+            apply::delete_exact(&instances, instance, &uid, PropagationPolicy::Background)
+                .await
+                .map_err(err)?;
             tracing::info!(clusterlease = %name, namespace = %ns, clusterinstance = %instance, "bound instance deleted");
         }
     }
@@ -379,20 +371,12 @@ async fn set_finalizer(
 
 /// Deletes this lease (by UID); gone already is fine.
 async fn delete_lease(api: &Api<ClusterLease>, lease: &ClusterLease) -> Result<(), Error> {
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: lease.uid(),
-            resource_version: None,
-        }),
-        ..DeleteParams::background()
-    };
-    match api.delete(&lease.name_any(), &params).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
-        Err(source) => Err(Error::Delete {
+    let uid = lease.uid().unwrap_or_default();
+    apply::delete_exact(api, &lease.name_any(), &uid, PropagationPolicy::Background)
+        .await
+        .map_err(|source| Error::Delete {
             name: lease.name_any(),
             what: "the lease".into(),
             source,
-        }),
-    }
+        })
 }

@@ -19,6 +19,22 @@ pub fn bundle_labels(bundle: &str) -> BTreeMap<String, String> {
     ])
 }
 
+/// UID of `obj`'s controller (its owner reference with `controller: true`).
+pub fn controller_uid<K: Resource>(obj: &K) -> Option<&str> {
+    obj.meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true))
+        .map(|r| r.uid.as_str())
+}
+
+/// Whether the object with UID `owner_uid` controls `obj`: only such objects are ours to use,
+/// repair or delete (a same-named object may belong to someone else or a deleted namesake).
+pub fn is_controlled_by<K: Resource>(obj: &K, owner_uid: &str) -> bool {
+    !owner_uid.is_empty() && controller_uid(obj) == Some(owner_uid)
+}
+
 /// A controller owner reference to `owner` (which must have been read from the API: it needs a
 /// UID). `blockOwnerDeletion` stays unset: the operator's RBAC need not include `finalizers`.
 pub fn controller_ref<K: Resource<DynamicType = ()>>(owner: &K) -> Option<OwnerReference> {

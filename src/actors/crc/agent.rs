@@ -121,16 +121,23 @@ fn event_about<'a>(
         .max_by_key(|e| e.last_timestamp.as_ref().map(|t| t.0))
 }
 
+/// What an Event says is missing, when the pod needs an object that is gone: a mounted Secret
+/// (`FailedMount … secret "x" not found`) or its ServiceAccount (`FailedCreate … serviceaccount
+/// "x" not found`). The pass recreates what it owns; this names the gap meanwhile.
+fn missing_prerequisite(event: &Event) -> Option<String> {
+    let message = event.message.as_deref()?;
+    let lower = message.to_ascii_lowercase();
+    let kind = ["secret", "serviceaccount"]
+        .into_iter()
+        .find(|k| lower.contains(&format!("{k} \"")))?;
+    lower
+        .contains("not found")
+        .then(|| format!("{kind}: {message}"))
+}
+
 /// Diagnoses the agent from its Job, its pods and the Events about them (`pods` and `events`
-/// already filtered to the Job's). `missing_prerequisite` names an account, binding or Secret
-/// the pod needs that is gone.
-pub fn diagnose(
-    job: &Job,
-    pods: &[Pod],
-    events: &[Event],
-    missing_prerequisite: Option<&str>,
-    now: Timestamp,
-) -> Diagnosis {
+/// already filtered to the Job's).
+pub fn diagnose(job: &Job, pods: &[Pod], events: &[Event], now: Timestamp) -> Diagnosis {
     let name = job.name_any();
     let hint = format!("see `kubectl describe job {name}` and its pod logs");
     let diag = |status, reason, what: String, failed| Diagnosis {
@@ -170,11 +177,15 @@ pub fn diagnose(
             )
         };
     }
-    if let Some(missing) = missing_prerequisite {
+    if let Some(missing) = events
+        .iter()
+        .filter(|e| matches!(e.reason.as_deref(), Some("FailedMount" | "FailedCreate")))
+        .find_map(missing_prerequisite)
+    {
         return diag(
             "False",
             reasons::AGENT_PREREQUISITE_MISSING,
-            format!("{missing} is missing"),
+            format!("a prerequisite is missing ({missing})"),
             false,
         );
     }
@@ -416,7 +427,6 @@ mod tests {
             &job(Some(("Failed", 0))),
             &[pod("Failed", None, Some("SshUnreachable: no route"))],
             &[],
-            None,
             at(10),
         );
         assert_eq!(
@@ -430,9 +440,9 @@ mod tests {
         );
         assert!(failed.message.contains("kubectl describe job"));
 
-        let fresh = diagnose(&job(Some(("Complete", 100))), &[], &[], None, at(110));
+        let fresh = diagnose(&job(Some(("Complete", 100))), &[], &[], at(110));
         assert_eq!(fresh.reason, reasons::HANDOFF_PENDING);
-        let stale = diagnose(&job(Some(("Complete", 100))), &[], &[], None, at(200));
+        let stale = diagnose(&job(Some(("Complete", 100))), &[], &[], at(200));
         assert_eq!(
             (stale.status, stale.reason),
             ("False", reasons::HANDOFF_INVALID)
@@ -441,31 +451,48 @@ mod tests {
         let cases = [
             (
                 vec![pod("Pending", Some("ImagePullBackOff"), None)],
-                None,
+                vec![],
                 reasons::AGENT_POD_BLOCKED,
             ),
             (
                 vec![pod("Running", None, None)],
-                None,
+                vec![],
                 reasons::AGENT_WORKING,
             ),
             (
                 vec![pod("Failed", None, Some("x"))],
-                None,
+                vec![],
                 reasons::AGENT_RETRYING,
             ),
-            (vec![], None, reasons::AGENT_POD_PENDING),
+            (vec![], vec![], reasons::AGENT_POD_PENDING),
             (
                 vec![],
-                Some("ServiceAccount crc-1-crc-agent-x"),
+                vec![Event {
+                    message: Some(
+                        "Error creating: pods \"p\" is forbidden: error looking up service \
+                         account team/crc-1-crc-agent-x: serviceaccount \"crc-1-crc-agent-x\" \
+                         not found"
+                            .into(),
+                    ),
+                    ..event("Job", "crc-1-crc-agent-0123456789ab", "FailedCreate")
+                }],
+                reasons::AGENT_PREREQUISITE_MISSING,
+            ),
+            (
+                vec![pod("Pending", None, None)],
+                vec![Event {
+                    message: Some(
+                        "MountVolume.SetUp failed for volume \"identity\" : secret \
+                         \"crc-1-crc-identity\" not found"
+                            .into(),
+                    ),
+                    ..event("Pod", "agent-pod", "FailedMount")
+                }],
                 reasons::AGENT_PREREQUISITE_MISSING,
             ),
         ];
-        for (pods, missing, want) in cases {
-            assert_eq!(
-                diagnose(&job(None), &pods, &[], missing, at(0)).reason,
-                want
-            );
+        for (pods, events, want) in cases {
+            assert_eq!(diagnose(&job(None), &pods, &events, at(0)).reason, want);
         }
     }
 
@@ -489,7 +516,6 @@ mod tests {
             &job,
             &[],
             &[event("Job", "crc-1-crc-agent-0123456789ab", "FailedCreate")],
-            None,
             at(0),
         );
         assert_eq!(created.reason, reasons::AGENT_POD_CREATION_FAILED);
@@ -497,7 +523,6 @@ mod tests {
             &job,
             &[pod("Pending", None, None)],
             &[event("Pod", "agent-pod", "FailedMount")],
-            None,
             at(0),
         );
         assert_eq!(mount.reason, reasons::AGENT_POD_BLOCKED);
@@ -506,7 +531,6 @@ mod tests {
             &job,
             &[pod("Pending", None, None)],
             &[event("Pod", "other-pod", "FailedMount")],
-            None,
             at(0),
         );
         assert_eq!(unrelated.reason, reasons::AGENT_POD_PENDING);

@@ -197,11 +197,7 @@ pub fn check_copy(
     binding: &CRCBootKeyStatus,
 ) -> Result<(), Error> {
     let name = copy.name_any();
-    let controlled = copy
-        .owner_references()
-        .iter()
-        .any(|o| o.controller == Some(true) && o.uid == instance_uid);
-    if !controlled {
+    if !crate::resources::common::is_controlled_by(copy, instance_uid) {
         return Err(Error::CopyForeign { name });
     }
     match key_bytes(copy) {

@@ -2,8 +2,7 @@
 //! handoff exists, then the published kubeconfig and the Ready status.
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Event, Pod, Secret, ServiceAccount};
-use k8s_openapi::api::rbac::v1::RoleBinding;
+use k8s_openapi::api::core::v1::{Event, Pod, Secret};
 use kube::ResourceExt;
 use kube::api::{ListParams, Patch, PatchParams};
 
@@ -43,9 +42,8 @@ impl Pass<'_> {
             .await
             .map_err(self.err("listing", format!("pods of Job {job_name}")))?
             .items;
-        let missing = self.missing_prerequisite(inputs).await?;
         let events = self.agent_events(&job_name, &pods).await?;
-        let diagnosis = agent::diagnose(&job, &pods, &events, missing.as_deref(), self.now.0);
+        let diagnosis = agent::diagnose(&job, &pods, &events, self.now.0);
         self.condition(
             types::CRC_AGENT,
             diagnosis.status,
@@ -60,11 +58,17 @@ impl Pass<'_> {
         })
     }
 
-    /// Events about the agent Job and its pods (why a pod is not created or does not start).
+    /// Events that explain a pod that is not created (the Job's, while it has no pod) or does not
+    /// start (a Pending pod's); a running or finished agent needs none, so none are read.
     pub(super) async fn agent_events(&self, job: &str, pods: &[Pod]) -> Result<Vec<Event>, Error> {
-        let names: Vec<String> = std::iter::once(job.to_owned())
-            .chain(pods.iter().map(|p| p.name_any()))
-            .collect();
+        let names: Vec<String> = if pods.is_empty() {
+            vec![job.to_owned()]
+        } else {
+            pods.iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending"))
+                .map(|p| p.name_any())
+                .collect()
+        };
         let mut events = Vec::new();
         for name in names {
             let selector = format!("involvedObject.name={name}");
@@ -77,38 +81,6 @@ impl Pass<'_> {
             );
         }
         Ok(events)
-    }
-
-    /// The first object the agent pod needs that is gone (it would be stuck mounting it).
-    pub(super) async fn missing_prerequisite(
-        &self,
-        inputs: &AgentJobInputs,
-    ) -> Result<Option<String>, Error> {
-        let account = res::agent_account_name(&self.name);
-        if self
-            .get(&self.api::<ServiceAccount>(), &account)
-            .await?
-            .is_none()
-        {
-            return Ok(Some(format!("ServiceAccount {account}")));
-        }
-        let binding = res::agent_binding_name(&self.name);
-        if self
-            .get(&self.api::<RoleBinding>(), &binding)
-            .await?
-            .is_none()
-        {
-            return Ok(Some(format!("RoleBinding {binding}")));
-        }
-        for secret in [
-            inputs.ssh_key_secret_name.clone(),
-            res::identity_secret_name(&self.name),
-        ] {
-            if self.get(&self.api::<Secret>(), &secret).await?.is_none() {
-                return Ok(Some(format!("Secret {secret}")));
-            }
-        }
-        Ok(None)
     }
 
     /// `<instance>-kubeconfig` holds the handoff's kubeconfig (rebuilt if deleted or drifted).

@@ -433,10 +433,16 @@ impl Pass<'_> {
             ));
         };
         let crc = self.crc();
-        if crc.vmi_uid.as_deref().is_none_or(str::is_empty) {
-            crc.vmi_uid = Some(uid.clone());
-        }
         crc.ssh_endpoint = Some(ip.clone());
+        if crc.vmi_uid.as_deref().is_none_or(str::is_empty) {
+            // Write-ahead: the agent Job is named after this VMI, so its UID is recorded before
+            // the Job can exist; after a crash a replaced VMI still finds (and removes) its Job.
+            crc.vmi_uid = Some(uid.clone());
+            return stop(Stop::recorded(format!(
+                "VirtualMachineInstance {} runs at {ip}",
+                vmi.name_any()
+            )));
+        }
         go((uid, ip))
     }
 }

@@ -45,6 +45,7 @@ use crate::api::instance::{
 use crate::api::template::DEFAULT_PULL_SECRET;
 use crate::cdi::DataVolume;
 use crate::kubevirt::{VirtualMachine, VirtualMachineInstance, VmiPhase};
+use crate::resources::common::is_controlled_by;
 use crate::resources::instance::{self as res, AgentJobInputs};
 
 /// How soon a provisioning instance looks again when nothing it waits for has a watch.
@@ -247,11 +248,7 @@ impl<'a> Pass<'a> {
     }
 
     fn controlled<K: Resource>(&self, obj: &K) -> bool {
-        obj.meta()
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|o| o.controller == Some(true) && o.uid == self.uid)
+        is_controlled_by(obj, &self.uid)
     }
 
     fn conflict<K: Resource<DynamicType = ()>>(&self, obj: &K) -> Stop {

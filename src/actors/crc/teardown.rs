@@ -10,18 +10,17 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::RoleBinding;
-use kube::api::{
-    Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions, PropagationPolicy,
-};
+use kube::api::{Api, ListParams, Patch, PatchParams, PropagationPolicy};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use super::teardown_plan::{self, Obj, Remaining, Step, Vm};
-use crate::actors::Context;
+use crate::actors::{Context, apply};
 use crate::api::instance::ClusterInstance;
 use crate::api::labels;
 use crate::cdi::DataVolume;
 use crate::kubevirt::{self, VirtualMachine, VirtualMachineInstance};
+use crate::resources::common::controller_uid;
 use crate::resources::instance as res;
 use crate::route::Route;
 
@@ -110,15 +109,6 @@ fn obj<K: Resource>(k: &K) -> Obj {
         uid: k.meta().uid.clone().unwrap_or_default(),
         deleting: k.meta().deletion_timestamp.is_some(),
     }
-}
-
-fn controller_uid<K: Resource>(k: &K) -> Option<&str> {
-    k.meta()
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true))
-        .map(|o| o.uid.as_str())
 }
 
 impl<'a> Teardown<'a> {
@@ -307,32 +297,17 @@ impl<'a> Teardown<'a> {
         if target.deleting {
             return Ok(());
         }
-        let params = DeleteParams {
-            propagation_policy: Some(propagation),
-            preconditions: Some(Preconditions {
-                uid: Some(target.uid.clone()),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        match self.api::<K>().delete(&target.name, &params).await {
-            Ok(_) => {
-                tracing::info!(
-                    clusterinstance = %self.name,
-                    namespace = %self.ns,
-                    "deleted {} {}",
-                    K::kind(&()),
-                    target.name
-                );
-                Ok(())
-            }
-            // Gone, or replaced by an object that is not ours (UID precondition).
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-            Err(e) => Err(self
-                .err("deleting", format!("{} {}", K::kind(&()), target.name))(
-                e
-            )),
-        }
+        apply::delete_exact(&self.api::<K>(), &target.name, &target.uid, propagation)
+            .await
+            .map_err(self.err("deleting", format!("{} {}", K::kind(&()), target.name)))?;
+        tracing::info!(
+            clusterinstance = %self.name,
+            namespace = %self.ns,
+            "deleted {} {}",
+            K::kind(&()),
+            target.name
+        );
+        Ok(())
     }
 
     async fn act(&self, step: &Step) -> Result<(), Error> {
