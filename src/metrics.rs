@@ -1,4 +1,10 @@
 //! Prometheus metrics of the operator, served at `/metrics`.
+//!
+//! This module knows nothing of the actors: whoever runs them hands over a function that counts
+//! the live ones ([`Metrics::count_live_actors_with`]).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -20,6 +26,9 @@ pub struct ReconcileLabels {
     pub result: String,
 }
 
+/// Live actors per kind, as counted by whoever runs the actors.
+pub type LiveActorCounts = Arc<dyn Fn() -> BTreeMap<String, i64> + Send + Sync>;
+
 /// Every metric the operator exports. Cloning shares the underlying values.
 #[derive(Clone, Default)]
 pub struct Metrics {
@@ -29,6 +38,8 @@ pub struct Metrics {
     pub actor_restarts: Family<KindLabels, Counter>,
     /// Reconciles per kind and outcome.
     pub reconciles: Family<ReconcileLabels, Counter>,
+    /// Where the live-actor gauge is read from at scrape time; nothing counted until set.
+    live_actor_counts: Arc<Mutex<Option<LiveActorCounts>>>,
 }
 
 impl Metrics {
@@ -70,12 +81,30 @@ impl Metrics {
             .inc();
     }
 
-    /// Current number of live actors of `kind`, from the actor registry.
+    /// Reads the live actors per kind through `count` from now on (shared by every clone).
+    pub fn count_live_actors_with(
+        &self,
+        count: impl Fn() -> BTreeMap<String, i64> + Send + Sync + 'static,
+    ) {
+        *self.lock_live_actor_counts() = Some(Arc::new(count));
+    }
+
+    /// Current number of live actors of `kind`.
     pub fn live_actors(&self, kind: &str) -> i64 {
-        crate::actors::live_actor_counts()
-            .get(kind)
-            .copied()
-            .unwrap_or(0)
+        self.live_actor_counts().get(kind).copied().unwrap_or(0)
+    }
+
+    fn live_actor_counts(&self) -> BTreeMap<String, i64> {
+        // Called outside the lock: the counting function may take locks of its own.
+        let count = self.lock_live_actor_counts().clone();
+        count.map(|count| count()).unwrap_or_default()
+    }
+
+    fn lock_live_actor_counts(&self) -> std::sync::MutexGuard<'_, Option<LiveActorCounts>> {
+        // A plain replace cannot leave the slot half-written, so a poisoned lock is still sound.
+        self.live_actor_counts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Restarts of actors of `kind` so far.
@@ -85,9 +114,9 @@ impl Metrics {
 
     /// The OpenMetrics text exposition of all metrics.
     pub fn encode(&self) -> String {
-        // Live actors are read from the actor registry at scrape time rather than counted on
-        // start/stop: a killed actor skips its own cleanup, and a counter would drift.
-        for (kind, count) in crate::actors::live_actor_counts() {
+        // Live actors are counted at scrape time rather than on start/stop: a killed actor skips
+        // its own cleanup, and a counter would drift.
+        for (kind, count) in self.live_actor_counts() {
             self.actors.get_or_create(&kind_labels(&kind)).set(count);
         }
         let mut out = String::new();
