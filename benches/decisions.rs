@@ -63,7 +63,7 @@ fn pool(min: i32, max: i32, spares: i32) -> ClusterPool {
 /// Provisioning, one Failed, one Ready but deleting.
 fn member(i: usize) -> ClusterInstance {
     let name = format!("p-{i}");
-    let mut instance = pool_decide::new_instance(&pool(0, 1, 0), &name);
+    let mut instance = guestcluster::resources::pool::new_instance(&pool(0, 1, 0), &name);
     let offset = i64::try_from(i).expect("small index");
     instance.metadata.uid = Some(format!("uid-{name}"));
     instance.metadata.creation_timestamp = Some(Time(at(NOW - 10_000 + offset)));

@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use guestcluster::actors::RootMsg;
-use guestcluster::actors::lease_decide::kubeconfig_data;
 use guestcluster::actors::root::{self, Kind, TreeConfig};
 use guestcluster::actors::{Context, Tuning};
 use guestcluster::api::conditions::{reasons, types};
@@ -20,6 +19,7 @@ use guestcluster::api::labels::{FINALIZER_RELEASE, NAMESPACE_ENABLED, POOL};
 use guestcluster::api::lease::LeasePhase;
 use guestcluster::api::{ClusterInstance, ClusterLease, ClusterPool, LocalRef};
 use guestcluster::metrics::Metrics;
+use guestcluster::resources::lease::kubeconfig_data;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;

@@ -33,6 +33,8 @@ use super::lease_decide::{self, BindDecision, CopyAction, Step};
 use crate::api::conditions::{self, reasons, types};
 use crate::api::labels::{FIELD_MANAGER, FINALIZER_RELEASE, MANAGED_BY, MANAGED_BY_OPERATOR, POOL};
 use crate::api::{API_VERSION, ClusterInstance, ClusterLease, ClusterLeaseStatus};
+use crate::resources::lease::kubeconfig_secret_name;
+use crate::resources::pool::member_selector;
 
 /// How soon a lease that waits (no capacity, terminating namespace) looks again (upstream: 10 s).
 /// Instance changes of its pool trigger it at once; this covers anything missed.
@@ -208,10 +210,7 @@ async fn bind(
     let pool = &live.spec.pool_ref.name;
     let instances: Api<ClusterInstance> = Api::namespaced(ctx.client.clone(), &ns);
     let members = instances
-        .list(
-            &ListParams::default()
-                .labels(&format!("{MANAGED_BY}={MANAGED_BY_OPERATOR},{POOL}={pool}")),
-        )
+        .list(&ListParams::default().labels(&member_selector(pool)))
         .await
         .map_err(err("pool instances"))?
         .items;
@@ -265,7 +264,7 @@ async fn copy_kubeconfig(
     let name = lease.name_any();
     let ns = lease.namespace().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
-    let target = lease_decide::kubeconfig_secret_name(&name);
+    let target = kubeconfig_secret_name(&name);
     let err = |what: &str| {
         let (name, what) = (name.clone(), what.to_owned());
         move |source| Error::Observe { name, what, source }

@@ -1,14 +1,13 @@
 //! Pure decisions of the ClusterLease controller (upstream §4.2, §4.3): what a reconcile does
 //! next, which instance a pending lease binds, the kubeconfig copy, the TTL (Go duration syntax)
-//! and the `status.leaseRef` projection of an instance. The actor (`super::lease`) observes with
-//! live reads under the claims lock, these functions decide, the actor acts and records.
+//! and the `status.leaseRef` projection of an instance. The lease's pool actor binds on live
+//! reads (`super::claims`), these functions decide, the actors act and record.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::{Resource, ResourceExt};
 
@@ -16,11 +15,11 @@ use super::instance_gates::NamespaceState;
 use crate::api::common::LocalRef;
 use crate::api::conditions::{self, reasons, types};
 use crate::api::instance::{ClusterInstance, InstancePhase};
-use crate::api::labels::{FINALIZER_RELEASE, MANAGED_BY, MANAGED_BY_OPERATOR, POOL};
+use crate::api::labels::FINALIZER_RELEASE;
 use crate::api::lease::{ClusterLease, ClusterLeaseStatus, LeasePhase};
-
-/// Key of the kubeconfig in an instance's and a lease's kubeconfig Secret.
-pub const KUBECONFIG_KEY: &str = "kubeconfig";
+use crate::resources::instance::KUBECONFIG_KEY;
+use crate::resources::lease::{adopted_kubeconfig_copy, kubeconfig_copy, kubeconfig_secret_name};
+use crate::resources::pool::is_member;
 
 /// A `ttl` that is not a Go duration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -167,11 +166,6 @@ pub fn is_pending(lease: &ClusterLease) -> bool {
     )
 }
 
-/// Name of the lease's copy of the kubeconfig: `<lease>-kubeconfig`.
-pub fn kubeconfig_secret_name(lease: &str) -> String {
-    format!("{lease}-kubeconfig")
-}
-
 /// What a reconcile of a lease (as cached) does next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
@@ -181,7 +175,7 @@ pub enum Step {
     AddFinalizer,
     /// Deleting with our finalizer: delete the bound instance, then remove the finalizer.
     Release,
-    /// Pending: bind an instance under the claims lock, on live reads.
+    /// Pending: ask the pool's actor to bind an instance (on live reads).
     Bind,
     /// Delete the lease: the TTL expired, or the legacy phase `Releasing`.
     Delete,
@@ -228,7 +222,7 @@ pub fn step(lease: &ClusterLease, now: Timestamp) -> Step {
     }
 }
 
-/// What a pending lease does, decided on live reads under the claims lock.
+/// What a pending lease does, decided by its pool's actor on live reads.
 #[derive(Debug, Clone, PartialEq)]
 pub enum BindDecision {
     /// The live lease is no longer pending: nothing.
@@ -241,15 +235,6 @@ pub enum BindDecision {
         source_secret: String,
         status: ClusterLeaseStatus,
     },
-}
-
-/// Whether `instance` is one the pool `pool` made: both operator labels.
-pub fn is_pool_instance(pool: &str, instance: &ClusterInstance) -> bool {
-    let labels = instance.labels();
-    labels.get(POOL).is_some_and(|v| v == pool)
-        && labels
-            .get(MANAGED_BY)
-            .is_some_and(|v| v == MANAGED_BY_OPERATOR)
 }
 
 /// Whether `instance` can be bound: not deleting, phase Ready, a kubeconfig Secret published.
@@ -316,7 +301,7 @@ pub fn decide_bind(
     let taken = claimed(leases);
     let mut candidates: Vec<&ClusterInstance> = instances
         .iter()
-        .filter(|i| is_pool_instance(pool, i))
+        .filter(|i| is_member(pool, i))
         .filter(|i| !taken.contains(&i.name_any()))
         .filter(|i| bindable(i).is_some())
         .collect();
@@ -394,20 +379,8 @@ pub fn copy_kubeconfig(
     let Some(owner) = lease.controller_owner_ref(&()) else {
         return CopyAction::Unavailable("the lease has no UID yet".to_owned());
     };
-    let labels = BTreeMap::from([(MANAGED_BY.to_owned(), MANAGED_BY_OPERATOR.to_owned())]);
     let Some(existing) = existing else {
-        return CopyAction::Create(Secret {
-            metadata: ObjectMeta {
-                name: Some(name),
-                namespace: lease.namespace(),
-                labels: Some(labels),
-                owner_references: Some(vec![owner]),
-                ..ObjectMeta::default()
-            },
-            type_: Some("Opaque".to_owned()),
-            data: Some(data.clone()),
-            ..Secret::default()
-        });
+        return CopyAction::Create(kubeconfig_copy(lease, owner, data));
     };
     if let Some(other) = existing
         .owner_references()
@@ -435,39 +408,22 @@ pub fn copy_kubeconfig(
             existing.type_.as_deref().unwrap_or_default()
         ));
     }
-    let mut replaced = existing.clone();
-    if !ours {
-        replaced
-            .metadata
-            .owner_references
-            .get_or_insert_with(Vec::new)
-            .push(owner);
-    }
-    replaced
-        .metadata
-        .labels
-        .get_or_insert_with(BTreeMap::new)
-        .extend(labels);
-    replaced.data = Some(data.clone());
-    replaced.string_data = None;
-    CopyAction::Replace(replaced)
-}
-
-/// Data of a kubeconfig Secret, for tests and tools.
-pub fn kubeconfig_data(kubeconfig: &str) -> BTreeMap<String, ByteString> {
-    BTreeMap::from([(
-        KUBECONFIG_KEY.to_owned(),
-        ByteString(kubeconfig.as_bytes().to_vec()),
-    )])
+    CopyAction::Replace(adopted_kubeconfig_copy(existing, owner, data))
 }
 
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::ByteString;
+
     use super::*;
     use crate::api::common::ClusterType;
     use crate::api::instance::ClusterInstanceStatus;
+    use crate::api::labels::{MANAGED_BY, MANAGED_BY_OPERATOR, POOL};
+    use crate::resources::lease::kubeconfig_data;
 
     fn at(secs: i64) -> Timestamp {
         Timestamp::from_second(secs).unwrap()

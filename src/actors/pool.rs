@@ -23,10 +23,11 @@ use super::kind_supervisor::{
 };
 use super::pool_decide;
 use crate::api::conditions::{self, reasons, types};
-use crate::api::labels::{FIELD_MANAGER, MANAGED_BY, MANAGED_BY_OPERATOR, POOL};
+use crate::api::labels::FIELD_MANAGER;
 use crate::api::{
     API_VERSION, CRCBundle, ClusterInstance, ClusterLease, ClusterPool, ClusterPoolStatus,
 };
+use crate::resources::pool::member_selector;
 
 /// Errors of a pool reconcile.
 #[derive(Debug, thiserror::Error)]
@@ -124,10 +125,7 @@ async fn reconcile(pool: &ClusterPool, ctx: &super::Context) -> Result<Next, Err
     let namespace = NamespaceState::of(namespace.as_ref());
     let instances: Api<ClusterInstance> = Api::namespaced(ctx.client.clone(), &ns);
     let members = instances
-        .list(
-            &ListParams::default()
-                .labels(&format!("{MANAGED_BY}={MANAGED_BY_OPERATOR},{POOL}={name}")),
-        )
+        .list(&ListParams::default().labels(&member_selector(&name)))
         .await
         .map_err(err("instances"))?
         .items;

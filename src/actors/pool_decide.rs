@@ -3,24 +3,22 @@
 //! change a reconcile makes: create one instance, or delete the newest idle one. The actor
 //! (`super::pool`) observes, these functions decide, the actor acts and records the status.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
 
 use super::instance_gates::{HCP_MESSAGE, NamespaceState};
 use super::lease_decide::{claimed, is_pending};
-use crate::api::bundle::DEFAULT_GOLDEN_VOLUME_SIZE;
-use crate::api::common::{ClusterType, LocalRef};
+use crate::api::CRCBundle;
+use crate::api::common::ClusterType;
 use crate::api::conditions::{self, reasons, types};
-use crate::api::instance::{ClusterInstance, ClusterInstanceSpec, InstancePhase};
-use crate::api::labels::{MANAGED_BY, MANAGED_BY_OPERATOR, POOL};
+use crate::api::instance::{ClusterInstance, InstancePhase};
 use crate::api::lease::ClusterLease;
 use crate::api::pool::{ClusterPool, ClusterPoolSpec, ClusterPoolStatus};
-use crate::api::template::ClusterTemplate;
-use crate::api::{CRCBundle, CRCBundleSpec};
+use crate::resources::pool::{bundle_for, instance_name, is_member, new_instance};
 
 /// The pool's instances, counted (see [`count`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -67,16 +65,6 @@ pub struct Decision {
 
 /// How soon a pool blocked by the namespace policy looks again (upstream: 20 s).
 pub const NAMESPACE_REQUEUE: Duration = Duration::from_secs(20);
-
-/// Whether `instance` belongs to the pool named `pool`: it carries the pool label and the
-/// managed-by label of the operator (how upstream lists a pool's instances).
-pub fn is_member(pool: &str, instance: &ClusterInstance) -> bool {
-    let labels = instance.labels();
-    labels.get(POOL).is_some_and(|v| v == pool)
-        && labels
-            .get(MANAGED_BY)
-            .is_some_and(|v| v == MANAGED_BY_OPERATOR)
-}
 
 /// Lease accounting of a pool (upstream §4.1 step 4).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -195,70 +183,6 @@ pub fn trim_candidate<'a>(
     match shortest {
         Some(wait) => Err(wait),
         None => Ok(None),
-    }
-}
-
-/// The CRCBundle a pool with this template ensures: only for `crcVersion` (non-empty), never
-/// with `crcBundleRef`. Cluster-scoped, shared, no owner reference.
-pub fn bundle_for(template: &ClusterTemplate) -> Option<CRCBundle> {
-    if template.crc_bundle_ref.is_some() {
-        return None;
-    }
-    let version = template.crc_version()?;
-    let arch = template.arch();
-    let spec = CRCBundleSpec {
-        version: Some(version.to_owned()),
-        arch,
-        bundle_url: None,
-        sha256_url: None,
-        storage_class_name: template
-            .storage_class_name
-            .clone()
-            .filter(|s| !s.is_empty()),
-        golden_volume_size: DEFAULT_GOLDEN_VOLUME_SIZE.to_owned(),
-        build: None,
-    };
-    Some(CRCBundle::new(
-        &super::resolve::published_bundle_name(version, arch),
-        spec,
-    ))
-}
-
-/// `<pool>-<N>` with the smallest non-negative `N` no member of `pool` in `instances` (deleting
-/// ones included) is named with.
-pub fn instance_name(pool: &str, instances: &[ClusterInstance]) -> String {
-    let prefix = format!("{pool}-");
-    let used: BTreeSet<u64> = instances
-        .iter()
-        .filter(|i| is_member(pool, i))
-        .filter_map(|i| i.name_any().strip_prefix(&prefix)?.parse().ok())
-        .collect();
-    let n = (0..).find(|n| !used.contains(n)).unwrap_or_default();
-    format!("{prefix}{n}")
-}
-
-/// A new instance of `pool` named `name`: pool label, managed-by label, controller owner
-/// reference to the pool, `type: crc`, `poolRef` and the pool's template verbatim.
-pub fn new_instance(pool: &ClusterPool, name: &str) -> ClusterInstance {
-    let pool_name = pool.name_any();
-    let labels = BTreeMap::from([
-        (POOL.to_owned(), pool_name.clone()),
-        (MANAGED_BY.to_owned(), MANAGED_BY_OPERATOR.to_owned()),
-    ]);
-    ClusterInstance {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            namespace: pool.namespace(),
-            labels: Some(labels),
-            owner_references: pool.controller_owner_ref(&()).map(|r| vec![r]),
-            ..ObjectMeta::default()
-        },
-        spec: ClusterInstanceSpec {
-            type_: pool.spec.type_,
-            pool_ref: Some(LocalRef::new(pool_name)),
-            template: pool.spec.template.clone(),
-        },
-        status: None,
     }
 }
 
@@ -396,9 +320,11 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::api::common::Arch;
+    use crate::api::common::{Arch, LocalRef};
     use crate::api::instance::ClusterInstanceStatus;
+    use crate::api::labels::{MANAGED_BY, POOL};
     use crate::api::lease::{ClusterLeaseStatus, LeasePhase};
+    use crate::resources::bundle::published_bundle_name;
 
     const GRACE: Duration = Duration::from_secs(120);
 
@@ -849,11 +775,11 @@ mod tests {
     #[test]
     fn bundle_is_named_by_version_and_arch() {
         assert_eq!(
-            crate::actors::resolve::published_bundle_name("4.22.7", Arch::Amd64),
+            published_bundle_name("4.22.7", Arch::Amd64),
             "crc-4.22.7-amd64"
         );
         assert_eq!(
-            crate::actors::resolve::published_bundle_name("4.22.7", Arch::Arm64),
+            published_bundle_name("4.22.7", Arch::Arm64),
             "crc-4.22.7-arm64"
         );
         let p = pool(
@@ -897,27 +823,6 @@ mod tests {
         let mut empty = crc_pool(1, 1, 0).spec.template;
         empty.crc_version = Some(String::new());
         assert!(bundle_for(&empty).is_none(), "empty crcVersion");
-    }
-
-    #[test]
-    fn new_instance_carries_labels_owner_and_template() {
-        let p = crc_pool(1, 1, 0);
-        let i = new_instance(&p, "p-0");
-        assert_eq!(i.namespace().as_deref(), Some("ns"));
-        assert_eq!(i.labels().get(POOL).map(String::as_str), Some("p"));
-        assert_eq!(
-            i.labels().get(MANAGED_BY).map(String::as_str),
-            Some(MANAGED_BY_OPERATOR)
-        );
-        let owner = &i.owner_references()[0];
-        assert_eq!(
-            (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
-            ("ClusterPool", "pool-uid", Some(true))
-        );
-        assert_eq!(i.spec.type_, ClusterType::Crc);
-        assert_eq!(i.spec.pool_ref, Some(LocalRef::new("p")));
-        assert_eq!(i.spec.template, p.spec.template);
-        assert!(is_member("p", &i));
     }
 
     #[test]

@@ -2,13 +2,8 @@
 //! to know which bundle to ensure, instances to bind their boot key, and recovery to find the
 //! bound bundle again.
 
-use crate::api::common::Arch;
 use crate::api::template::ClusterTemplate;
-
-/// Name of the CRCBundle published for `crcVersion`: `crc-<version>-<arch>`.
-pub fn published_bundle_name(version: &str, arch: Arch) -> String {
-    format!("crc-{version}-{arch}")
-}
+pub use crate::resources::bundle::published_bundle_name;
 
 /// The CRCBundle a template selects: `crcBundleRef` by name, else the published bundle of
 /// `crcVersion`; `None` for the manual path (neither set).

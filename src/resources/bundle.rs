@@ -17,6 +17,7 @@ use kube::ResourceExt;
 
 use super::common::{bundle_labels, controller_ref, job_container};
 use crate::api::CRCBundle;
+use crate::api::common::Arch;
 
 /// Default mirror of the published bundles.
 const MIRROR: &str = "https://mirror.openshift.com/pub/openshift-v4/clients/crc/bundles/openshift";
@@ -30,6 +31,11 @@ pub const PREP_BACKOFF_LIMIT: i32 = 2;
 /// The container's termination message file (the Kubernetes default, stated explicitly).
 pub const TERMINATION_MESSAGE_PATH: &str = crate::jobs::termination::DEFAULT_PATH;
 pub const PREP_DEADLINE_SECONDS: i64 = 7200;
+
+/// Name of the CRCBundle published for `crcVersion`: `crc-<version>-<arch>`.
+pub fn published_bundle_name(version: &str, arch: Arch) -> String {
+    format!("crc-{version}-{arch}")
+}
 
 /// Names of a bundle's objects: `<bundle>-golden`, `-scratch`, `-prep`, `-ssh-key`, `-metadata`.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,3 +4,5 @@
 pub mod bundle;
 pub mod common;
 pub mod instance;
+pub mod lease;
+pub mod pool;

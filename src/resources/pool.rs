@@ -1,0 +1,173 @@
+//! Objects a ClusterPool makes (upstream §4.1): its instances `<pool>-<N>` and the CRCBundle of
+//! its template's `crcVersion`, and the labels that make an instance a member of the pool.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::{Resource, ResourceExt};
+
+use super::bundle::published_bundle_name;
+use crate::api::bundle::DEFAULT_GOLDEN_VOLUME_SIZE;
+use crate::api::common::LocalRef;
+use crate::api::instance::{ClusterInstance, ClusterInstanceSpec};
+use crate::api::labels::{MANAGED_BY, MANAGED_BY_OPERATOR, POOL};
+use crate::api::pool::ClusterPool;
+use crate::api::template::ClusterTemplate;
+use crate::api::{CRCBundle, CRCBundleSpec};
+
+/// Whether `instance` belongs to the pool named `pool`: it carries the pool label and the
+/// managed-by label of the operator (how upstream lists a pool's instances).
+pub fn is_member(pool: &str, instance: &ClusterInstance) -> bool {
+    let labels = instance.labels();
+    labels.get(POOL).is_some_and(|v| v == pool)
+        && labels
+            .get(MANAGED_BY)
+            .is_some_and(|v| v == MANAGED_BY_OPERATOR)
+}
+
+/// The label selector listing the members of the pool named `pool` (see [`is_member`]).
+pub fn member_selector(pool: &str) -> String {
+    format!("{MANAGED_BY}={MANAGED_BY_OPERATOR},{POOL}={pool}")
+}
+
+/// `<pool>-<N>` with the smallest non-negative `N` no member of `pool` in `instances` (deleting
+/// ones included) is named with.
+pub fn instance_name(pool: &str, instances: &[ClusterInstance]) -> String {
+    let prefix = format!("{pool}-");
+    let used: BTreeSet<u64> = instances
+        .iter()
+        .filter(|i| is_member(pool, i))
+        .filter_map(|i| i.name_any().strip_prefix(&prefix)?.parse().ok())
+        .collect();
+    let n = (0..).find(|n| !used.contains(n)).unwrap_or_default();
+    format!("{prefix}{n}")
+}
+
+/// A new instance of `pool` named `name`: pool label, managed-by label, controller owner
+/// reference to the pool, `type: crc`, `poolRef` and the pool's template verbatim.
+pub fn new_instance(pool: &ClusterPool, name: &str) -> ClusterInstance {
+    let pool_name = pool.name_any();
+    let labels = BTreeMap::from([
+        (POOL.to_owned(), pool_name.clone()),
+        (MANAGED_BY.to_owned(), MANAGED_BY_OPERATOR.to_owned()),
+    ]);
+    ClusterInstance {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: pool.namespace(),
+            labels: Some(labels),
+            owner_references: pool.controller_owner_ref(&()).map(|r| vec![r]),
+            ..ObjectMeta::default()
+        },
+        spec: ClusterInstanceSpec {
+            type_: pool.spec.type_,
+            pool_ref: Some(LocalRef::new(pool_name)),
+            template: pool.spec.template.clone(),
+        },
+        status: None,
+    }
+}
+
+/// The CRCBundle a pool with this template ensures: only for `crcVersion` (non-empty), never
+/// with `crcBundleRef`. Cluster-scoped, shared, no owner reference.
+pub fn bundle_for(template: &ClusterTemplate) -> Option<CRCBundle> {
+    if template.crc_bundle_ref.is_some() {
+        return None;
+    }
+    let version = template.crc_version()?;
+    let arch = template.arch();
+    let spec = CRCBundleSpec {
+        version: Some(version.to_owned()),
+        arch,
+        bundle_url: None,
+        sha256_url: None,
+        storage_class_name: template
+            .storage_class_name
+            .clone()
+            .filter(|s| !s.is_empty()),
+        golden_volume_size: DEFAULT_GOLDEN_VOLUME_SIZE.to_owned(),
+        build: None,
+    };
+    Some(CRCBundle::new(&published_bundle_name(version, arch), spec))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::api::common::{Arch, ClusterType};
+
+    fn pool(template: serde_json::Value) -> ClusterPool {
+        serde_json::from_value(json!({
+            "apiVersion": "guestcluster.opdev.io/v1alpha1",
+            "kind": "ClusterPool",
+            "metadata": {"name": "p", "namespace": "ns", "uid": "pool-uid"},
+            "spec": {"type": "crc", "minSize": 1, "maxSize": 2, "template": template},
+        }))
+        .unwrap()
+    }
+
+    fn crc_pool() -> ClusterPool {
+        pool(json!({"crcVersion": "4.22.7", "ocpVersion": "4.22.7", "memory": "16Gi", "cores": 4}))
+    }
+
+    #[test]
+    fn new_instance_carries_labels_owner_and_template() {
+        let p = crc_pool();
+        let i = new_instance(&p, "p-0");
+        assert_eq!(i.namespace().as_deref(), Some("ns"));
+        assert_eq!(i.labels().get(POOL).map(String::as_str), Some("p"));
+        assert_eq!(
+            i.labels().get(MANAGED_BY).map(String::as_str),
+            Some(MANAGED_BY_OPERATOR)
+        );
+        let owner = &i.owner_references()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+            ("ClusterPool", "pool-uid", Some(true))
+        );
+        assert_eq!(i.spec.type_, ClusterType::Crc);
+        assert_eq!(i.spec.pool_ref, Some(LocalRef::new("p")));
+        assert_eq!(i.spec.template, p.spec.template);
+        assert!(is_member("p", &i));
+        assert!(!is_member("q", &i));
+        assert_eq!(
+            member_selector("p"),
+            format!("{MANAGED_BY}={MANAGED_BY_OPERATOR},{POOL}=p")
+        );
+    }
+
+    #[test]
+    fn instance_names_fill_the_smallest_gap_among_members() {
+        let p = crc_pool();
+        let members = [new_instance(&p, "p-0"), new_instance(&p, "p-2")];
+        assert_eq!(instance_name("p", &members), "p-1");
+        let mut stranger = new_instance(&p, "p-1");
+        stranger.labels_mut().remove(MANAGED_BY);
+        assert_eq!(
+            instance_name("p", &[members[0].clone(), stranger]),
+            "p-1",
+            "an unmanaged namesake does not take a number"
+        );
+        assert_eq!(instance_name("p", &[]), "p-0");
+    }
+
+    #[test]
+    fn the_bundle_of_a_crc_version_only() {
+        let p = crc_pool();
+        let bundle = bundle_for(&p.spec.template).expect("a bundle for crcVersion");
+        assert_eq!(
+            bundle.name_any(),
+            published_bundle_name("4.22.7", Arch::Amd64)
+        );
+        assert_eq!(bundle.spec.version.as_deref(), Some("4.22.7"));
+        assert!(bundle.owner_references().is_empty(), "shared, no owner");
+        let mut both = p.spec.template.clone();
+        both.crc_bundle_ref = Some(LocalRef::new("custom"));
+        assert!(bundle_for(&both).is_none());
+        let mut empty = p.spec.template;
+        empty.crc_version = Some(String::new());
+        assert!(bundle_for(&empty).is_none(), "empty crcVersion");
+    }
+}
