@@ -11,6 +11,7 @@ pub mod agent;
 pub mod api;
 pub mod apidocs;
 pub mod cdi;
+pub mod contract;
 pub mod crdgen;
 pub mod guest;
 pub mod identity;

@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use std::process::Output;
 
 use guestcluster::api::{CRCBundle, CRCBundleSpec};
-use guestcluster::jobs::bundle_prep::{self, REASONS};
+use guestcluster::contract::bundle_prep::REASONS;
+use guestcluster::jobs::bundle_prep;
 use guestcluster::sim::bundles::{self, Bundle, BundleSpec, Flaw};
 use guestcluster::sim::file_server::{Fault, FileServer};
 use guestcluster::sim::guest::disk;

@@ -16,6 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use crate::api::bundle::{BundlePhase, BundleSource, CRCBundle, CRCBundleStatus};
 use crate::api::common::LocalRef;
 use crate::api::conditions::{self, reasons, types};
+use crate::contract::bundle_prep as prep;
 use crate::resources::bundle::Names;
 
 /// VM profile of downloaded bundles: the upstream VM shape.
@@ -184,14 +185,16 @@ fn publish_ready(
     status.qcow2_pvc_ref = Some(LocalRef::new(&names.golden_pvc));
     status.qcow2_pvc_namespace = Some(namespace.to_owned());
     status.ssh_key_secret_ref = Some(LocalRef::new(&names.ssh_secret));
-    status.ocp_version = data.get("ocpVersion").cloned();
-    status.sha256 = data.get("sha256").cloned();
-    status.disk_sha256 = data.get("diskSHA256").cloned();
+    status.ocp_version = data.get(prep::CM_OCP_VERSION).cloned();
+    status.sha256 = data.get(prep::CM_SHA256).cloned();
+    status.disk_sha256 = data.get(prep::CM_DISK_SHA256).cloned();
     status.disk_sha256_short = status
         .disk_sha256
         .as_ref()
         .map(|d| d.chars().take(12).collect());
-    status.disk_virtual_size = data.get("diskVirtualSize").and_then(|v| v.parse().ok());
+    status.disk_virtual_size = data
+        .get(prep::CM_DISK_VIRTUAL_SIZE)
+        .and_then(|v| v.parse().ok());
     status.vm_profile = Some(DOWNLOAD_VM_PROFILE.to_owned());
 }
 

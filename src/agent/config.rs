@@ -1,21 +1,15 @@
-//! The crc-agent's settings, from the environment the operator's Job sets (upstream §5.1).
+//! The crc-agent's settings, from the environment the operator's Job sets (upstream §5.1,
+//! [`crate::contract::agent`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::contract::agent::{
+    ENV_API_HOSTNAME, ENV_IDENTITY_PATH, ENV_INSTANCE_NAME, ENV_INSTANCE_NAMESPACE,
+    ENV_INSTANCE_UID, ENV_PULL_SECRET_PATH, ENV_SSH_HOST, ENV_SSH_KEY_PATH, ENV_SSH_USER,
+    ENV_VM_NAME, ENV_VMI_UID,
+};
 use crate::guest::cluster::{BCRYPT_COST, Patience, Patiences};
-
-pub const ENV_INSTANCE_NAME: &str = "INSTANCE_NAME";
-pub const ENV_INSTANCE_NAMESPACE: &str = "INSTANCE_NAMESPACE";
-pub const ENV_INSTANCE_UID: &str = "INSTANCE_UID";
-pub const ENV_VM_NAME: &str = "CRC_VM_NAME";
-pub const ENV_SSH_HOST: &str = "CRC_SSH_HOST";
-pub const ENV_VMI_UID: &str = "CRC_VMI_UID";
-pub const ENV_SSH_USER: &str = "CRC_SSH_USER";
-pub const ENV_SSH_KEY_PATH: &str = "CRC_SSH_KEY_PATH";
-pub const ENV_IDENTITY_PATH: &str = "CRC_IDENTITY_PATH";
-pub const ENV_PULL_SECRET_PATH: &str = "PULL_SECRET_PATH";
-pub const ENV_API_HOSTNAME: &str = "CRC_API_HOSTNAME";
 
 pub const DEFAULT_SSH_USER: &str = "core";
 pub const DEFAULT_SSH_KEY_PATH: &str = "/etc/crc-agent/ssh/id_ecdsa";

@@ -360,7 +360,7 @@ pub fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(err) => {
-            let message = format!("{}: {err}", err.reason());
+            let message = crate::contract::termination::message(err.reason(), &err);
             tracing::error!("{message}");
             crate::jobs::termination::write(&message);
             ExitCode::FAILURE
@@ -374,7 +374,9 @@ mod tests {
 
     #[test]
     fn failures_map_to_reasons() {
-        let err = Error::Config(config::Error::Missing(config::ENV_INSTANCE_NAME));
+        let err = Error::Config(config::Error::Missing(
+            crate::contract::agent::ENV_INSTANCE_NAME,
+        ));
         assert_eq!(err.reason(), "InvalidConfig");
         assert!(err.to_string().contains("INSTANCE_NAME"));
         let err = Error::Cluster(cluster::Error::Timeout {

@@ -12,10 +12,8 @@ use kube::api::{Api, PostParams};
 
 use crate::api::instance::ClusterInstance;
 use crate::api::labels;
+use crate::contract::agent::{KUBECONFIG_KEY, OCP_VERSION_KEY, VMI_UID_KEY};
 
-pub const KEY_KUBECONFIG: &str = "kubeconfig";
-pub const KEY_OCP_VERSION: &str = "ocpVersion";
-pub const KEY_VMI_UID: &str = "vmiUID";
 const SECRET_TYPE: &str = "Opaque";
 
 /// Why the handoff could not be published.
@@ -107,15 +105,15 @@ pub fn desired(owner: &Owner, handoff: &Handoff) -> Secret {
 fn data(handoff: &Handoff) -> BTreeMap<String, ByteString> {
     BTreeMap::from([
         (
-            KEY_KUBECONFIG.to_string(),
+            KUBECONFIG_KEY.to_string(),
             ByteString(handoff.kubeconfig.as_bytes().to_vec()),
         ),
         (
-            KEY_OCP_VERSION.to_string(),
+            OCP_VERSION_KEY.to_string(),
             ByteString(handoff.ocp_version.as_bytes().to_vec()),
         ),
         (
-            KEY_VMI_UID.to_string(),
+            VMI_UID_KEY.to_string(),
             ByteString(handoff.vmi_uid.as_bytes().to_vec()),
         ),
     ])
@@ -256,8 +254,8 @@ mod tests {
         assert_eq!(refs[0].uid, "inst-uid");
         assert_eq!(refs[0].block_owner_deletion, None);
         let data = secret.data.unwrap();
-        assert_eq!(data[KEY_VMI_UID].0, b"vmi-1");
-        assert_eq!(data[KEY_OCP_VERSION].0, b"4.22.7");
+        assert_eq!(data[VMI_UID_KEY].0, b"vmi-1");
+        assert_eq!(data[OCP_VERSION_KEY].0, b"4.22.7");
         assert!(!format!("{:?}", handoff()).contains("apiVersion"));
     }
 

@@ -1,10 +1,7 @@
-//! The termination message of a Job container: the one line the operator reads back from the
-//! pod's status (`<Reason>: message`) to say why a Job failed.
+//! Writes the termination message of a Job container ([`crate::contract::termination`]): the one
+//! line the operator reads back from the pod's status to say why a Job failed.
 
-/// The kubelet keeps at most this much of a termination message.
-pub const MAX: usize = 4096;
-/// Where the kubelet reads it unless `terminationMessagePath` says otherwise.
-pub const DEFAULT_PATH: &str = "/dev/termination-log";
+use crate::contract::termination::{DEFAULT_PATH, ENV_PATH, MAX};
 
 /// Writes the termination message: to `TERMINATION_MESSAGE_PATH` when set, else to
 /// `/dev/termination-log` only if it exists (the kubelet creates it). Errors are ignored: the
@@ -15,7 +12,7 @@ pub fn write(message: &str) {
         end -= 1;
     }
     let message = &message[..end];
-    let _ = match std::env::var_os("TERMINATION_MESSAGE_PATH").filter(|p| !p.is_empty()) {
+    let _ = match std::env::var_os(ENV_PATH).filter(|p| !p.is_empty()) {
         Some(path) => std::fs::write(path, message),
         None => std::fs::OpenOptions::new()
             .write(true)

@@ -18,6 +18,8 @@ use kube::ResourceExt;
 use super::common::{bundle_labels, controller_ref, job_container};
 use crate::api::CRCBundle;
 use crate::api::common::Arch;
+use crate::contract::bundle_prep as prep;
+use crate::contract::termination;
 
 /// Default mirror of the published bundles.
 const MIRROR: &str = "https://mirror.openshift.com/pub/openshift-v4/clients/crc/bundles/openshift";
@@ -29,7 +31,7 @@ pub const SCRATCH_DIR: &str = "/work";
 /// Prep Job limits (upstream: backoffLimit 2, 2 h).
 pub const PREP_BACKOFF_LIMIT: i32 = 2;
 /// The container's termination message file (the Kubernetes default, stated explicitly).
-pub const TERMINATION_MESSAGE_PATH: &str = crate::jobs::termination::DEFAULT_PATH;
+pub const TERMINATION_MESSAGE_PATH: &str = termination::DEFAULT_PATH;
 pub const PREP_DEADLINE_SECONDS: i64 = 7200;
 
 /// Name of the CRCBundle published for `crcVersion`: `crc-<version>-<arch>`.
@@ -161,20 +163,20 @@ pub fn prep_job(bundle: &CRCBundle, namespace: &str, urls: &Urls, settings: &Job
     let names = Names::of(&name);
     let labels = bundle_labels(&name);
     let env = [
-        ("BUNDLE_URL", urls.bundle.as_str()),
-        ("SHA256_URL", urls.sha256.as_str()),
-        ("NAMESPACE", namespace),
-        ("BUNDLE_NAME", name.as_str()),
+        (prep::ENV_BUNDLE_URL, urls.bundle.as_str()),
+        (prep::ENV_SHA256_URL, urls.sha256.as_str()),
+        (prep::ENV_NAMESPACE, namespace),
+        (prep::ENV_BUNDLE_NAME, name.as_str()),
         (
-            "BUNDLE_UID",
+            prep::ENV_BUNDLE_UID,
             bundle.metadata.uid.as_deref().unwrap_or_default(),
         ),
-        ("SSH_SECRET_NAME", names.ssh_secret.as_str()),
-        ("METADATA_CONFIGMAP_NAME", names.metadata.as_str()),
-        ("GOLDEN_DIR", GOLDEN_DIR),
-        ("SCRATCH_DIR", SCRATCH_DIR),
+        (prep::ENV_SSH_SECRET_NAME, names.ssh_secret.as_str()),
+        (prep::ENV_METADATA_CONFIGMAP_NAME, names.metadata.as_str()),
+        (prep::ENV_GOLDEN_DIR, GOLDEN_DIR),
+        (prep::ENV_SCRATCH_DIR, SCRATCH_DIR),
         // Where the failure reason goes, so the operator can surface it from the pod status.
-        ("TERMINATION_MESSAGE_PATH", TERMINATION_MESSAGE_PATH),
+        (termination::ENV_PATH, TERMINATION_MESSAGE_PATH),
     ]
     .into_iter()
     .map(|(name, value)| EnvVar {
@@ -239,9 +241,9 @@ pub fn prep_job(bundle: &CRCBundle, namespace: &str, urls: &Urls, settings: &Job
 /// Bad input (a checksum mismatch, an unsafe archive, …) fails the Job at once; only failures a
 /// retry can fix (network, storage) use the backoff limit.
 fn permanent_failures() -> PodFailurePolicy {
-    let codes = crate::jobs::bundle_prep::PERMANENT_REASONS
+    let codes = prep::PERMANENT_REASONS
         .iter()
-        .filter_map(|r| crate::jobs::bundle_prep::exit_code_of(r))
+        .filter_map(|r| prep::exit_code_of(r))
         .map(i32::from)
         .collect();
     PodFailurePolicy {

@@ -59,7 +59,7 @@ pub fn job_container(
         args: Some(vec![subcommand.to_owned()]),
         env: Some(env),
         volume_mounts: Some(mounts),
-        termination_message_path: Some(crate::jobs::termination::DEFAULT_PATH.to_owned()),
+        termination_message_path: Some(crate::contract::termination::DEFAULT_PATH.to_owned()),
         termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         security_context: Some(SecurityContext {
             allow_privilege_escalation: Some(false),

@@ -20,7 +20,8 @@
 //!
 //! A failure ends the process with a non-zero exit code and writes `<Reason>: <message>` to the
 //! termination-message file and as the last line on stderr, where the operator reads it
-//! ([`PrepError::reason`], [`REASONS`]).
+//! ([`PrepError::reason`], [`REASONS`](crate::contract::bundle_prep::REASONS)). The environment, the exit codes and what is published
+//! are the operator's contract with this Job ([`crate::contract::bundle_prep`]).
 
 mod checksum;
 mod download;
@@ -31,6 +32,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use crate::contract::bundle_prep::{
+    ENV_BUNDLE_NAME, ENV_BUNDLE_UID, ENV_BUNDLE_URL, ENV_GOLDEN_DIR, ENV_METADATA_CONFIGMAP_NAME,
+    ENV_NAMESPACE, ENV_SCRATCH_DIR, ENV_SHA256_URL, ENV_SSH_SECRET_NAME, exit_code_of,
+};
+use crate::contract::termination;
 use crate::tools::qemu_img;
 
 pub use download::HttpOptions;
@@ -54,52 +60,6 @@ const EXTRACTED_MARKER: &str = "archive.sha256";
 pub const QCOW2_MEMBER: &str = "crc.qcow2";
 pub const KEY_MEMBER: &str = "id_ecdsa_crc";
 pub const INFO_MEMBER: &str = "crc-bundle-info.json";
-
-/// Secret data key of the bundle's private key.
-pub const SECRET_KEY: &str = "id_ecdsa";
-/// ConfigMap keys.
-pub const CM_OCP_VERSION: &str = "ocpVersion";
-pub const CM_SHA256: &str = "sha256";
-pub const CM_DISK_SHA256: &str = "diskSHA256";
-pub const CM_DISK_VIRTUAL_SIZE: &str = "diskVirtualSize";
-
-/// Every reason [`PrepError::reason`] can return, for the operator's condition mapping.
-pub const REASONS: &[&str] = &[
-    "InvalidConfig",
-    "HttpError",
-    "DownloadInterrupted",
-    "ChecksumMissing",
-    "ChecksumMismatch",
-    "TooLarge",
-    "ArchiveInvalid",
-    "MissingMember",
-    "UnsafeMember",
-    "BundleInfoUnreadable",
-    "KeyUnreadable",
-    "ConvertFailed",
-    "PublishFailed",
-    "StorageError",
-];
-
-/// Reasons a retry of the same Job cannot fix (bad input, not a flaky network): the prep Job's
-/// `podFailurePolicy` fails the Job at once on their exit codes.
-pub const PERMANENT_REASONS: &[&str] = &[
-    "InvalidConfig",
-    "ChecksumMissing",
-    "ChecksumMismatch",
-    "TooLarge",
-    "ArchiveInvalid",
-    "MissingMember",
-    "UnsafeMember",
-    "BundleInfoUnreadable",
-    "KeyUnreadable",
-];
-
-/// The process exit code of `reason` (10 + its index in [`REASONS`]).
-pub fn exit_code_of(reason: &str) -> Option<u8> {
-    let index = REASONS.iter().position(|r| *r == reason)?;
-    u8::try_from(index).ok().map(|i| 10 + i)
-}
 
 /// Why bundle preparation failed. Each variant is one condition reason ([`Self::reason`]).
 #[derive(Debug, thiserror::Error)]
@@ -171,7 +131,7 @@ pub enum PrepError {
 }
 
 impl PrepError {
-    /// The condition reason: a CamelCase word from [`REASONS`].
+    /// The condition reason: a CamelCase word from [`REASONS`](crate::contract::bundle_prep::REASONS).
     pub fn reason(&self) -> &'static str {
         match self {
             PrepError::InvalidConfig(_) => "InvalidConfig",
@@ -191,14 +151,14 @@ impl PrepError {
         }
     }
 
-    /// The process exit code: 10 + the reason's index in [`REASONS`].
+    /// The process exit code: 10 + the reason's index in [`REASONS`](crate::contract::bundle_prep::REASONS).
     pub fn exit_code(&self) -> u8 {
         exit_code_of(self.reason()).unwrap_or(u8::MAX)
     }
 
     /// `<Reason>: <message>`, as written to the termination message.
     pub fn termination_message(&self) -> String {
-        format!("{}: {self}", self.reason())
+        termination::message(self.reason(), self)
     }
 
     fn storage(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> PrepError {
@@ -263,13 +223,13 @@ impl Config {
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, PrepError> {
         let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
         let required = [
-            "BUNDLE_URL",
-            "SHA256_URL",
-            "NAMESPACE",
-            "BUNDLE_NAME",
-            "BUNDLE_UID",
-            "SSH_SECRET_NAME",
-            "METADATA_CONFIGMAP_NAME",
+            ENV_BUNDLE_URL,
+            ENV_SHA256_URL,
+            ENV_NAMESPACE,
+            ENV_BUNDLE_NAME,
+            ENV_BUNDLE_UID,
+            ENV_SSH_SECRET_NAME,
+            ENV_METADATA_CONFIGMAP_NAME,
         ];
         let missing: Vec<&str> = required
             .iter()
@@ -325,15 +285,15 @@ impl Config {
             ca_file: get("SSL_CERT_FILE").map(PathBuf::from),
         };
         Ok(Config {
-            bundle_url: value("BUNDLE_URL"),
-            sha256_url: value("SHA256_URL"),
-            namespace: value("NAMESPACE"),
-            bundle_name: value("BUNDLE_NAME"),
-            bundle_uid: value("BUNDLE_UID"),
-            ssh_secret_name: value("SSH_SECRET_NAME"),
-            metadata_configmap_name: value("METADATA_CONFIGMAP_NAME"),
-            golden_dir: PathBuf::from(get("GOLDEN_DIR").unwrap_or_else(|| "/golden".into())),
-            scratch_dir: PathBuf::from(get("SCRATCH_DIR").unwrap_or_else(|| "/work".into())),
+            bundle_url: value(ENV_BUNDLE_URL),
+            sha256_url: value(ENV_SHA256_URL),
+            namespace: value(ENV_NAMESPACE),
+            bundle_name: value(ENV_BUNDLE_NAME),
+            bundle_uid: value(ENV_BUNDLE_UID),
+            ssh_secret_name: value(ENV_SSH_SECRET_NAME),
+            metadata_configmap_name: value(ENV_METADATA_CONFIGMAP_NAME),
+            golden_dir: PathBuf::from(get(ENV_GOLDEN_DIR).unwrap_or_else(|| "/golden".into())),
+            scratch_dir: PathBuf::from(get(ENV_SCRATCH_DIR).unwrap_or_else(|| "/work".into())),
             limits,
             http,
         })
@@ -819,7 +779,7 @@ fn sync_dir(dir: &Path) -> Result<(), PrepError> {
 }
 
 /// The `bundle-prep` subcommand: runs, reports, and returns the exit code (0, or 10 + the
-/// reason's index in [`REASONS`]). Logging must already be set up.
+/// reason's index in [`REASONS`](crate::contract::bundle_prep::REASONS)). Logging must already be set up.
 pub fn main() -> ExitCode {
     let result = Config::from_env().and_then(|config| {
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -848,6 +808,7 @@ pub fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::contract::bundle_prep::REASONS;
     use std::collections::HashMap;
 
     fn env(extra: &[(&str, &str)]) -> HashMap<String, String> {

@@ -7,11 +7,11 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, Patch, PatchParams};
 
-use super::{
-    CM_DISK_SHA256, CM_DISK_VIRTUAL_SIZE, CM_OCP_VERSION, CM_SHA256, FIELD_MANAGER, PrepError,
-    PrivateKey, SECRET_KEY,
-};
+use super::{FIELD_MANAGER, PrepError, PrivateKey};
 use crate::api::labels;
+use crate::contract::bundle_prep::{
+    CM_DISK_SHA256, CM_DISK_VIRTUAL_SIZE, CM_OCP_VERSION, CM_SHA256, SECRET_KEY,
+};
 
 /// What is published, and where.
 pub struct Publication<'a> {

@@ -27,6 +27,7 @@ use crate::cdi::{
     DataVolume, DataVolumeSourceSpec, DataVolumeSpec, HttpSource, PvcSource, StorageResources,
     StorageSpec,
 };
+use crate::contract::agent;
 use crate::kubevirt;
 use crate::resources::common::job_container;
 use crate::route::{
@@ -53,10 +54,9 @@ pub const IDENTITY_KEYS: [&str; 5] = [
     "serving.crt",
     "serving.key",
 ];
-/// Keys of the published kubeconfig Secret (and of the handoff Secret, with `vmiUID`).
-pub const KUBECONFIG_KEY: &str = "kubeconfig";
-pub const OCP_VERSION_KEY: &str = "ocpVersion";
-pub const VMI_UID_KEY: &str = "vmiUID";
+/// Keys of the published kubeconfig Secret: those of the agent's handoff Secret it is made from
+/// (which also has `vmiUID`).
+pub use crate::contract::agent::{KUBECONFIG_KEY, OCP_VERSION_KEY, VMI_UID_KEY};
 /// The pull secret's key.
 pub const PULL_SECRET_KEY: &str = ".dockerconfigjson";
 
@@ -343,22 +343,22 @@ pub fn agent_job(instance: &ClusterInstance, inputs: &AgentJobInputs) -> Job {
     let namespace = instance.namespace().unwrap_or_default();
     let uid = instance.metadata.uid.clone().unwrap_or_default();
     let env = [
-        ("INSTANCE_NAME", name.as_str()),
-        ("INSTANCE_NAMESPACE", namespace.as_str()),
-        ("INSTANCE_UID", uid.as_str()),
-        ("CRC_VM_NAME", inputs.vm_name.as_str()),
-        ("CRC_SSH_HOST", inputs.ssh_host.as_str()),
-        ("CRC_VMI_UID", inputs.vmi_uid.as_str()),
+        (agent::ENV_INSTANCE_NAME, name.as_str()),
+        (agent::ENV_INSTANCE_NAMESPACE, namespace.as_str()),
+        (agent::ENV_INSTANCE_UID, uid.as_str()),
+        (agent::ENV_VM_NAME, inputs.vm_name.as_str()),
+        (agent::ENV_SSH_HOST, inputs.ssh_host.as_str()),
+        (agent::ENV_VMI_UID, inputs.vmi_uid.as_str()),
         (
-            "CRC_SSH_KEY_PATH",
+            agent::ENV_SSH_KEY_PATH,
             &format!("{AGENT_SSH_DIR}/{BOOT_KEY_DATA_KEY}"),
         ),
-        ("CRC_IDENTITY_PATH", AGENT_IDENTITY_DIR),
+        (agent::ENV_IDENTITY_PATH, AGENT_IDENTITY_DIR),
         (
-            "PULL_SECRET_PATH",
+            agent::ENV_PULL_SECRET_PATH,
             &format!("{AGENT_PULL_SECRET_DIR}/{PULL_SECRET_KEY}"),
         ),
-        ("CRC_API_HOSTNAME", inputs.api_hostname.as_str()),
+        (agent::ENV_API_HOSTNAME, inputs.api_hostname.as_str()),
     ]
     .into_iter()
     .map(|(name, value)| EnvVar {

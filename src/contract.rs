@@ -1,0 +1,128 @@
+//! What the operator and the programs it runs as Jobs agree on: the environment a Job is given,
+//! what it leaves behind for the operator to read (exit codes, the termination message, the
+//! keys of the objects it publishes). The builders in `resources` and the readers in `actors`
+//! use one side, `jobs` and `agent` the other; none of them imports another for it.
+
+/// The termination message of a Job's container: one line, `<Reason>: <message>`, that the
+/// operator reads back from the pod's status to say why a Job failed.
+pub mod termination {
+    /// The kubelet keeps at most this many bytes of a termination message.
+    pub const MAX: usize = 4096;
+    /// Where the kubelet reads it unless `terminationMessagePath` says otherwise; our Jobs state
+    /// it explicitly.
+    pub const DEFAULT_PATH: &str = "/dev/termination-log";
+    /// The variable naming the file a Job writes its termination message to.
+    pub const ENV_PATH: &str = "TERMINATION_MESSAGE_PATH";
+
+    /// `<Reason>: <message>`.
+    pub fn message(reason: &str, message: impl std::fmt::Display) -> String {
+        format!("{reason}: {message}")
+    }
+}
+
+/// `guestcluster bundle-prep`, the prep Job of the download source.
+pub mod bundle_prep {
+    pub const ENV_BUNDLE_URL: &str = "BUNDLE_URL";
+    pub const ENV_SHA256_URL: &str = "SHA256_URL";
+    /// Namespace of the bundle's Secret and ConfigMap (the operator's).
+    pub const ENV_NAMESPACE: &str = "NAMESPACE";
+    pub const ENV_BUNDLE_NAME: &str = "BUNDLE_NAME";
+    /// UID of the CRCBundle, the owner of what the Job publishes.
+    pub const ENV_BUNDLE_UID: &str = "BUNDLE_UID";
+    pub const ENV_SSH_SECRET_NAME: &str = "SSH_SECRET_NAME";
+    pub const ENV_METADATA_CONFIGMAP_NAME: &str = "METADATA_CONFIGMAP_NAME";
+    /// Where the golden PVC is mounted.
+    pub const ENV_GOLDEN_DIR: &str = "GOLDEN_DIR";
+    /// Where the scratch PVC is mounted.
+    pub const ENV_SCRATCH_DIR: &str = "SCRATCH_DIR";
+
+    /// Data key of the bundle's private key in the SSH Secret.
+    pub const SECRET_KEY: &str = "id_ecdsa";
+    /// Keys of the metadata ConfigMap.
+    pub const CM_OCP_VERSION: &str = "ocpVersion";
+    pub const CM_SHA256: &str = "sha256";
+    pub const CM_DISK_SHA256: &str = "diskSHA256";
+    pub const CM_DISK_VIRTUAL_SIZE: &str = "diskVirtualSize";
+
+    /// Every reason of a failed prep, in exit-code order ([`exit_code_of`]).
+    pub const REASONS: &[&str] = &[
+        "InvalidConfig",
+        "HttpError",
+        "DownloadInterrupted",
+        "ChecksumMissing",
+        "ChecksumMismatch",
+        "TooLarge",
+        "ArchiveInvalid",
+        "MissingMember",
+        "UnsafeMember",
+        "BundleInfoUnreadable",
+        "KeyUnreadable",
+        "ConvertFailed",
+        "PublishFailed",
+        "StorageError",
+    ];
+
+    /// Reasons a retry of the same Job cannot fix (bad input, not a flaky network): the prep
+    /// Job's `podFailurePolicy` fails the Job at once on their exit codes.
+    pub const PERMANENT_REASONS: &[&str] = &[
+        "InvalidConfig",
+        "ChecksumMissing",
+        "ChecksumMismatch",
+        "TooLarge",
+        "ArchiveInvalid",
+        "MissingMember",
+        "UnsafeMember",
+        "BundleInfoUnreadable",
+        "KeyUnreadable",
+    ];
+
+    /// The process exit code of `reason`: 10 + its index in [`REASONS`].
+    pub fn exit_code_of(reason: &str) -> Option<u8> {
+        let index = REASONS.iter().position(|r| *r == reason)?;
+        u8::try_from(index).ok().map(|i| 10 + i)
+    }
+}
+
+/// `guestcluster agent`, the crc-agent Job of one VMI.
+pub mod agent {
+    pub const ENV_INSTANCE_NAME: &str = "INSTANCE_NAME";
+    pub const ENV_INSTANCE_NAMESPACE: &str = "INSTANCE_NAMESPACE";
+    pub const ENV_INSTANCE_UID: &str = "INSTANCE_UID";
+    pub const ENV_VM_NAME: &str = "CRC_VM_NAME";
+    pub const ENV_SSH_HOST: &str = "CRC_SSH_HOST";
+    pub const ENV_VMI_UID: &str = "CRC_VMI_UID";
+    pub const ENV_SSH_USER: &str = "CRC_SSH_USER";
+    pub const ENV_SSH_KEY_PATH: &str = "CRC_SSH_KEY_PATH";
+    pub const ENV_IDENTITY_PATH: &str = "CRC_IDENTITY_PATH";
+    pub const ENV_PULL_SECRET_PATH: &str = "PULL_SECRET_PATH";
+    pub const ENV_API_HOSTNAME: &str = "CRC_API_HOSTNAME";
+
+    /// Keys of the handoff Secret the agent publishes (the operator's published kubeconfig
+    /// Secret of the instance uses the same keys, without the VMI UID).
+    pub const KUBECONFIG_KEY: &str = "kubeconfig";
+    pub const OCP_VERSION_KEY: &str = "ocpVersion";
+    pub const VMI_UID_KEY: &str = "vmiUID";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bundle_prep::{PERMANENT_REASONS, REASONS, exit_code_of};
+
+    #[test]
+    fn every_prep_reason_has_its_own_exit_code_above_the_generic_ones() {
+        let codes: Vec<u8> = REASONS.iter().filter_map(|r| exit_code_of(r)).collect();
+        assert_eq!(codes.len(), REASONS.len());
+        assert!(codes.windows(2).all(|w| w[0] < w[1]), "{codes:?}");
+        assert_eq!(codes[0], 10, "0-9 stay for the runtime and panics");
+        assert!(PERMANENT_REASONS.iter().all(|r| REASONS.contains(r)));
+        assert_eq!(exit_code_of("NoSuchReason"), None);
+    }
+
+    #[test]
+    fn a_termination_message_is_reason_colon_message() {
+        assert_eq!(
+            super::termination::message("ChecksumMismatch", "want a, got b"),
+            "ChecksumMismatch: want a, got b"
+        );
+    }
+}
