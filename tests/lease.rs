@@ -194,6 +194,7 @@ async fn leases_bind_expire_and_pools_follow() {
     let tree = start_tree(&client, &operator_ns).await;
 
     bind_copy_and_wait_for_capacity(&client).await;
+    a_lease_waits_for_its_pool_to_exist(&client).await;
     ttl_expiry_replaces_the_instance(&client).await;
     let race = concurrent_leases_never_share_an_instance(&client).await;
 
@@ -288,6 +289,29 @@ async fn bind_copy_and_wait_for_capacity(client: &kube::Client) {
         (s.leased_instances == Some(2) && s.available_instances == Some(0)).then_some(())
     })
     .await;
+}
+
+/// A lease naming a pool that does not exist waits (PoolNotFound) and is not an error; once the
+/// pool exists its actor binds the lease to the pool's first Ready instance.
+async fn a_lease_waits_for_its_pool_to_exist(client: &kube::Client) {
+    let ns = Ns::enabled(client, "lease-nopool").await;
+    let pool = support::unique("p");
+    ns.lease("early", &pool, None).await;
+    let early = with_condition(
+        &ns.leases,
+        "early",
+        types::BOUND,
+        "False",
+        reasons::POOL_NOT_FOUND,
+    )
+    .await;
+    assert_eq!(early.status.unwrap().phase, Some(LeasePhase::Pending));
+
+    ns.pool(&pool, 1, 1).await;
+    let members = ns.wait_members(&pool, 1).await;
+    ns.make_ready(&members[0].name_any()).await;
+    let early = ns.bound("early").await;
+    assert_eq!(instance_of(&early), members[0].name_any());
 }
 
 /// A TTL deletes the lease; the release deletes its instance and the pool replaces it.

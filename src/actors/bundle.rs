@@ -54,6 +54,7 @@ pub struct BundleActor;
 impl ObjectActor for BundleActor {
     type Object = CRCBundle;
     type Error = Error;
+    type Request = std::convert::Infallible;
     const KIND: &'static str = "crcbundle";
 
     async fn reconcile(bundle: &CRCBundle, ctx: &Arc<Context>) -> Result<Next, Error> {

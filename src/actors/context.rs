@@ -21,10 +21,6 @@ pub struct Context {
     pub jobs: JobSettings,
     /// Timings of the controllers (tests shorten them).
     pub tuning: Tuning,
-    /// Serializes every decision about who holds a pool instance: lease binding, lease release
-    /// and pool scale-up/down (upstream's process-wide mutex). Holders decide on live reads, so
-    /// one instance never goes to two leases and the pool never trims one being bound.
-    pub claims: tokio::sync::Mutex<()>,
     /// How guests are reached and what their agents get.
     pub guests: GuestSettings,
     /// Kubernetes Events about our objects.
@@ -78,7 +74,6 @@ impl Context {
             readiness: Readiness::default(),
             jobs,
             tuning,
-            claims: tokio::sync::Mutex::new(()),
         })
     }
 }

@@ -74,6 +74,7 @@ pub struct InstanceActor;
 impl ObjectActor for InstanceActor {
     type Object = ClusterInstance;
     type Error = Error;
+    type Request = std::convert::Infallible;
     const KIND: &'static str = "clusterinstance";
     /// The namespace policy reads the instance's Namespace: a label change must be seen at once.
     const WATCHES_NAMESPACES: bool = true;

@@ -24,10 +24,15 @@ use super::{object_actor_name, supervisor_name};
 /// How long a stopping supervisor waits for its children.
 pub const CHILD_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The only message an object actor receives: "look at your object again".
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Trigger {
+/// What an object actor receives.
+#[derive(Debug)]
+pub enum ObjectMsg<R> {
+    /// "Look at your object again": the supervisor's watches and resyncs, and the actor's own
+    /// timers, send only this.
     Reconcile,
+    /// A request of the kind's own from another actor ([`ObjectActor::Request`]), e.g. a lease
+    /// asking its pool's actor for an instance.
+    Request(R),
 }
 
 /// What an object actor starts with: which object it serves and where to read it.
@@ -67,6 +72,9 @@ pub trait ObjectActor: Default + Send + Sync + 'static {
         + Sync
         + 'static;
     type Error: ReconcileError;
+    /// What other actors may ask an actor of this kind ([`ObjectMsg::Request`]);
+    /// [`std::convert::Infallible`] for kinds that take no requests.
+    type Request: Send + 'static;
     /// Lower-case kind, used in actor names, logs and metrics.
     const KIND: &'static str;
 
@@ -92,6 +100,26 @@ pub trait ObjectActor: Default + Send + Sync + 'static {
         object: &Self::Object,
         ctx: &Arc<Context>,
     ) -> impl std::future::Future<Output = Result<Next, Self::Error>> + Send;
+
+    /// Handles one request about `object` (as the watch cache has it), answering through the
+    /// reply port the request carries. An actor handles one message at a time, so requests and
+    /// reconciles of one object never overlap: that is what lets an actor own a decision (a
+    /// pool's actor owns the claims on its instances). A request that arrives when the object
+    /// is gone is dropped unanswered, and its sender sees the reply port close.
+    fn request(
+        object: &Self::Object,
+        ctx: &Arc<Context>,
+        request: Self::Request,
+    ) -> impl std::future::Future<Output = ()> + Send {
+        let _ = (object, ctx);
+        async move { drop(request) }
+    }
+}
+
+/// The running actor of the object of kind `A` with `uid`, to send it requests; `None` when no
+/// such actor is registered (the object is gone, not seen yet, or its actor is restarting).
+pub fn object_actor<A: ObjectActor>(uid: &str) -> Option<ActorRef<ObjectMsg<A::Request>>> {
+    ActorRef::where_is(object_actor_name(A::KIND, uid))
 }
 
 /// The actor of one object: re-reads its object on every trigger and reconciles it.
@@ -106,17 +134,32 @@ impl<A> Default for ObjectWorker<A> {
 pub struct WorkerState<A: ObjectActor> {
     args: ObjectArgs<A::Object>,
     /// The pending "look again" timer, replaced by every reconcile.
-    requeue: Option<JoinHandle<Result<(), ractor::MessagingErr<Trigger>>>>,
+    requeue: Option<Timer<ObjectMsg<A::Request>>>,
+}
+
+/// A message sent to oneself later (`send_after`), abortable.
+type Timer<M> = JoinHandle<Result<(), ractor::MessagingErr<M>>>;
+
+impl<A: ObjectActor> WorkerState<A> {
+    /// The object as the watch cache has it, if it is still the one this actor serves. A
+    /// missing object or a different UID means it is gone and the supervisor is about to stop
+    /// us.
+    fn object(&self) -> Option<Arc<A::Object>> {
+        let args = &self.args;
+        args.store
+            .get(&args.key)
+            .filter(|object| object.uid().as_deref() == Some(args.uid.as_str()))
+    }
 }
 
 impl<A: ObjectActor> Actor for ObjectWorker<A> {
-    type Msg = Trigger;
+    type Msg = ObjectMsg<A::Request>;
     type State = WorkerState<A>;
     type Arguments = ObjectArgs<A::Object>;
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<Trigger>,
+        _myself: ActorRef<Self::Msg>,
         args: ObjectArgs<A::Object>,
     ) -> Result<Self::State, ActorProcessingErr> {
         Ok(WorkerState {
@@ -127,7 +170,7 @@ impl<A: ObjectActor> Actor for ObjectWorker<A> {
 
     async fn post_stop(
         &self,
-        _myself: ActorRef<Trigger>,
+        _myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         if let Some(timer) = state.requeue.take() {
@@ -138,37 +181,46 @@ impl<A: ObjectActor> Actor for ObjectWorker<A> {
 
     async fn handle(
         &self,
-        myself: ActorRef<Trigger>,
-        Trigger::Reconcile: Trigger,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        // This reconcile covers whatever the pending timer would have looked at.
-        if let Some(timer) = state.requeue.take() {
-            timer.abort();
-        }
-        let args = &state.args;
-        // A missing object or a different UID means the object we serve is gone and the
-        // supervisor is about to stop us.
-        let Some(object) = args.store.get(&args.key) else {
-            return Ok(());
-        };
-        if object.uid().as_deref() != Some(args.uid.as_str()) {
-            return Ok(());
-        }
-        let result = A::reconcile(&object, &args.ctx).await;
-        let outcome = match &result {
-            Ok(_) => "ok",
-            Err(err) => err.reason(),
-        };
-        args.ctx.metrics.reconciled(A::KIND, outcome);
-        let next = result.unwrap_or_else(|err| {
-            tracing::warn!(kind = A::KIND, object = %args.key, "reconcile failed, retrying: {err}");
-            Next::Requeue(ERROR_RETRY)
-        });
-        if let Next::Requeue(delay) = next {
-            state.requeue = Some(myself.send_after(delay, || Trigger::Reconcile));
+        match msg {
+            ObjectMsg::Reconcile => reconcile(myself, state).await,
+            ObjectMsg::Request(request) => {
+                if let Some(object) = state.object() {
+                    A::request(&object, &state.args.ctx, request).await;
+                }
+            }
         }
         Ok(())
+    }
+}
+
+async fn reconcile<A: ObjectActor>(
+    myself: ActorRef<ObjectMsg<A::Request>>,
+    state: &mut WorkerState<A>,
+) {
+    // This reconcile covers whatever the pending timer would have looked at.
+    if let Some(timer) = state.requeue.take() {
+        timer.abort();
+    }
+    let Some(object) = state.object() else {
+        return;
+    };
+    let args = &state.args;
+    let result = A::reconcile(&object, &args.ctx).await;
+    let outcome = match &result {
+        Ok(_) => "ok",
+        Err(err) => err.reason(),
+    };
+    args.ctx.metrics.reconciled(A::KIND, outcome);
+    let next = result.unwrap_or_else(|err| {
+        tracing::warn!(kind = A::KIND, object = %args.key, "reconcile failed, retrying: {err}");
+        Next::Requeue(ERROR_RETRY)
+    });
+    if let Next::Requeue(delay) = next {
+        state.requeue = Some(myself.send_after(delay, || ObjectMsg::Reconcile));
     }
 }
 
@@ -321,7 +373,7 @@ pub struct SupervisorState<A: ObjectActor> {
 
 struct Child<A: ObjectActor> {
     key: ObjectRef<A::Object>,
-    actor: Option<ActorRef<Trigger>>,
+    actor: Option<ActorRef<ObjectMsg<A::Request>>>,
     failures: Failures,
 }
 
@@ -508,9 +560,9 @@ where
     }
 }
 
-fn trigger(actor: &ActorRef<Trigger>) {
+fn trigger<R: Send + 'static>(actor: &ActorRef<ObjectMsg<R>>) {
     // A closed mailbox means the actor is stopping; its supervision event handles the rest.
-    let _ = actor.cast(Trigger::Reconcile);
+    let _ = actor.cast(ObjectMsg::Reconcile);
 }
 
 async fn spawn_child<A>(

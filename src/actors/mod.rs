@@ -8,19 +8,22 @@
 //! │   └── clusterinstance/<uid>   one actor per instance
 //! ├── supervisor/clusterpool      one watcher + reflector for ClusterPools (+ Namespaces,
 //! │   │                           owned ClusterInstances, ClusterLeases → their pool)
-//! │   └── clusterpool/<uid>       one actor per pool
+//! │   └── clusterpool/<uid>       one actor per pool; owns the claims on its instances
 //! └── supervisor/clusterlease     one watcher + reflector for ClusterLeases (+ Namespaces,
-//!     │                           pool ClusterInstances → Pending leases of that pool)
-//!     └── clusterlease/<uid>      one actor per lease
+//!     │                           pool ClusterInstances and ClusterPools → Pending leases of
+//!     │                           that pool)
+//!     └── clusterlease/<uid>      one actor per lease; asks its pool's actor to bind it
 //! ```
 //!
-//! Truth lives in the API server: messages are only triggers ("object X changed"), and on every
-//! trigger an actor re-reads its object from the watch cache and takes the next step. Losing or
-//! duplicating a message is harmless, and so is killing any actor or the whole process.
+//! Truth lives in the API server: messages are only triggers ("object X changed") or requests
+//! ("bind lease L", asked of the actor that owns the decision), and on every one an actor
+//! re-reads what it decides on and takes the next step. Losing or duplicating a message is
+//! harmless, and so is killing any actor or the whole process.
 
 pub mod apply;
 pub mod backoff;
 pub mod bundle;
+pub mod claims;
 pub mod context;
 pub mod crc;
 pub mod download;
@@ -36,7 +39,7 @@ pub mod resolve;
 pub mod root;
 
 pub use context::{Context, Tuning};
-pub use kind_supervisor::{ObjectActor, ObjectArgs, Trigger};
+pub use kind_supervisor::{ObjectActor, ObjectArgs, ObjectMsg};
 pub use root::{Root, RootMsg};
 
 /// Registered name of the actor for the object with `uid` of `kind` (e.g. `crcbundle/<uid>`).

@@ -3,23 +3,29 @@
 //! Upstream §4.1: it records the namespace policy (`ProvisioningAllowed`), ensures the pool's
 //! CRCBundle (§2.5), accounts the pool's instances and its namespace's leases, and makes at most
 //! one change per reconcile: create one instance, or delete the newest idle unclaimed one. The
-//! decisions are pure ([`super::pool_decide`]); this module observes with live reads under
-//! [`super::Context::claims`] (so it never trims an instance a lease is binding), acts, and
+//! decisions are pure ([`super::pool_decide`]); this module observes with live reads, acts, and
 //! records the status with one server-side apply when it changed. Its instances (owned) and the
 //! leases naming it trigger it.
+//!
+//! It also owns the claims on its instances: its leases ask it to bind them
+//! ([`request_bind`], [`super::claims`]). It handles one message at a time, so a binding and a
+//! scale decision never interleave and it never trims an instance a lease is being bound to.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, ResourceExt};
+use ractor::rpc::CallResult;
 use serde_json::json;
 
+use super::claims::{self, BindOutcome, ClaimRequest, LeaseKey};
 use super::instance_gates::NamespaceState;
 use super::kind_supervisor::{
-    Next, ObjectActor, OwnerEvents, ReconcileError, Related, RelatedEvents, owner_events,
-    related_events,
+    Next, ObjectActor, ObjectMsg, OwnerEvents, ReconcileError, Related, RelatedEvents,
+    object_actor, owner_events, related_events,
 };
 use super::pool_decide;
 use crate::api::conditions::{self, reasons, types};
@@ -72,6 +78,7 @@ pub struct PoolActor;
 impl ObjectActor for PoolActor {
     type Object = ClusterPool;
     type Error = Error;
+    type Request = ClaimRequest;
     const KIND: &'static str = "clusterpool";
     /// The namespace policy reads the pool's Namespace: a label change must be seen at once.
     const WATCHES_NAMESPACES: bool = true;
@@ -100,6 +107,69 @@ impl ObjectActor for PoolActor {
     async fn reconcile(pool: &ClusterPool, ctx: &Arc<super::Context>) -> Result<Next, Error> {
         reconcile(pool, ctx).await
     }
+
+    async fn request(pool: &ClusterPool, ctx: &Arc<super::Context>, request: ClaimRequest) {
+        claims::serve(pool, ctx, request).await;
+    }
+}
+
+/// How long a lease waits for its pool's actor to answer a bind request. The actor binds one
+/// lease at a time; a lease that gives up asks again later and finds whatever was recorded.
+pub const BIND_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Asks the actor of `lease`'s pool to bind it. The pool is looked up live by name (its actor
+/// is registered by UID); a pool that does not exist, or whose actor is not running or does not
+/// answer in time, is an error the lease waits out.
+pub async fn request_bind(
+    ctx: &super::Context,
+    lease: &ClusterLease,
+) -> Result<BindOutcome, claims::Error> {
+    let key = LeaseKey::of(lease);
+    let pool = lease.spec.pool_ref.name.clone();
+    let found = Api::<ClusterPool>::namespaced(ctx.client.clone(), &key.namespace)
+        .get_opt(&pool)
+        .await
+        .map_err(|source| claims::Error::Observe {
+            name: key.name.clone(),
+            what: format!("ClusterPool {pool}"),
+            source,
+        })?;
+    let Some(uid) = found.and_then(|p| p.uid()) else {
+        return Err(claims::Error::PoolNotFound {
+            lease: key.name,
+            pool,
+            why: "does not exist",
+        });
+    };
+    let unavailable = |why: String| claims::Error::PoolUnavailable {
+        lease: key.name.clone(),
+        pool: pool.clone(),
+        why,
+    };
+    let Some(actor) = object_actor::<PoolActor>(&uid) else {
+        return Err(unavailable("is not running yet".to_owned()));
+    };
+    let lease_key = key.clone();
+    let answer = actor
+        .call(
+            move |reply| {
+                ObjectMsg::Request(ClaimRequest::Bind {
+                    lease: lease_key,
+                    reply,
+                })
+            },
+            Some(BIND_TIMEOUT),
+        )
+        .await;
+    match answer {
+        Ok(CallResult::Success(outcome)) => outcome,
+        Ok(CallResult::Timeout) => Err(unavailable(format!(
+            "did not answer within {}s",
+            BIND_TIMEOUT.as_secs()
+        ))),
+        // The actor stopped before answering, or its pool left its cache.
+        Ok(CallResult::SenderError) | Err(_) => Err(unavailable("stopped".to_owned())),
+    }
 }
 
 async fn reconcile(pool: &ClusterPool, ctx: &super::Context) -> Result<Next, Error> {
@@ -114,10 +184,9 @@ async fn reconcile(pool: &ClusterPool, ctx: &super::Context) -> Result<Next, Err
         move |source| Error::Observe { name, what, source }
     };
 
-    // Under the claims lock, on live reads: a watch cache may not show the instance this actor
-    // created a moment ago (acting on it would create one too many), nor a lease bound a moment
-    // ago (acting on it would trim a leased instance).
-    let _claims = ctx.claims.lock().await;
+    // On live reads: a watch cache may not show the instance this actor created a moment ago
+    // (acting on it would create one too many), nor a lease it bound a moment ago (acting on it
+    // would trim a leased instance). Bindings are made by this actor too, between reconciles.
     let namespace = Api::<Namespace>::all(ctx.client.clone())
         .get_opt(&ns)
         .await

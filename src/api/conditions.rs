@@ -85,6 +85,9 @@ pub mod reasons {
     // `ResourceOwnershipConflict` and the namespace reasons.
     pub const WAITING_FOR_CAPACITY: &str = "WaitingForCapacity";
     pub const INSTANCE_BOUND: &str = "InstanceBound";
+    // ClusterLease `Bound`: binding is asked of the pool's actor, which is missing.
+    pub const POOL_NOT_FOUND: &str = "PoolNotFound";
+    pub const POOL_UNAVAILABLE: &str = "PoolUnavailable";
     // Platform gate (upstream §3.1).
     pub const OPERAND_READY: &str = "OperandReady";
     pub const OPERAND_NOT_FOUND: &str = "OperandNotFound";
