@@ -3,13 +3,15 @@
 //! This module knows nothing of the actors: whoever runs them hands over a function that counts
 //! the live ones ([`Metrics::count_live_actors_with`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 /// Labels naming the kind of object an actor or reconcile is about (`crcbundle`, `supervisor`, …).
@@ -30,7 +32,7 @@ pub struct ReconcileLabels {
 pub type LiveActorCounts = Arc<dyn Fn() -> BTreeMap<String, i64> + Send + Sync>;
 
 /// Every metric the operator exports. Cloning shares the underlying values.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Metrics {
     /// Live actors per kind (refreshed from the actor registry on every scrape).
     pub actors: Family<KindLabels, Gauge>,
@@ -38,8 +40,36 @@ pub struct Metrics {
     pub actor_restarts: Family<KindLabels, Counter>,
     /// Reconciles per kind and outcome.
     pub reconciles: Family<ReconcileLabels, Counter>,
+    /// Objects per kind whose last reconcile failed and that wait for their retry.
+    pub backoff_objects: Family<KindLabels, Gauge>,
+    /// The longest retry delay currently scheduled per kind, in seconds (0: none backing off).
+    pub backoff_max_delay: Family<KindLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// Every scheduled retry of a failed reconcile, by its delay in seconds.
+    pub retry_delays: Family<KindLabels, Histogram, fn() -> Histogram>,
     /// Where the live-actor gauge is read from at scrape time; nothing counted until set.
     live_actor_counts: Arc<Mutex<Option<LiveActorCounts>>>,
+    /// Current retry delay of every object backing off, per kind and UID.
+    backing_off: Arc<Mutex<HashMap<String, HashMap<String, Duration>>>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            actors: Family::default(),
+            actor_restarts: Family::default(),
+            reconciles: Family::default(),
+            backoff_objects: Family::default(),
+            backoff_max_delay: Family::default(),
+            retry_delays: Family::new_with_constructor(retry_delay_histogram),
+            live_actor_counts: Arc::default(),
+            backing_off: Arc::default(),
+        }
+    }
+}
+
+/// Buckets of the retry delays: the reconcile backoff's steps (1 s doubling) up to its cap.
+fn retry_delay_histogram() -> Histogram {
+    Histogram::new([1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 300.0])
 }
 
 impl Metrics {
@@ -57,6 +87,21 @@ impl Metrics {
             "Reconciles per kind and result",
             self.reconciles.clone(),
         );
+        registry.register(
+            "reconcile_backoff_objects",
+            "Objects whose last reconcile failed, waiting for their retry",
+            self.backoff_objects.clone(),
+        );
+        registry.register(
+            "reconcile_backoff_max_delay_seconds",
+            "Longest retry delay currently scheduled for a failed reconcile",
+            self.backoff_max_delay.clone(),
+        );
+        registry.register(
+            "reconcile_retry_delay_seconds",
+            "Retries of failed reconciles, by the delay they were scheduled with",
+            self.retry_delays.clone(),
+        );
         registry
     }
 
@@ -66,6 +111,8 @@ impl Metrics {
         let labels = kind_labels(kind);
         let _ = self.actors.get_or_create(&labels);
         let _ = self.actor_restarts.get_or_create(&labels);
+        let _ = self.backoff_objects.get_or_create(&labels);
+        let _ = self.backoff_max_delay.get_or_create(&labels);
     }
 
     pub fn actor_restarted(&self, kind: &str) {
@@ -79,6 +126,59 @@ impl Metrics {
                 result: result.to_owned(),
             })
             .inc();
+    }
+
+    /// The object `uid` of `kind` failed to reconcile and is retried after `delay`.
+    pub fn retrying(&self, kind: &str, uid: &str, delay: Duration) {
+        self.retry_delays
+            .get_or_create(&kind_labels(kind))
+            .observe(delay.as_secs_f64());
+        self.set_backing_off(kind, |objects| {
+            objects.insert(uid.to_owned(), delay);
+        });
+    }
+
+    /// The object `uid` of `kind` no longer backs off: it reconciled, or its actor stopped.
+    pub fn not_backing_off(&self, kind: &str, uid: &str) {
+        self.set_backing_off(kind, |objects| {
+            objects.remove(uid);
+        });
+    }
+
+    /// Objects of `kind` backing off now, and the longest of their delays.
+    pub fn backing_off(&self, kind: &str) -> (usize, Duration) {
+        let all = self.lock_backing_off();
+        let objects = all.get(kind);
+        (
+            objects.map_or(0, HashMap::len),
+            objects
+                .and_then(|o| o.values().max().copied())
+                .unwrap_or_default(),
+        )
+    }
+
+    fn set_backing_off(&self, kind: &str, change: impl FnOnce(&mut HashMap<String, Duration>)) {
+        let mut all = self.lock_backing_off();
+        let objects = all.entry(kind.to_owned()).or_default();
+        change(objects);
+        // Updated under the lock, so two changes cannot leave the gauges in the wrong order.
+        let labels = kind_labels(kind);
+        self.backoff_objects
+            .get_or_create(&labels)
+            .set(i64::try_from(objects.len()).unwrap_or(i64::MAX));
+        let longest = objects.values().max().copied().unwrap_or_default();
+        self.backoff_max_delay
+            .get_or_create(&labels)
+            .set(longest.as_secs_f64());
+    }
+
+    fn lock_backing_off(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, HashMap<String, Duration>>> {
+        // Every change is a single insert or remove: a poisoned map is still consistent.
+        self.backing_off
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Reads the live actors per kind through `count` from now on (shared by every clone).

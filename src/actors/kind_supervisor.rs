@@ -35,12 +35,14 @@ pub enum ObjectMsg<R> {
     Request(R),
 }
 
-/// What an object actor starts with: which object it serves and where to read it.
+/// What an object actor starts with: which object it serves, where to read it, and how it
+/// retries a failed reconcile.
 pub struct ObjectArgs<K: Resource<DynamicType = ()> + Clone + 'static> {
     pub key: ObjectRef<K>,
     pub uid: String,
     pub store: Store<K>,
     pub ctx: Arc<Context>,
+    pub retry: Backoff,
 }
 
 /// What a reconcile asks for afterwards.
@@ -51,9 +53,6 @@ pub enum Next {
     /// Look again after this long even without a trigger (e.g. while a gate blocks).
     Requeue(Duration),
 }
-
-/// How long a failed reconcile waits before it is tried again.
-pub const ERROR_RETRY: Duration = Duration::from_secs(5);
 
 /// An error of a reconcile: logged, counted under its condition reason, retried.
 pub trait ReconcileError: std::error::Error + Send + 'static {
@@ -135,6 +134,8 @@ pub struct WorkerState<A: ObjectActor> {
     args: ObjectArgs<A::Object>,
     /// The pending "look again" timer, replaced by every reconcile.
     requeue: Option<Timer<ObjectMsg<A::Request>>>,
+    /// Reconciles that failed in a row; the next retry waits `args.retry` after them.
+    failures: Failures,
 }
 
 /// A message sent to oneself later (`send_after`), abortable.
@@ -162,9 +163,12 @@ impl<A: ObjectActor> Actor for ObjectWorker<A> {
         _myself: ActorRef<Self::Msg>,
         args: ObjectArgs<A::Object>,
     ) -> Result<Self::State, ActorProcessingErr> {
+        // A restarted actor retries afresh; what a killed predecessor reported is stale.
+        args.ctx.metrics.not_backing_off(A::KIND, &args.uid);
         Ok(WorkerState {
             args,
             requeue: None,
+            failures: Failures::default(),
         })
     }
 
@@ -176,6 +180,11 @@ impl<A: ObjectActor> Actor for ObjectWorker<A> {
         if let Some(timer) = state.requeue.take() {
             timer.abort();
         }
+        state
+            .args
+            .ctx
+            .metrics
+            .not_backing_off(A::KIND, &state.args.uid);
         Ok(())
     }
 
@@ -215,10 +224,23 @@ async fn reconcile<A: ObjectActor>(
         Err(err) => err.reason(),
     };
     args.ctx.metrics.reconciled(A::KIND, outcome);
-    let next = result.unwrap_or_else(|err| {
-        tracing::warn!(kind = A::KIND, object = %args.key, "reconcile failed, retrying: {err}");
-        Next::Requeue(ERROR_RETRY)
-    });
+    let next = match result {
+        Ok(next) => {
+            if state.failures.consecutive > 0 {
+                state.failures.reset();
+                args.ctx.metrics.not_backing_off(A::KIND, &args.uid);
+            }
+            next
+        }
+        Err(err) => {
+            let delay = args.retry.next_delay(&mut state.failures, Instant::now());
+            let delay = Backoff::spread(delay, &args.uid);
+            args.ctx.metrics.retrying(A::KIND, &args.uid, delay);
+            let failures = state.failures.consecutive;
+            tracing::warn!(kind = A::KIND, object = %args.key, failures, ?delay, "reconcile failed, retrying: {err}");
+            Next::Requeue(delay)
+        }
+    };
     if let Next::Requeue(delay) = next {
         state.requeue = Some(myself.send_after(delay, || ObjectMsg::Reconcile));
     }
@@ -356,7 +378,10 @@ impl<A> Default for KindSupervisor<A> {
 /// Startup arguments of a kind supervisor.
 pub struct SupervisorArgs {
     pub ctx: Arc<Context>,
+    /// Restarts of failed children.
     pub backoff: Backoff,
+    /// Retries of failed reconciles, per object.
+    pub retry: Backoff,
     pub resync: Duration,
 }
 
@@ -364,6 +389,7 @@ pub struct SupervisorState<A: ObjectActor> {
     ctx: Arc<Context>,
     store: Store<A::Object>,
     backoff: Backoff,
+    retry: Backoff,
     children: HashMap<String, Child<A>>,
     by_actor: HashMap<ActorId, String>,
     watch: JoinHandle<()>,
@@ -421,6 +447,7 @@ where
             ctx: args.ctx,
             store,
             backoff: args.backoff,
+            retry: args.retry,
             children: HashMap::new(),
             by_actor: HashMap::new(),
             watch,
@@ -580,6 +607,7 @@ async fn spawn_child<A>(
         uid: uid.to_owned(),
         store: state.store.clone(),
         ctx: state.ctx.clone(),
+        retry: state.retry.clone(),
     };
     let name = object_actor_name(A::KIND, uid);
     match Actor::spawn_linked(
@@ -608,6 +636,8 @@ async fn spawn_child<A>(
 }
 
 fn stop_child<A: ObjectActor>(state: &mut SupervisorState<A>, uid: &str) {
+    // Also when the child is dead and skipped its own cleanup: the object is gone.
+    state.ctx.metrics.not_backing_off(A::KIND, uid);
     if let Some(child) = state.children.remove(uid)
         && let Some(actor) = child.actor
     {
@@ -718,4 +748,152 @@ fn applied<K: Resource<DynamicType = ()>>(obj: &K) -> Option<SupervisorMsg<K>> {
 /// Name under which the supervisor of `A` is registered.
 pub fn name_of<A: ObjectActor>() -> String {
     supervisor_name(A::KIND)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::runtime::watcher::Event;
+
+    use super::*;
+    use crate::metrics::Metrics;
+
+    /// What the flaky kind saw at each attempt: when, and the backoff the metrics reported for
+    /// its kind just before.
+    static ATTEMPTS: Mutex<Vec<(tokio::time::Instant, (usize, Duration))>> = Mutex::new(Vec::new());
+
+    const UID: &str = "uid-flaky";
+
+    /// Attempts 1–3 fail, 4 succeeds, 5 fails, 6 succeeds.
+    const FAILING: [usize; 4] = [1, 2, 3, 5];
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("attempt {0} fails")]
+    struct Flaked(usize);
+
+    impl ReconcileError for Flaked {
+        fn reason(&self) -> &'static str {
+            "Flaked"
+        }
+    }
+
+    #[derive(Default)]
+    struct Flaky;
+
+    impl ObjectActor for Flaky {
+        type Object = ConfigMap;
+        type Error = Flaked;
+        type Request = std::convert::Infallible;
+        const KIND: &'static str = "flaky";
+
+        async fn reconcile(_: &ConfigMap, ctx: &Arc<Context>) -> Result<Next, Flaked> {
+            let seen = ctx.metrics.backing_off(Self::KIND);
+            let attempt = {
+                let mut attempts = ATTEMPTS.lock().unwrap();
+                attempts.push((tokio::time::Instant::now(), seen));
+                attempts.len()
+            };
+            if FAILING.contains(&attempt) {
+                Err(Flaked(attempt))
+            } else {
+                Ok(Next::Done)
+            }
+        }
+    }
+
+    async fn attempts(n: usize) -> Vec<(tokio::time::Instant, (usize, Duration))> {
+        tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                let seen = ATTEMPTS.lock().unwrap().clone();
+                if seen.len() >= n {
+                    return seen;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{n} attempts"))
+    }
+
+    /// A failing object is retried after doubling delays (each moved up to 10% earlier by its
+    /// UID), shows in the backoff metrics while it waits, and starts over once a reconcile
+    /// succeeds. (Delays are scaled down from the real 1 s base; timers never fire early, so
+    /// only the lower bounds are exact.)
+    #[tokio::test]
+    async fn failed_reconciles_back_off_per_object_and_reset_on_success() {
+        let retry = Backoff {
+            base: Duration::from_millis(40),
+            ..Backoff::reconcile()
+        };
+        let step = |n: u32| Backoff::spread(retry.base * n, UID);
+        let object: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "flaky", "namespace": "ns", "uid": UID},
+        }))
+        .unwrap();
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        writer.apply_watcher_event(&Event::Apply(object.clone()));
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                .unwrap();
+        let metrics = Metrics::default();
+        let ctx = Context::build(
+            client,
+            "operator",
+            metrics.clone(),
+            Default::default(),
+            Default::default(),
+            crate::actors::context::GuestSettings {
+                route_access: Default::default(),
+                agent_cluster_role: "agent".into(),
+            },
+        );
+        let args = ObjectArgs {
+            key: ObjectRef::from_obj(&object),
+            uid: UID.to_owned(),
+            store,
+            ctx,
+            retry: retry.clone(),
+        };
+        let (actor, handle) = Actor::spawn(None, ObjectWorker::<Flaky>::default(), args)
+            .await
+            .unwrap();
+
+        actor.cast(ObjectMsg::Reconcile).unwrap();
+        let seen = attempts(4).await;
+        let gaps: Vec<Duration> = seen.windows(2).map(|w| w[1].0 - w[0].0).collect();
+        for (gap, expected) in gaps.iter().zip([step(1), step(2), step(4)]) {
+            assert!(
+                *gap >= expected,
+                "retry after {gap:?}, scheduled {expected:?}"
+            );
+        }
+        let reported: Vec<(usize, Duration)> = seen.iter().map(|(_, b)| *b).collect();
+        assert_eq!(
+            reported,
+            [
+                (0, Duration::ZERO),
+                (1, step(1)),
+                (1, step(2)),
+                (1, step(4)),
+            ]
+        );
+        assert_eq!(metrics.backing_off(Flaky::KIND), (0, Duration::ZERO));
+        let text = metrics.encode();
+        assert!(
+            text.contains(r#"guestcluster_reconcile_retry_delay_seconds_count{kind="flaky"} 3"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"guestcluster_reconcile_backoff_objects{kind="flaky"} 0"#));
+
+        // The success reset the count: the next failure waits the base delay again.
+        actor.cast(ObjectMsg::Reconcile).unwrap();
+        let seen = attempts(6).await;
+        assert_eq!(seen[5].1, (1, step(1)));
+        assert!(seen[5].0 - seen[4].0 >= step(1));
+
+        actor.stop(None);
+        handle.await.unwrap();
+    }
 }

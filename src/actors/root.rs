@@ -52,7 +52,10 @@ pub enum RootMsg {
 /// Tuning of the tree, mostly for tests.
 #[derive(Clone, Debug)]
 pub struct TreeConfig {
+    /// Restarts of failed supervisors and object actors.
     pub backoff: Backoff,
+    /// Retries of an object's failed reconciles ([`Backoff::reconcile`]).
+    pub retry: Backoff,
     /// How often every object actor is triggered even without watch events.
     pub resync: Duration,
     /// The kinds whose supervisors run (default: all of [`KINDS`]); tests leave out controllers
@@ -64,6 +67,7 @@ impl Default for TreeConfig {
     fn default() -> Self {
         Self {
             backoff: Backoff::default(),
+            retry: Backoff::reconcile(),
             resync: Duration::from_secs(300),
             kinds: KINDS.to_vec(),
         }
@@ -120,6 +124,7 @@ impl Actor for Root {
         let args = SupervisorArgs {
             ctx: state.ctx.clone(),
             backoff: state.config.backoff.clone(),
+            retry: state.config.retry.clone(),
             resync: state.config.resync,
         };
         let cell = match kind {
