@@ -107,8 +107,22 @@ impl Actor for Root {
     async fn post_stop(
         &self,
         myself: ActorRef<RootMsg>,
-        _state: &mut RootState,
+        state: &mut RootState,
     ) -> Result<(), ActorProcessingErr> {
+        // Dependents first, in reverse start order: a lease asks its pool's actor to bind it,
+        // so leases stop before pools rather than find their pool's actor gone and record
+        // that on the way out.
+        for kind in KINDS.iter().rev() {
+            let supervisors = myself
+                .get_children()
+                .into_iter()
+                .filter(|cell| state.running.get(&cell.get_id()) == Some(kind));
+            for cell in supervisors {
+                let _ = cell
+                    .stop_and_wait(Some("operator stopping".into()), Some(CHILD_STOP_TIMEOUT))
+                    .await;
+            }
+        }
         myself
             .stop_children_and_wait(Some("operator stopping".into()), Some(CHILD_STOP_TIMEOUT))
             .await;
