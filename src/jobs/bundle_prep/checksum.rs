@@ -5,6 +5,8 @@ use std::path::Path;
 
 use sha2::{Digest as _, Sha256};
 
+use super::progress::Progress;
+
 /// Read size when hashing files.
 const READ_SIZE: usize = 1 << 20;
 
@@ -68,7 +70,7 @@ pub fn sha256_prefix(path: &Path, limit: Option<u64>, log: bool) -> std::io::Res
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; READ_SIZE];
     let mut done = 0u64;
-    let mut progress = super::download::Progress::new(Some(total), 0);
+    let mut progress = Progress::new(Some(total), 0);
     loop {
         let n = match reader.read(&mut buf) {
             Ok(0) => break,
@@ -109,7 +111,7 @@ pub fn sha256_sparse_file(path: &Path, log: bool) -> std::io::Result<(String, u6
     let mut hasher = Sha256::new();
     let zeros = vec![0u8; READ_SIZE];
     let mut buf = vec![0u8; READ_SIZE];
-    let mut progress = super::download::Progress::new(Some(len), 0);
+    let mut progress = Progress::new(Some(len), 0);
     let mut pos = 0u64;
     let mut report = |pos: u64| {
         if let Some(line) = progress.update(pos).filter(|_| log) {

@@ -18,6 +18,7 @@ use tokio::io::{AsyncRead, AsyncSeekExt as _, AsyncWrite, AsyncWriteExt as _, Bu
 
 use super::PrepError;
 use super::checksum;
+use super::progress::Progress;
 
 const MAX_REDIRECTS: usize = 10;
 /// Write buffer of a download.
@@ -163,48 +164,6 @@ pub fn backoff_delay(attempt: u32, initial: Duration, max: Duration) -> Duration
         .checked_shl(attempt.saturating_sub(1))
         .unwrap_or(u32::MAX);
     initial.saturating_mul(factor).min(max)
-}
-
-/// Progress lines at every tenth of a known total, or every GiB.
-pub struct Progress {
-    total: Option<u64>,
-    last_mark: u64,
-}
-
-impl Progress {
-    /// Starting at `done` bytes (a resumed transfer).
-    pub fn new(total: Option<u64>, done: u64) -> Progress {
-        let mut progress = Progress {
-            total,
-            last_mark: 0,
-        };
-        progress.last_mark = progress.mark(done);
-        progress
-    }
-
-    fn mark(&self, done: u64) -> u64 {
-        match self.total {
-            Some(0) => 10,
-            Some(total) => u64::try_from(u128::from(done) * 10 / u128::from(total)).unwrap_or(10),
-            None => done >> 30,
-        }
-    }
-
-    /// A line when `done` has crossed the next mark.
-    pub fn update(&mut self, done: u64) -> Option<String> {
-        let mark = self.mark(done);
-        if mark <= self.last_mark {
-            return None;
-        }
-        self.last_mark = mark;
-        Some(match self.total {
-            Some(total) if total > 0 => format!(
-                "{done} of {total} bytes ({}%)",
-                u128::from(done) * 100 / u128::from(total)
-            ),
-            _ => format!("{done} bytes"),
-        })
-    }
 }
 
 /// A finished download.
@@ -899,30 +858,6 @@ mod tests {
         let delays: Vec<Duration> = (1..=7).map(|a| backoff_delay(a, s(2), s(60))).collect();
         assert_eq!(delays, [s(2), s(4), s(8), s(16), s(32), s(60), s(60)]);
         assert_eq!(backoff_delay(200, s(2), s(60)), s(60));
-    }
-
-    #[test]
-    fn progress_reports_each_tenth_once() {
-        let mut progress = Progress::new(Some(1000), 0);
-        let lines: Vec<String> = [50, 100, 150, 420, 999, 1000]
-            .into_iter()
-            .filter_map(|done| progress.update(done))
-            .collect();
-        assert_eq!(
-            lines,
-            [
-                "100 of 1000 bytes (10%)",
-                "420 of 1000 bytes (42%)",
-                "999 of 1000 bytes (99%)",
-                "1000 of 1000 bytes (100%)"
-            ]
-        );
-        let mut resumed = Progress::new(Some(1000), 550);
-        assert_eq!(resumed.update(560), None);
-        assert!(resumed.update(600).is_some());
-        let mut unknown = Progress::new(None, 0);
-        assert_eq!(unknown.update(1 << 29), None);
-        assert_eq!(unknown.update(1 << 30).as_deref(), Some("1073741824 bytes"));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::path::Path;
 use ruzstd::decoding::errors::{FrameDecoderError, ReadFrameHeaderError};
 use ruzstd::decoding::{BlockDecodingStrategy, FrameDecoder};
 
-use super::download::Progress;
+use super::progress::Progress;
 use super::{INFO_MEMBER, KEY_MEMBER, Limits, PrepError, QCOW2_MEMBER};
 
 const BUFFER: usize = 1 << 20;

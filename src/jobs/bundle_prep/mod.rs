@@ -26,6 +26,7 @@
 mod checksum;
 mod download;
 mod extract;
+mod progress;
 mod publish;
 
 use std::path::{Path, PathBuf};
