@@ -3,6 +3,8 @@
 //!
 //! Layout (see `docs/architecture.md`):
 //! - [`api`]: the CRD types, their admission rules and the condition vocabulary (no I/O).
+//! - [`contract`]: what the operator and the Jobs it runs agree on (env, exit codes, messages).
+//! - [`resources`]: pure builders and names of every object the operator creates.
 //! - [`actors`]: the operator's supervision tree on a level-triggered core.
 //! - [`testenv`]: an embedded kube-apiserver + etcd for tests, `make demo` and `guestcluster dev up`.
 
