@@ -37,7 +37,8 @@ pub mod condition_types {
     plural = "datavolumes",
     namespaced,
     status = "DataVolumeStatus",
-    schema = "disabled"
+    schema = "disabled",
+    derive = "PartialEq"
 )]
 #[serde(rename_all = "camelCase")]
 pub struct DataVolumeSpec {

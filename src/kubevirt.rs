@@ -86,7 +86,8 @@ pub mod condition_reasons {
     plural = "virtualmachines",
     namespaced,
     status = "VirtualMachineStatus",
-    schema = "disabled"
+    schema = "disabled",
+    derive = "PartialEq"
 )]
 #[serde(rename_all = "camelCase")]
 pub struct VirtualMachineSpec {
@@ -315,7 +316,8 @@ impl VirtualMachine {
     plural = "virtualmachineinstances",
     namespaced,
     status = "VirtualMachineInstanceStatus",
-    schema = "disabled"
+    schema = "disabled",
+    derive = "PartialEq"
 )]
 #[serde(rename_all = "camelCase")]
 pub struct VirtualMachineInstanceSpec {

@@ -28,7 +28,8 @@ pub const CONDITION_ADMITTED: &str = "Admitted";
     plural = "routes",
     namespaced,
     status = "RouteStatus",
-    schema = "disabled"
+    schema = "disabled",
+    derive = "PartialEq"
 )]
 #[serde(rename_all = "camelCase")]
 pub struct RouteSpec {

@@ -1,6 +1,8 @@
 //! The crc-agent's first guest steps against a simulated sealed CRC guest over real SSH: they
 //! succeed in upstream order, succeed again unchanged, and leave a guest whose resolver answers
 //! the CRC names with its own address.
+// Tests act as users and other controllers: they write directly, not through the operator's write path.
+#![allow(clippy::disallowed_methods)]
 
 use std::net::Ipv4Addr;
 

@@ -4,6 +4,8 @@
 //!
 //! All tests but one share the per-binary control plane and isolate themselves in namespaces
 //! named by the server (`generateName`).
+// Tests act as users and other controllers: they write directly, not through the operator's write path.
+#![allow(clippy::disallowed_methods)]
 
 use std::future::Future;
 use std::time::{Duration, Instant};

@@ -1,5 +1,7 @@
 //! The download source's test inputs: bundles shaped like the published ones (and their flawed
 //! variants), served over HTTP with resumable ranges and injectable faults.
+// Tests act as users and other controllers: they write directly, not through the operator's write path.
+#![allow(clippy::disallowed_methods)]
 
 use std::io::Read;
 use std::path::Path;

@@ -1,5 +1,7 @@
 //! Simulated guests driven directly (no KubeVirt): disks in a tempdir, sshd on 127.77.0.x:22,
 //! the production SSH client on the other end.
+// Tests act as users and other controllers: they write directly, not through the operator's write path.
+#![allow(clippy::disallowed_methods)]
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};

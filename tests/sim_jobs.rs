@@ -1,5 +1,7 @@
 //! The simulated node runs Job pods of our image as local processes, against the real Job
 //! controller of the test control plane (docs/simulation.md, "Node, scheduling and pods").
+// Tests act as users and other controllers: they write directly, not through the operator's write path.
+#![allow(clippy::disallowed_methods)]
 
 mod support;
 

@@ -3,6 +3,8 @@
 //!
 //! One simulation serves every test of this binary (see `support::shared_sim`); the restart test
 //! has it alone while it restarts it.
+// Tests act as users and other controllers: they write directly, not through the operator's write path.
+#![allow(clippy::disallowed_methods)]
 
 mod support;
 

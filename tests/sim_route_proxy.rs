@@ -1,4 +1,6 @@
 //! The simulated router: `CONNECT <route host>:443` reaches the Route's Service endpoint.
+// Tests act as users and other controllers: they write directly, not through the operator's write path.
+#![allow(clippy::disallowed_methods)]
 
 mod support;
 

@@ -1,5 +1,7 @@
 //! The simulated storage (`sim::volumes`) and CDI (`sim::cdi`) against the real control plane:
 //! PVC binding and cleanup, and DataVolumes with blank, pvc-clone and http sources.
+// Tests act as users and other controllers: they write directly, not through the operator's write path.
+#![allow(clippy::disallowed_methods)]
 
 mod support;
 

@@ -24,7 +24,6 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use super::apply;
 use super::instance_gates::NamespaceState;
 use super::kind_supervisor::{
     Next, ObjectActor, ReconcileError, Related, RelatedEvents, related_events,
@@ -33,6 +32,7 @@ use super::lease_decide::{self, BindDecision, CopyAction, Step};
 use crate::api::conditions::{self, reasons, types};
 use crate::api::labels::{FIELD_MANAGER, FINALIZER_RELEASE, MANAGED_BY, MANAGED_BY_OPERATOR, POOL};
 use crate::api::{API_VERSION, ClusterInstance, ClusterLease, ClusterLeaseStatus};
+use crate::write;
 
 /// How soon a lease that waits (no capacity, terminating namespace) looks again (upstream: 10 s).
 /// Instance changes of its pool trigger it at once; this covers anything missed.
@@ -173,7 +173,7 @@ async fn release(
         });
         if let Some(target) = target {
             let uid = target.uid().unwrap_or_default();
-            apply::delete_exact(&instances, instance, &uid, PropagationPolicy::Background)
+            write::delete_exact(&instances, instance, &uid, PropagationPolicy::Background)
                 .await
                 .map_err(err)?;
             tracing::info!(clusterlease = %name, namespace = %ns, clusterinstance = %instance, "bound instance deleted");
@@ -361,7 +361,7 @@ async fn set_finalizer(
     lease: &ClusterLease,
     add: bool,
 ) -> Result<(), Error> {
-    apply::finalizer(api, lease, FINALIZER_RELEASE, add)
+    write::finalizer(api, lease, FINALIZER_RELEASE, add)
         .await
         .map_err(|source| Error::Finalizer {
             name: lease.name_any(),
@@ -372,7 +372,7 @@ async fn set_finalizer(
 /// Deletes this lease (by UID); gone already is fine.
 async fn delete_lease(api: &Api<ClusterLease>, lease: &ClusterLease) -> Result<(), Error> {
     let uid = lease.uid().unwrap_or_default();
-    apply::delete_exact(api, &lease.name_any(), &uid, PropagationPolicy::Background)
+    write::delete_exact(api, &lease.name_any(), &uid, PropagationPolicy::Background)
         .await
         .map_err(|source| Error::Delete {
             name: lease.name_any(),
