@@ -177,7 +177,7 @@ async fn reconcile(instance: &ClusterInstance, ctx: &Arc<super::Context>) -> Res
     if decision.open {
         // Record what the pass learned even when it ends in an error: write-ahead fields
         // (binding, endpoint) must not be lost to a later failing call.
-        let outcome = crc::reconcile(instance, ctx, &mut status).await;
+        let outcome = Box::pin(crc::reconcile(instance, ctx, &mut status)).await;
         status.lease_ref = lease_projection(ctx, instance).await?;
         next = match &outcome {
             Ok(crc::Outcome::Ready) => Next::Requeue(crc::READY_RECHECK),

@@ -71,7 +71,7 @@ pub async fn reconcile(
     ctx: &Context,
     status: &mut ClusterInstanceStatus,
 ) -> Result<Outcome, Error> {
-    let mut observed = observe::observe(instance, status, ctx).await?;
+    let mut observed = Box::pin(observe::observe(instance, status, ctx)).await?;
     let settings = plan::Settings {
         job_image: ctx.jobs.image.clone(),
         agent_cluster_role: ctx.guests.agent_cluster_role.clone(),
@@ -100,7 +100,7 @@ pub async fn reconcile(
             _ => break planned,
         }
     };
-    act::act(instance, ctx, &planned.actions).await?;
+    Box::pin(act::act(instance, ctx, &planned.actions)).await?;
     *status = planned.status;
     Ok(match planned.end {
         plan::End::Ready => Outcome::Ready,

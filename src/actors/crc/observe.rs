@@ -82,7 +82,7 @@ pub async fn observe(
     instance: &ClusterInstance,
     status: &ClusterInstanceStatus,
     ctx: &Context,
-) -> Result<Observed, Error> {
+) -> Result<Box<Observed>, Error> {
     let reader = Reader::new(instance, ctx);
     let name = instance.name_any();
     let crc = status.crc.clone().unwrap_or_default();
@@ -93,15 +93,15 @@ pub async fn observe(
         .clone()
         .unwrap_or_else(|| res::root_disk_name(&name));
 
-    let mut o = Observed {
-        vm: reader.get(&reader.ns(), &vm_name).await?,
-        vmi: reader.get(&reader.ns(), &vm_name).await?,
-        data_volume: reader.get(&reader.ns(), &dv_name).await?,
-        pull_secret: reader
-            .get(&reader.ns(), &super::pull_secret_name(instance))
-            .await?,
-        ..Observed::default()
-    };
+    // On the heap: the objects of a pass add up to tens of KiB, too much to move around on an
+    // async task's stack.
+    let mut o = Box::<Observed>::default();
+    o.vm = reader.get(&reader.ns(), &vm_name).await?;
+    o.vmi = reader.get(&reader.ns(), &vm_name).await?;
+    o.data_volume = reader.get(&reader.ns(), &dv_name).await?;
+    o.pull_secret = reader
+        .get(&reader.ns(), &super::pull_secret_name(instance))
+        .await?;
 
     if let Some(key_ref) = template
         .bundle_ssh_key_ref
