@@ -4,9 +4,9 @@
 use std::io::Read;
 use std::path::Path;
 
-use guestcluster::sim::bundles::{self, BundleSpec, Flaw};
-use guestcluster::sim::file_server::{Fault, FileServer};
-use guestcluster::sim::guest::disk;
+use sim::bundles::{self, BundleSpec, Flaw};
+use sim::file_server::{Fault, FileServer};
+use sim::guest::disk;
 
 fn members(archive: &Path) -> Vec<(String, Vec<u8>)> {
     let compressed = std::fs::File::open(archive).unwrap();
