@@ -4,7 +4,9 @@
 //! Layout (see `docs/architecture.md`):
 //! - [`api`]: the CRD types, their admission rules and the condition vocabulary (no I/O).
 //! - [`actors`]: the operator's supervision tree on a level-triggered core.
-//! - [`testenv`]: an embedded kube-apiserver + etcd for tests, `make demo` and `guestcluster dev up`.
+//!
+//! The embedded control plane (`testenv/`) and the simulated management cluster with the demo
+//! (`sim/`) are separate workspace crates for tests and the demo; this crate depends on neither.
 
 pub mod actors;
 pub mod agent;
@@ -22,7 +24,5 @@ pub mod metrics;
 pub mod operator;
 pub mod resources;
 pub mod route;
-pub mod sim;
-pub mod testenv;
 pub mod tools;
 pub mod write;

@@ -8,9 +8,9 @@ use std::net::Ipv4Addr;
 
 use guestcluster::guest::ssh::{SshGuest, SshOptions};
 use guestcluster::guest::{keys, steps};
-use guestcluster::sim::Timings;
-use guestcluster::sim::guest::state::GuestState;
-use guestcluster::sim::guest::{BootDisk, BootSpec, DiskKind, GuestHost, disk};
+use sim::Timings;
+use sim::guest::state::GuestState;
+use sim::guest::{BootDisk, BootSpec, DiskKind, GuestHost, disk};
 use tokio::io::AsyncWriteExt;
 
 const VERSION: &str = "4.22.7";

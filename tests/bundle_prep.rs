@@ -12,14 +12,14 @@ use std::process::Output;
 
 use guestcluster::api::{CRCBundle, CRCBundleSpec};
 use guestcluster::jobs::bundle_prep::{self, REASONS};
-use guestcluster::sim::bundles::{self, Bundle, BundleSpec, Flaw};
-use guestcluster::sim::file_server::{Fault, FileServer};
-use guestcluster::sim::guest::disk;
-use guestcluster::testenv::ControlPlane;
 use guestcluster::tools::qemu_img;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Resource as _;
 use kube::api::{Api, PostParams};
+use sim::bundles::{self, Bundle, BundleSpec, Flaw};
+use sim::file_server::{Fault, FileServer};
+use sim::guest::disk;
+use testenv::ControlPlane;
 
 const VERSION: &str = "4.16.0";
 

@@ -10,7 +10,6 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use guestcluster::testenv::{ControlPlane, Options};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
@@ -20,6 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
+use testenv::{ControlPlane, Options};
 
 /// Generous: controllers on a loaded two-core CI machine can take many seconds to react.
 const DEADLINE: Duration = Duration::from_secs(90);

@@ -10,11 +10,11 @@ mod support;
 use guestcluster::api::bundle::BundlePhase;
 use guestcluster::api::conditions::{self, reasons, types};
 use guestcluster::api::{CRCBundle, CRCBundleSpec};
-use guestcluster::sim::bundles::{self, BundleSpec, Flaw};
-use guestcluster::sim::file_server::Fault;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret};
 use kube::api::{Api, DeleteParams, PostParams};
+use sim::bundles::{self, BundleSpec, Flaw};
+use sim::file_server::Fault;
 use support::wait_for;
 use support::world::{OPERATOR_NS, world};
 

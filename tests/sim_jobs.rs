@@ -8,7 +8,6 @@ mod support;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
-use guestcluster::sim;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{

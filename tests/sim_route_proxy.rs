@@ -4,10 +4,10 @@
 
 mod support;
 
-use guestcluster::sim::route_proxy::RouteProxy;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
+use sim::route_proxy::RouteProxy;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn connect(proxy: &RouteProxy, host: &str) -> (String, tokio::net::TcpStream) {
