@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build test lint fmt crds controlplane deps demo dev-up clean-cache bench
+.PHONY: all build test lint fmt crds controlplane deps demo dev-up clean-cache bench bench-scale
 
 all: build
 
@@ -39,6 +39,13 @@ test: deps controlplane lint
 ## state results as ratios. Needs no control plane. Pass a filter with BENCH_ARGS="pool_decide".
 bench:
 	$(CARGO) bench --bench decisions -- $(BENCH_ARGS)
+
+## The operator (release build) against 100 and 1000 ClusterInstances in 20 pools and 20 bundles on
+## the embedded control plane: time until every object has a status, peak and steady RSS, idle API
+## requests per second above the cluster's own rate, requests by verb and resource
+## (docs/performance.md). Other sizes: BENCH_ARGS="--instances 500 --pools 10".
+bench-scale: controlplane
+	$(CARGO) bench --bench scale -- $(BENCH_ARGS)
 
 ## The whole flow on an embedded control plane with progress output. Per-request error logs of
 ## kube clients are off (the operator's guest API probes fail by design until a guest is up; the
