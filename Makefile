@@ -2,12 +2,12 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build test lint fmt crds controlplane deps demo dev-up clean-cache bench
+.PHONY: all build test lint fmt crds controlplane deps demo dev-up clean-cache bench bench-scale
 
 all: build
 
 build:
-	$(CARGO) build
+	$(CARGO) build --workspace
 
 ## The embedded control plane (etcd, kube-apiserver, kube-controller-manager, kubectl), built once
 ## per machine from pinned Go modules into ~/.cache/guestcluster.
@@ -20,34 +20,45 @@ deps:
 
 ## Regenerate the CRDs and the API reference from src/api (committed; tests fail on drift).
 crds:
-	$(CARGO) run --quiet -- crdgen --out-dir crds --api-docs docs/api.md
+	$(CARGO) run --quiet -p guestcluster -- crdgen --out-dir crds --api-docs docs/api.md
 
 fmt:
-	$(CARGO) fmt
+	$(CARGO) fmt --all
 
 lint:
-	$(CARGO) fmt --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-## Everything CI runs: format and lint checks, generated-file drift checks, unit, control-plane
-## and scenario tests.
+## Everything CI runs, for the whole workspace (the product and its test crates `testenv` and
+## `sim`): format and lint checks, generated-file drift checks, unit, control-plane and scenario
+## tests.
 test: deps controlplane lint
-	$(CARGO) test --no-fail-fast
+	$(CARGO) test --workspace --no-fail-fast
 
 ## Criterion benchmarks (benches/): per-reconcile decision cost at scale, with same-run baselines to
 ## state results as ratios. Needs no control plane. Pass a filter with BENCH_ARGS="pool_decide".
 bench:
 	$(CARGO) bench --bench decisions -- $(BENCH_ARGS)
 
+## The operator (release build) against 100 and 1000 ClusterInstances in 20 pools and 20 bundles on
+## the embedded control plane: time until every object has a status, peak and steady RSS, idle API
+## requests per second above the cluster's own rate, requests by verb and resource
+## (docs/performance.md). Other sizes: BENCH_ARGS="--instances 500 --pools 10".
+bench-scale: controlplane
+	$(CARGO) bench --bench scale -- $(BENCH_ARGS)
+
 ## The whole flow on an embedded control plane with progress output. Per-request error logs of
 ## kube clients are off (the operator's guest API probes fail by design until a guest is up; the
 ## outcome is in the progress lines); set RUST_LOG to see them.
+## The simulation's binary (`guestcluster-sim`) runs the flow; the Jobs' pods run the product
+## binary, built first into the same target directory, where the simulation looks for it.
 demo: deps controlplane
-	RUST_LOG="$${RUST_LOG:-warn,kube_client::client::builder=off}" $(CARGO) run --quiet -- demo
+	$(CARGO) build --quiet -p guestcluster
+	RUST_LOG="$${RUST_LOG:-warn,kube_client::client::builder=off}" $(CARGO) run --quiet -p guestcluster-sim -- demo
 
 ## A control plane with our CRDs for poking at by hand; prints the kubeconfig path.
 dev-up: controlplane
-	$(CARGO) run --quiet -- dev up
+	$(CARGO) run --quiet -p guestcluster-sim -- dev up
 
 clean-cache:
 	rm -rf $${XDG_CACHE_HOME:-$$HOME/.cache}/guestcluster

@@ -313,7 +313,7 @@ fn download_decision(c: &mut Criterion) {
     .expect("valid ConfigMap");
     let observed = download::Observed {
         golden_pvc: true,
-        scratch_pvc: true,
+        scratch_pvc: Some("scratch-uid".into()),
         job: Some(job),
         job_failure: None,
         ssh_secret: true,

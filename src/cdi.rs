@@ -4,7 +4,7 @@
 //! As with [`crate::kubevirt`], this is **not** the whole upstream API: deserializing drops the
 //! fields not modelled here, so never write back an object you read. The derive sets
 //! `schema = "disabled"` (CDI owns the CRD; tests install a stand-in from
-//! `src/testenv/external-crds`). Enums read from the cluster carry an `Unknown` catch-all.
+//! `testenv/src/external-crds`). Enums read from the cluster carry an `Unknown` catch-all.
 
 use std::collections::BTreeMap;
 
@@ -37,7 +37,8 @@ pub mod condition_types {
     plural = "datavolumes",
     namespaced,
     status = "DataVolumeStatus",
-    schema = "disabled"
+    schema = "disabled",
+    derive = "PartialEq"
 )]
 #[serde(rename_all = "camelCase")]
 pub struct DataVolumeSpec {

@@ -5,7 +5,7 @@
 //! This is **not** the whole upstream API. Deserializing an object drops the fields not modelled
 //! here, so never write back an object you read (use server-side apply or a patch of the fields
 //! you own). The derives set `schema = "disabled"`: these kinds are KubeVirt's, never installed
-//! by us (tests install minimal stand-in CRDs from `src/testenv/external-crds`).
+//! by us (tests install minimal stand-in CRDs from `testenv/src/external-crds`).
 //!
 //! Enums read from the cluster carry an `Unknown` catch-all, so an unexpected value from a newer
 //! KubeVirt does not make the whole object unreadable; the catch-all is not meant to be written.
@@ -86,7 +86,8 @@ pub mod condition_reasons {
     plural = "virtualmachines",
     namespaced,
     status = "VirtualMachineStatus",
-    schema = "disabled"
+    schema = "disabled",
+    derive = "PartialEq"
 )]
 #[serde(rename_all = "camelCase")]
 pub struct VirtualMachineSpec {
@@ -315,7 +316,8 @@ impl VirtualMachine {
     plural = "virtualmachineinstances",
     namespaced,
     status = "VirtualMachineInstanceStatus",
-    schema = "disabled"
+    schema = "disabled",
+    derive = "PartialEq"
 )]
 #[serde(rename_all = "camelCase")]
 pub struct VirtualMachineInstanceSpec {

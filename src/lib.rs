@@ -6,7 +6,9 @@
 //! - [`contract`]: what the operator and the Jobs it runs agree on (env, exit codes, messages).
 //! - [`resources`]: pure builders and names of every object the operator creates.
 //! - [`actors`]: the operator's supervision tree on a level-triggered core.
-//! - [`testenv`]: an embedded kube-apiserver + etcd for tests, `make demo` and `guestcluster dev up`.
+//!
+//! The embedded control plane (`testenv/`) and the simulated management cluster with the demo
+//! (`sim/`) are separate workspace crates for tests and the demo; this crate depends on neither.
 
 pub mod actors;
 pub mod agent;
@@ -15,6 +17,7 @@ pub mod apidocs;
 pub mod cdi;
 pub mod contract;
 pub mod crdgen;
+pub mod events;
 pub mod guest;
 pub mod identity;
 pub mod jobs;
@@ -24,6 +27,5 @@ pub mod metrics;
 pub mod operator;
 pub mod resources;
 pub mod route;
-pub mod sim;
-pub mod testenv;
 pub mod tools;
+pub mod write;

@@ -16,15 +16,6 @@ struct Cli {
 enum Command {
     /// Run the operator: leader election, controllers, probes and metrics.
     Operator(OperatorArgs),
-    /// Run the whole flow on an embedded control plane with progress output.
-    Demo {
-        /// Keep everything running after the flow until Ctrl-C (default: when stdout is a terminal).
-        #[arg(long)]
-        keep_running: Option<bool>,
-    },
-    /// Developer tools.
-    #[command(subcommand)]
-    Dev(DevCommand),
     /// Body of a bundle's prep Job: download, verify and extract a `.crcbundle`, convert its disk
     /// to raw `$GOLDEN_DIR/disk.img`, publish the key Secret and metadata ConfigMap. Settings come
     /// from the environment (see `guestcluster::jobs::bundle_prep`).
@@ -47,13 +38,6 @@ enum Command {
         #[arg(long)]
         api_docs: Option<PathBuf>,
     },
-}
-
-#[derive(Subcommand)]
-enum DevCommand {
-    /// Start the embedded control plane (etcd, kube-apiserver, kube-controller-manager) with our
-    /// CRDs installed, print its kubeconfig path, and run until Ctrl-C.
-    Up,
 }
 
 #[derive(clap::Args)]
@@ -162,29 +146,6 @@ fn operator(args: OperatorArgs) -> Result<(), Box<dyn std::error::Error>> {
     })
 }
 
-fn demo(keep_running: Option<bool>) -> Result<(), Box<dyn std::error::Error>> {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
-    let options = guestcluster::sim::demo::Options {
-        keep_running,
-        ..Default::default()
-    };
-    tokio::runtime::Runtime::new()?.block_on(guestcluster::sim::demo::run(options))?;
-    Ok(())
-}
-
-fn dev_up() -> Result<(), Box<dyn std::error::Error>> {
-    init_logging(&LogArgs {
-        log_format: LogFormat::Text,
-    });
-    tokio::runtime::Runtime::new()?.block_on(guestcluster::testenv::dev_up(Default::default()))?;
-    Ok(())
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -198,8 +159,6 @@ fn main() -> ExitCode {
             return guestcluster::agent::main();
         }
         Command::Operator(args) => operator(args),
-        Command::Demo { keep_running } => demo(keep_running),
-        Command::Dev(DevCommand::Up) => dev_up(),
         Command::Crdgen { out_dir, api_docs } => crdgen(out_dir, api_docs),
     };
     match result {

@@ -4,7 +4,7 @@
 //! As with [`crate::kubevirt`], this is **not** the whole upstream API: deserializing drops the
 //! fields not modelled here, so never write back an object you read. The derive sets
 //! `schema = "disabled"` (OpenShift owns the CRD; tests install a stand-in from
-//! `src/testenv/external-crds`). Enums read from the cluster carry an `Unknown` catch-all.
+//! `testenv/src/external-crds`). Enums read from the cluster carry an `Unknown` catch-all.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -28,7 +28,8 @@ pub const CONDITION_ADMITTED: &str = "Admitted";
     plural = "routes",
     namespaced,
     status = "RouteStatus",
-    schema = "disabled"
+    schema = "disabled",
+    derive = "PartialEq"
 )]
 #[serde(rename_all = "camelCase")]
 pub struct RouteSpec {

@@ -2,6 +2,8 @@
 //! a real guest kube-apiserver) and the real management API — the handoff Secret is published
 //! and the guest is configured as upstream's agent leaves it; a VMI that is not the agent's
 //! (replaced, deleted) ends the run successfully without publishing.
+// Tests act as users and other controllers: they write directly, not through the operator's write path.
+#![allow(clippy::disallowed_methods)]
 
 mod support;
 
@@ -18,15 +20,15 @@ use guestcluster::guest::ssh::{SshGuest, SshOptions};
 use guestcluster::guest::{htpasswd, keys};
 use guestcluster::identity::{self, Identity};
 use guestcluster::kubevirt::VirtualMachineInstance;
-use guestcluster::sim::guest::state::GuestState;
-use guestcluster::sim::guest::{BootDisk, BootSpec, DiskKind, GuestHost, disk};
-use guestcluster::sim::{Options, SimContext, Timings, network, openshift, volumes};
-use guestcluster::testenv::ControlPlane;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
+use sim::guest::state::GuestState;
+use sim::guest::{BootDisk, BootSpec, DiskKind, GuestHost, disk};
+use sim::{Options, SimContext, Timings, network, openshift, volumes};
+use testenv::ControlPlane;
 
 const VERSION: &str = "4.22.7";
 const PULL_SECRET: &[u8] = br#"{"auths":{"registry.example.com":{"auth":"dXNlcjpwYXNz"}}}"#;

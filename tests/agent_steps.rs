@@ -1,14 +1,16 @@
 //! The crc-agent's first guest steps against a simulated sealed CRC guest over real SSH: they
 //! succeed in upstream order, succeed again unchanged, and leave a guest whose resolver answers
 //! the CRC names with its own address.
+// Tests act as users and other controllers: they write directly, not through the operator's write path.
+#![allow(clippy::disallowed_methods)]
 
 use std::net::Ipv4Addr;
 
 use guestcluster::guest::ssh::{SshGuest, SshOptions};
 use guestcluster::guest::{keys, steps};
-use guestcluster::sim::Timings;
-use guestcluster::sim::guest::state::GuestState;
-use guestcluster::sim::guest::{BootDisk, BootSpec, DiskKind, GuestHost, disk};
+use sim::Timings;
+use sim::guest::state::GuestState;
+use sim::guest::{BootDisk, BootSpec, DiskKind, GuestHost, disk};
 use tokio::io::AsyncWriteExt;
 
 const VERSION: &str = "4.22.7";

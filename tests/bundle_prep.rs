@@ -2,6 +2,8 @@
 //! control plane: the golden disk, the key Secret and the metadata ConfigMap on success;
 //! resume after cut connections and reuse of an earlier run's download; and for every flawed
 //! input a failure whose termination message names the reason, with nothing published.
+// Tests act as users and other controllers: they write directly, not through the operator's write path.
+#![allow(clippy::disallowed_methods)]
 
 mod support;
 
@@ -11,14 +13,14 @@ use std::process::Output;
 use guestcluster::api::{CRCBundle, CRCBundleSpec};
 use guestcluster::contract::bundle_prep::REASONS;
 use guestcluster::jobs::bundle_prep;
-use guestcluster::sim::bundles::{self, Bundle, BundleSpec, Flaw};
-use guestcluster::sim::file_server::{Fault, FileServer};
-use guestcluster::sim::guest::disk;
-use guestcluster::testenv::ControlPlane;
 use guestcluster::tools::qemu_img;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Resource as _;
 use kube::api::{Api, PostParams};
+use sim::bundles::{self, Bundle, BundleSpec, Flaw};
+use sim::file_server::{Fault, FileServer};
+use sim::guest::disk;
+use testenv::ControlPlane;
 
 const VERSION: &str = "4.16.0";
 

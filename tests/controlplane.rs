@@ -4,11 +4,12 @@
 //!
 //! All tests but one share the per-binary control plane and isolate themselves in namespaces
 //! named by the server (`generateName`).
+// Tests act as users and other controllers: they write directly, not through the operator's write path.
+#![allow(clippy::disallowed_methods)]
 
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use guestcluster::testenv::{ControlPlane, Options};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
@@ -18,6 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
+use testenv::{ControlPlane, Options};
 
 /// Generous: controllers on a loaded two-core CI machine can take many seconds to react.
 const DEADLINE: Duration = Duration::from_secs(90);

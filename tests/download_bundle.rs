@@ -2,17 +2,19 @@
 //! `guestcluster bundle-prep`, run by the simulated kubelet) → the golden PVC's raw disk, the key
 //! Secret and the metadata ConfigMap → `Ready`; each bad input ends `Failed` with its reason; a
 //! lost key is restored.
+// Tests act as users and other controllers: they write directly, not through the operator's write path.
+#![allow(clippy::disallowed_methods)]
 
 mod support;
 
 use guestcluster::api::bundle::BundlePhase;
 use guestcluster::api::conditions::{self, reasons, types};
 use guestcluster::api::{CRCBundle, CRCBundleSpec};
-use guestcluster::sim::bundles::{self, BundleSpec, Flaw};
-use guestcluster::sim::file_server::Fault;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret};
 use kube::api::{Api, DeleteParams, PostParams};
+use sim::bundles::{self, BundleSpec, Flaw};
+use sim::file_server::Fault;
 use support::wait_for;
 use support::world::{OPERATOR_NS, world};
 

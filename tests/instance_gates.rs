@@ -1,5 +1,7 @@
 //! The ClusterInstance gates against a real API server, with the supervision tree in process:
 //! finalizer, namespace policy, platform gate, the hcp topology and release on deletion.
+// Tests act as users and other controllers: they write directly, not through the operator's write path.
+#![allow(clippy::disallowed_methods)]
 
 mod support;
 

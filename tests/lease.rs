@@ -4,6 +4,8 @@
 //! The instance controller does not run here: the test plays it, marking pool instances Ready
 //! (status phase Ready, `Ready=True`, `kubeconfigSecretRef`) and publishing their
 //! `<instance>-kubeconfig` Secrets by hand.
+// Tests act as users and other controllers: they write directly, not through the operator's write path.
+#![allow(clippy::disallowed_methods)]
 
 mod support;
 

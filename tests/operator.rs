@@ -1,6 +1,8 @@
 //! The operator skeleton against a real API server: bundle actors start, write status and stop
 //! with their bundles; a killed actor is restarted; the operator process elects a leader, serves
 //! probes and metrics, and shuts down gracefully on SIGTERM.
+// Tests act as users and other controllers: they write directly, not through the operator's write path.
+#![allow(clippy::disallowed_methods)]
 
 mod support;
 

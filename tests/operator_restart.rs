@@ -3,6 +3,8 @@
 //! there is exactly one DataVolume, one VirtualMachine and one agent Job per VMI for each — the
 //! write-ahead status and create-if-missing steps make the restart converge without duplicates.
 //! Also prints the run time and the operator's peak memory.
+// Tests act as users and other controllers: they write directly, not through the operator's write path.
+#![allow(clippy::disallowed_methods)]
 
 mod support;
 

@@ -1,6 +1,8 @@
 //! The ClusterPool controller against a real API server, with the supervision tree in process:
 //! CRCBundle creation, scale-up one instance at a time, the namespace policy, hcp and
 //! `crcBundleRef`. Lease demand and scale-down are in `tests/lease.rs`.
+// Tests act as users and other controllers: they write directly, not through the operator's write path.
+#![allow(clippy::disallowed_methods)]
 
 mod support;
 

@@ -1,5 +1,7 @@
 //! Simulated guests driven directly (no KubeVirt): disks in a tempdir, sshd on 127.77.0.x:22,
 //! the production SSH client on the other end.
+// Tests act as users and other controllers: they write directly, not through the operator's write path.
+#![allow(clippy::disallowed_methods)]
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -8,12 +10,10 @@ use std::time::Duration;
 use guestcluster::guest::keys::{self, PrivateKey};
 use guestcluster::guest::ssh::{SshGuest, SshOptions};
 use guestcluster::guest::{Command, Guest, GuestError};
-use guestcluster::sim::Timings;
-use guestcluster::sim::guest::disk::{create_disk, read_state};
-use guestcluster::sim::guest::state::{GuestState, RootDisk, paths};
-use guestcluster::sim::guest::{
-    BootDisk, BootSpec, DiskKind, ExitReason, GuestError as SimError, GuestHost,
-};
+use sim::Timings;
+use sim::guest::disk::{create_disk, read_state};
+use sim::guest::state::{GuestState, RootDisk, paths};
+use sim::guest::{BootDisk, BootSpec, DiskKind, ExitReason, GuestError as SimError, GuestHost};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const GIB: u64 = 1 << 30;
@@ -87,7 +87,7 @@ async fn run(guest: &SshGuest, line: &[&str]) -> guestcluster::guest::Output {
 }
 
 async fn host_time() -> i64 {
-    guestcluster::sim::guest::time::host_now()
+    sim::guest::time::host_now()
 }
 
 /// Polls until nothing accepts on `ip:22`.
@@ -395,7 +395,7 @@ async fn reboot_brings_sshd_back_with_the_same_disk() {
     let mut seen = Vec::new();
     while seen
         .iter()
-        .filter(|k| matches!(k, guestcluster::sim::guest::GuestEventKind::Booted))
+        .filter(|k| matches!(k, sim::guest::GuestEventKind::Booted))
         .count()
         < 2
     {
@@ -407,7 +407,7 @@ async fn reboot_brings_sshd_back_with_the_same_disk() {
             seen.push(event.kind);
         }
     }
-    assert!(seen.contains(&guestcluster::sim::guest::GuestEventKind::Rebooting));
+    assert!(seen.contains(&sim::guest::GuestEventKind::Rebooting));
     assert!(host.is_running("uid-reboot"));
     let guest = connect(ip(9), &key).await.unwrap();
     assert_eq!(run(&guest, &["hostname"]).await.stdout_text(), "crc\n");

@@ -2,6 +2,8 @@
 //! client whose connections are SSH tunnels into the guest, with TLS verified at guest time; the
 //! simulated operators move as a real single-node cluster's would, and approved kubelet CSRs are
 //! issued real certificates.
+// Tests act as users and other controllers: they write directly, not through the operator's write path.
+#![allow(clippy::disallowed_methods)]
 
 mod support;
 
@@ -14,14 +16,14 @@ use guestcluster::guest::api::{self, Credentials};
 use guestcluster::guest::cluster::{Patience, approve_csrs};
 use guestcluster::guest::ssh::{SshGuest, SshOptions};
 use guestcluster::guest::{Command, Guest, keys};
-use guestcluster::sim::guest::state::GuestState;
-use guestcluster::sim::guest::{BootDisk, BootSpec, DiskKind, disk};
-use guestcluster::sim::{Options, Sim, Timings};
-use guestcluster::testenv::ControlPlane;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::{ApiResource, GroupVersionKind};
+use sim::guest::state::GuestState;
+use sim::guest::{BootDisk, BootSpec, DiskKind, disk};
+use sim::{Options, Sim, Timings};
 use support::wait_for;
+use testenv::ControlPlane;
 use x509_parser::prelude::FromDer as _;
 
 const VERSION: &str = "4.22.7";
@@ -235,9 +237,8 @@ async fn a_tunnelled_client_reaches_the_guest_api_at_guest_time() {
     );
     wait_for("every ClusterOperator Available after the CSRs", || async {
         let items = operators.list(&ListParams::default()).await.ok()?.items;
-        (items.len() == guestcluster::sim::openshift::cluster::OPERATORS.len()
-            && items.iter().all(is_available))
-        .then_some(())
+        (items.len() == sim::openshift::cluster::OPERATORS.len() && items.iter().all(is_available))
+            .then_some(())
     })
     .await;
     let available = wait_for("ClusterVersion Available through the tunnel", || async {

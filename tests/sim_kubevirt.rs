@@ -1,8 +1,10 @@
-//! The simulated KubeVirt (`guestcluster::sim::kubevirt`) against the real control plane, with
+//! The simulated KubeVirt (`sim::kubevirt`) against the real control plane, with
 //! the rest of the simulation (storage, CDI, kubelet, guests) running.
 //!
 //! One simulation serves every test of this binary (see `support::shared_sim`); the restart test
 //! has it alone while it restarts it.
+// Tests act as users and other controllers: they write directly, not through the operator's write path.
+#![allow(clippy::disallowed_methods)]
 
 mod support;
 
@@ -14,13 +16,13 @@ use guestcluster::guest::{Command, Guest, keys};
 use guestcluster::kubevirt::{
     PrintableStatus, RunStrategy, VirtualMachine, VirtualMachineInstance, VmiPhase, labels,
 };
-use guestcluster::sim::guest::disk::create_disk;
-use guestcluster::sim::guest::state::GuestState;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use russh::keys::PrivateKey;
 use serde_json::{Value, json};
+use sim::guest::disk::create_disk;
+use sim::guest::state::GuestState;
 use support::shared_sim::{self, Setup, SharedSim};
 use support::{client, namespace, wait_for};
 
@@ -562,7 +564,7 @@ async fn a_data_volume_is_waited_for_until_it_succeeds() {
     let dvs: Api<kube::api::DynamicObject> = Api::namespaced_with(
         client.clone(),
         &ns,
-        &guestcluster::sim::kubevirt::storage::data_volume_resource(),
+        &sim::kubevirt::storage::data_volume_resource(),
     );
     dvs.create(&PostParams::default(), &dv)
         .await

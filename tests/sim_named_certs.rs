@@ -3,6 +3,8 @@
 //! serving certificate the crc-agent installs as a `namedCertificate`; the guest's pull secret
 //! follows `openshift-config/pull-secret`; a restarted simulation does not hand out addresses
 //! that objects of the previous one still show.
+// Tests act as users and other controllers: they write directly, not through the operator's write path.
+#![allow(clippy::disallowed_methods)]
 
 mod support;
 
@@ -15,11 +17,6 @@ use guestcluster::guest::api::{self, Credentials};
 use guestcluster::guest::ssh::{SshGuest, SshOptions};
 use guestcluster::guest::{Command, Guest, keys};
 use guestcluster::kubevirt::{VirtualMachineInstance, labels};
-use guestcluster::sim::guest::disk::create_disk;
-use guestcluster::sim::guest::state::GuestState;
-use guestcluster::sim::route_proxy::RouteProxy;
-use guestcluster::sim::{Options, Sim, Timings};
-use guestcluster::testenv::ControlPlane;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -28,7 +25,12 @@ use kube::{Client, ResourceExt};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::json;
+use sim::guest::disk::create_disk;
+use sim::guest::state::GuestState;
+use sim::route_proxy::RouteProxy;
+use sim::{Options, Sim, Timings};
 use support::wait_for;
+use testenv::ControlPlane;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const VERSION: &str = "4.22.7";

@@ -1,5 +1,7 @@
 //! The simulated storage (`sim::volumes`) and CDI (`sim::cdi`) against the real control plane:
 //! PVC binding and cleanup, and DataVolumes with blank, pvc-clone and http sources.
+// Tests act as users and other controllers: they write directly, not through the operator's write path.
+#![allow(clippy::disallowed_methods)]
 
 mod support;
 
@@ -10,13 +12,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use futures::StreamExt;
-use guestcluster::sim::cdi::data_volume_resource;
-use guestcluster::sim::volumes::VolumeStore;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
+use sim::cdi::data_volume_resource;
+use sim::volumes::VolumeStore;
 use support::shared_sim::{self, Setup};
 use support::{client, namespace, unique, wait_for};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

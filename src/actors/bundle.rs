@@ -12,9 +12,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret};
-use kube::api::ListParams;
+use kube::api::{ListParams, PropagationPolicy};
 
-use super::apply;
 use super::context::Context;
 use super::download::{self, Action};
 use super::kind_supervisor::{Next, ObjectActor, OwnerEvents, ReconcileError, owner_events};
@@ -22,6 +21,7 @@ use crate::api::bundle::{BundlePhase, BundleSource, CRCBundle, CRCBundleStatus};
 use crate::api::conditions::{self, reasons, types};
 use crate::resources;
 use crate::resources::bundle::Names;
+use crate::write::{self, Guard};
 
 /// Errors of a bundle reconcile.
 #[derive(Debug, thiserror::Error)]
@@ -94,10 +94,7 @@ async fn reconcile(bundle: &CRCBundle, ctx: &Context) -> Result<(), Error> {
     for action in &decision.actions {
         act(ctx, bundle, action).await?;
     }
-    if Some(&decision.status) != bundle.status.as_ref() {
-        write_status(ctx, bundle, &decision.status).await?;
-    }
-    Ok(())
+    write_status(ctx, bundle, &decision.status).await
 }
 
 async fn write_status(
@@ -105,29 +102,14 @@ async fn write_status(
     bundle: &CRCBundle,
     status: &CRCBundleStatus,
 ) -> Result<(), Error> {
-    let name = bundle.name_any();
-    apply::status(&Api::<CRCBundle>::all(ctx.client.clone()), &name, status)
+    let api = Api::<CRCBundle>::all(ctx.client.clone());
+    write::record_status(&api, bundle, status, Guard::None, &ctx.events)
         .await
+        .map(drop)
         .map_err(|source| Error::WriteStatus {
-            name: name.clone(),
+            name: bundle.name_any(),
             source,
-        })?;
-    let before = bundle
-        .status
-        .as_ref()
-        .map(|s| s.conditions.as_slice())
-        .unwrap_or_default();
-    ctx.events
-        .transition(bundle, types::READY, before, &status.conditions)
-        .await;
-    let ready = conditions::find(&status.conditions, types::READY);
-    tracing::info!(
-        crcbundle = %name,
-        phase = ?status.phase,
-        reason = ready.map(|c| c.reason.as_str()).unwrap_or_default(),
-        "status recorded"
-    );
-    Ok(())
+        })
 }
 
 /// Reads what exists of the bundle's objects. Only objects the bundle controls count: an object
@@ -181,7 +163,9 @@ async fn observe(ctx: &Context, bundle: &CRCBundle) -> Result<download::Observed
     };
     Ok(download::Observed {
         golden_pvc: golden_pvc.is_some_and(|p| owned(&p.metadata)),
-        scratch_pvc: scratch_pvc.is_some_and(|p| owned(&p.metadata)),
+        scratch_pvc: scratch_pvc
+            .filter(|p| owned(&p.metadata))
+            .and_then(|p| p.metadata.uid),
         job,
         job_failure,
         ssh_secret: secret.is_some_and(|s| owned(&s.metadata)),
@@ -220,14 +204,14 @@ async fn act(ctx: &Context, bundle: &CRCBundle, action: &Action) -> Result<(), E
     let names = Names::of(&bundle.name_any());
     let result = match action {
         Action::CreateGoldenPvc => {
-            apply::create(
+            write::create(
                 &Api::namespaced(client.clone(), ns),
                 &resources::bundle::golden_pvc(bundle, ns),
             )
             .await
         }
         Action::CreateScratchPvc => {
-            apply::create(
+            write::create(
                 &Api::namespaced(client.clone(), ns),
                 &resources::bundle::scratch_pvc(bundle, ns),
             )
@@ -235,7 +219,7 @@ async fn act(ctx: &Context, bundle: &CRCBundle, action: &Action) -> Result<(), E
         }
         Action::CreatePrepJob => match resources::bundle::urls(bundle) {
             Some(urls) => {
-                apply::create(
+                write::create(
                     &Api::namespaced(client.clone(), ns),
                     &resources::bundle::prep_job(bundle, ns, &urls, &ctx.jobs),
                 )
@@ -243,13 +227,21 @@ async fn act(ctx: &Context, bundle: &CRCBundle, action: &Action) -> Result<(), E
             }
             None => Ok(()),
         },
-        Action::DeletePrepJob => {
-            apply::delete::<Job>(&Api::namespaced(client.clone(), ns), &names.prep_job).await
+        Action::DeletePrepJob { uid } => {
+            write::delete_exact::<Job>(
+                &Api::namespaced(client.clone(), ns),
+                &names.prep_job,
+                uid,
+                PropagationPolicy::Background,
+            )
+            .await
         }
-        Action::DeleteScratchPvc => {
-            apply::delete::<PersistentVolumeClaim>(
+        Action::DeleteScratchPvc { uid } => {
+            write::delete_exact::<PersistentVolumeClaim>(
                 &Api::namespaced(client.clone(), ns),
                 &names.scratch_pvc,
+                uid,
+                PropagationPolicy::Background,
             )
             .await
         }

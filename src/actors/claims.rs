@@ -16,19 +16,18 @@
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use ractor::RpcReplyPort;
-use serde_json::json;
 
 use super::context::Context;
 use super::instance_gates::NamespaceState;
 use super::lease_decide::{self, BindDecision, CopyAction};
-use crate::api::conditions::{self, reasons, types};
-use crate::api::labels::FIELD_MANAGER;
-use crate::api::{API_VERSION, ClusterInstance, ClusterLease, ClusterLeaseStatus, ClusterPool};
+use crate::api::conditions::reasons;
+use crate::api::{ClusterInstance, ClusterLease, ClusterLeaseStatus, ClusterPool};
 use crate::resources::lease::kubeconfig_secret_name;
 use crate::resources::pool::member_selector;
+use crate::write::{self, Guard};
 
 /// Which lease a request is about (its actor's object, by name and UID).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -201,13 +200,7 @@ async fn bind(pool: &ClusterPool, ctx: &Context, key: &LeaseKey) -> Result<BindO
     ) {
         BindDecision::NotPending => Ok(BindOutcome::Skipped),
         BindDecision::Wait(status) => {
-            if Some(&status) != live.status.as_ref() {
-                write_status(&leases, &live, &status).await?;
-                let reason = conditions::find(&status.conditions, types::BOUND)
-                    .map(|c| c.reason.clone())
-                    .unwrap_or_default();
-                tracing::info!(clusterlease = %key.name, namespace = %key.namespace, clusterpool = %pool_name, %reason, "waiting");
-            }
+            write_status(ctx, &leases, &live, &status).await?;
             Ok(BindOutcome::Waiting)
         }
         BindDecision::Bind {
@@ -216,7 +209,7 @@ async fn bind(pool: &ClusterPool, ctx: &Context, key: &LeaseKey) -> Result<BindO
             status,
         } => {
             copy_kubeconfig(ctx, &leases, &live, &source_secret, now).await?;
-            write_status(&leases, &live, &status).await?;
+            write_status(ctx, &leases, &live, &status).await?;
             tracing::info!(clusterlease = %key.name, namespace = %key.namespace, clusterpool = %pool_name, clusterinstance = %instance, "bound");
             Ok(BindOutcome::Bound { instance })
         }
@@ -258,10 +251,7 @@ async fn copy_kubeconfig(
         {
             CopyAction::Unchanged => return Ok(()),
             CopyAction::Create(secret) => {
-                secrets
-                    .create(&PostParams::default(), &secret)
-                    .await
-                    .map_err(write_err)?;
+                write::create(&secrets, &secret).await.map_err(write_err)?;
                 return Ok(());
             }
             CopyAction::Replace(secret) => {
@@ -275,9 +265,7 @@ async fn copy_kubeconfig(
             CopyAction::Conflict(message) => (reasons::RESOURCE_OWNERSHIP_CONFLICT, message),
         };
     let status = lease_decide::unbound_status(lease, reason, &message, now);
-    if Some(&status) != lease.status.as_ref() {
-        write_status(leases, lease, &status).await?;
-    }
+    write_status(ctx, leases, lease, &status).await?;
     Err(Error::Kubeconfig {
         name,
         reason,
@@ -294,44 +282,30 @@ pub async fn record_wait(ctx: &Context, lease: &ClusterLease, error: &Error) -> 
     };
     let status =
         lease_decide::unbound_status(lease, error.reason(), &message, Time(Timestamp::now()));
-    if Some(&status) == lease.status.as_ref() {
-        return Ok(());
-    }
     let leases: Api<ClusterLease> =
         Api::namespaced(ctx.client.clone(), &lease.namespace().unwrap_or_default());
-    match write_status(&leases, lease, &status).await {
-        Ok(()) => {
-            tracing::info!(clusterlease = %lease.name_any(), namespace = ?lease.namespace(), reason = error.reason(), "waiting: {error}");
-            Ok(())
-        }
+    match write_status(ctx, &leases, lease, &status).await {
         Err(Error::WriteStatus {
             source: kube::Error::Api(status),
             ..
         }) if status.code == 409 => Ok(()),
-        Err(err) => Err(err),
+        other => other,
     }
 }
 
-/// Server-side applies the status, with the resourceVersion `lease` was read at as a
+/// Records the status (when it changed), with the resourceVersion `lease` was read at as a
 /// precondition: a lease changed meanwhile is looked at again rather than overwritten.
 async fn write_status(
+    ctx: &Context,
     api: &Api<ClusterLease>,
     lease: &ClusterLease,
     status: &ClusterLeaseStatus,
 ) -> Result<(), Error> {
-    let name = lease.name_any();
-    let patch = json!({
-        "apiVersion": API_VERSION,
-        "kind": "ClusterLease",
-        "metadata": {"resourceVersion": lease.resource_version()},
-        "status": status,
-    });
-    api.patch_status(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map(drop)
-    .map_err(|source| Error::WriteStatus { name, source })
+    write::record_status(api, lease, status, Guard::ReadVersion, &ctx.events)
+        .await
+        .map(drop)
+        .map_err(|source| Error::WriteStatus {
+            name: lease.name_any(),
+            source,
+        })
 }

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::events::Events;
+use crate::events::Events;
 use crate::guest::route::RouteAccess;
 use crate::metrics::Metrics;
 use crate::resources::bundle::JobSettings;

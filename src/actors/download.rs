@@ -26,7 +26,8 @@ pub const DOWNLOAD_VM_PROFILE: &str = "crc-download-v0";
 #[derive(Clone, Debug, Default)]
 pub struct Observed {
     pub golden_pvc: bool,
-    pub scratch_pvc: bool,
+    /// UID of the scratch PVC the bundle controls, when it exists.
+    pub scratch_pvc: Option<String>,
     pub job: Option<Job>,
     /// `<reason>: <message>` of the prep Job's last failed pod, when there is one.
     pub job_failure: Option<String>,
@@ -40,9 +41,14 @@ pub enum Action {
     CreateGoldenPvc,
     CreateScratchPvc,
     CreatePrepJob,
-    /// Background propagation, so the scratch PVC is released by its pod.
-    DeletePrepJob,
-    DeleteScratchPvc,
+    /// Background propagation, so the scratch PVC is released by its pod. The UID is the
+    /// observed Job's: a newer namesake is never deleted.
+    DeletePrepJob {
+        uid: String,
+    },
+    DeleteScratchPvc {
+        uid: String,
+    },
 }
 
 /// The next step for a bundle.
@@ -79,11 +85,11 @@ pub fn decide(bundle: &CRCBundle, observed: &Observed, namespace: &str, now: Tim
             .collect();
             if missing.is_empty() {
                 // Cleanup after Ready is best effort and idempotent.
-                if observed.job.is_some() {
-                    actions.push(Action::DeletePrepJob);
+                if let Some(job) = &observed.job {
+                    actions.push(delete_job(job));
                 }
-                if observed.scratch_pvc && observed.job.is_none() {
-                    actions.push(Action::DeleteScratchPvc);
+                if let (Some(uid), None) = (&observed.scratch_pvc, &observed.job) {
+                    actions.push(Action::DeleteScratchPvc { uid: uid.clone() });
                 }
             } else {
                 status.phase = Some(BundlePhase::Pending);
@@ -97,8 +103,8 @@ pub fn decide(bundle: &CRCBundle, observed: &Observed, namespace: &str, now: Tim
                     ),
                 );
                 // A leftover succeeded Job would short-circuit the new preparation.
-                if observed.job.is_some() {
-                    actions.push(Action::DeletePrepJob);
+                if let Some(job) = &observed.job {
+                    actions.push(delete_job(job));
                 }
             }
         }
@@ -119,7 +125,7 @@ pub fn decide(bundle: &CRCBundle, observed: &Observed, namespace: &str, now: Tim
             }
             match observed.job.as_ref().map(job_outcome) {
                 None => {
-                    if !observed.scratch_pvc {
+                    if observed.scratch_pvc.is_none() {
                         actions.push(Action::CreateScratchPvc);
                     }
                     actions.push(Action::CreatePrepJob);
@@ -150,7 +156,9 @@ pub fn decide(bundle: &CRCBundle, observed: &Observed, namespace: &str, now: Tim
                         reasons::BUNDLE_READY,
                         format!("golden disk {namespace}/{} is ready", names.golden_pvc),
                     );
-                    actions.push(Action::DeletePrepJob);
+                    if let Some(job) = &observed.job {
+                        actions.push(delete_job(job));
+                    }
                     return Decision { status, actions };
                 }
                 // Running, or succeeded with the key or metadata not visible yet.
@@ -231,6 +239,12 @@ fn job_outcome(job: &Job) -> JobOutcome {
     }
 }
 
+fn delete_job(job: &Job) -> Action {
+    Action::DeletePrepJob {
+        uid: job.metadata.uid.clone().unwrap_or_default(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,7 +266,7 @@ mod tests {
     }
 
     fn job(status: serde_json::Value) -> Job {
-        serde_json::from_value(serde_json::json!({"metadata": {"name": "crc-4.16.0-amd64-prep"}, "spec": {"backoffLimit": 2, "template": {}}, "status": status})).unwrap()
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "crc-4.16.0-amd64-prep", "uid": "job-uid"}, "spec": {"backoffLimit": 2, "template": {}}, "status": status})).unwrap()
     }
 
     fn metadata() -> ConfigMap {
@@ -301,7 +315,7 @@ mod tests {
         step(&mut b, &Observed::default());
         let observed = Observed {
             golden_pvc: true,
-            scratch_pvc: true,
+            scratch_pvc: Some("scratch-uid".into()),
             job: Some(job(serde_json::json!({"active": 1}))),
             ..Default::default()
         };
@@ -318,7 +332,7 @@ mod tests {
         );
         let observed = Observed {
             golden_pvc: true,
-            scratch_pvc: true,
+            scratch_pvc: Some("scratch-uid".into()),
             job: Some(failed),
             job_failure: Some(
                 "ChecksumMismatch: sha256sum.txt lists aaa, the download is bbb".into(),
@@ -342,7 +356,7 @@ mod tests {
         // ...and retries once it is deleted.
         let gone = Observed {
             golden_pvc: true,
-            scratch_pvc: true,
+            scratch_pvc: Some("scratch-uid".into()),
             ..Default::default()
         };
         step(&mut b, &gone);
@@ -359,7 +373,7 @@ mod tests {
         );
         let waiting_for_key = Observed {
             golden_pvc: true,
-            scratch_pvc: true,
+            scratch_pvc: Some("scratch-uid".into()),
             job: Some(done.clone()),
             metadata: Some(metadata()),
             ..Default::default()
@@ -377,7 +391,12 @@ mod tests {
             ssh_secret: true,
             ..waiting_for_key
         };
-        assert_eq!(step(&mut b, &published), [Action::DeletePrepJob]);
+        assert_eq!(
+            step(&mut b, &published),
+            [Action::DeletePrepJob {
+                uid: "job-uid".into()
+            }]
+        );
         let status = b.status.clone().unwrap();
         assert_eq!(status.phase, Some(BundlePhase::Ready));
         assert_eq!(
@@ -397,14 +416,19 @@ mod tests {
 
         let job_gone = Observed {
             golden_pvc: true,
-            scratch_pvc: true,
+            scratch_pvc: Some("scratch-uid".into()),
             ssh_secret: true,
             metadata: Some(metadata()),
             ..Default::default()
         };
-        assert_eq!(step(&mut b, &job_gone), [Action::DeleteScratchPvc]);
+        assert_eq!(
+            step(&mut b, &job_gone),
+            [Action::DeleteScratchPvc {
+                uid: "scratch-uid".into()
+            }]
+        );
         let clean = Observed {
-            scratch_pvc: false,
+            scratch_pvc: None,
             ..job_gone
         };
         assert!(step(&mut b, &clean).is_empty());

@@ -18,7 +18,6 @@ use kube::{Api, ResourceExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
 
-use super::apply;
 use super::crc;
 use super::instance_gates::{self, NamespaceState, Observed, Platform};
 use super::kind_supervisor::{
@@ -32,6 +31,7 @@ use crate::api::lease::ClusterLease;
 use crate::cdi::DataVolume;
 use crate::kubevirt::{VirtualMachine, VirtualMachineInstance};
 use crate::route::Route;
+use crate::write::{self, Guard};
 
 /// How soon an instance blocked by a gate looks again (upstream: 20 s). Namespace changes
 /// trigger at once; this covers the platform operands, which have no watch of their own.
@@ -178,7 +178,7 @@ async fn reconcile(instance: &ClusterInstance, ctx: &Arc<super::Context>) -> Res
     if decision.open {
         // Record what the pass learned even when it ends in an error: write-ahead fields
         // (binding, endpoint) must not be lost to a later failing call.
-        let outcome = crc::reconcile(instance, ctx, &mut status).await;
+        let outcome = Box::pin(crc::reconcile(instance, ctx, &mut status)).await;
         status.lease_ref = lease_projection(ctx, instance).await?;
         next = match &outcome {
             Ok(crc::Outcome::Ready) => Next::Requeue(crc::READY_RECHECK),
@@ -193,26 +193,20 @@ async fn reconcile(instance: &ClusterInstance, ctx: &Arc<super::Context>) -> Res
     Ok(next)
 }
 
-/// Writes the status when it changed, with an Event when the `Ready` reason changed.
+/// Writes the status when it changed (with an Event when the `Ready` reason changed).
 async fn record(
     ctx: &super::Context,
     api: &Api<ClusterInstance>,
     instance: &ClusterInstance,
     status: &ClusterInstanceStatus,
 ) -> Result<(), Error> {
-    if Some(status) == instance.status.as_ref() {
-        return Ok(());
-    }
-    write_status(api, instance, status).await?;
-    let before = instance
-        .status
-        .as_ref()
-        .map(|s| s.conditions.as_slice())
-        .unwrap_or_default();
-    ctx.events
-        .transition(instance, types::READY, before, &status.conditions)
-        .await;
-    Ok(())
+    write::record_status(api, instance, status, Guard::None, &ctx.events)
+        .await
+        .map(drop)
+        .map_err(|source| Error::WriteStatus {
+            name: instance.name_any(),
+            source,
+        })
 }
 
 /// `status.leaseRef`: the lease that claims this instance (informational, upstream §4.3).
@@ -280,16 +274,14 @@ async fn teardown(
             Time(Timestamp::now()),
         ),
     );
-    if Some(&status) != instance.status.as_ref() {
-        match write_status(api, instance, &status).await {
-            Ok(()) => {}
-            // Gone meanwhile: nothing left to record.
-            Err(Error::WriteStatus {
-                source: kube::Error::Api(s),
-                ..
-            }) if s.code == 404 => {}
-            Err(e) => return Err(e),
-        }
+    match record(ctx, api, instance, &status).await {
+        Ok(()) => {}
+        // Gone meanwhile: nothing left to record.
+        Err(Error::WriteStatus {
+            source: kube::Error::Api(s),
+            ..
+        }) if s.code == 404 => {}
+        Err(e) => return Err(e),
     }
     result?;
     Ok(Some(Next::Requeue(crc::teardown::STEP_REQUEUE)))
@@ -300,7 +292,7 @@ async fn set_finalizer(
     instance: &ClusterInstance,
     add: bool,
 ) -> Result<(), Error> {
-    apply::finalizer(api, instance, FINALIZER_CLEANUP, add)
+    write::finalizer(api, instance, FINALIZER_CLEANUP, add)
         .await
         .map_err(|source| Error::Finalizer {
             name: instance.name_any(),
@@ -378,27 +370,4 @@ async fn list_all(
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(Vec::new()),
         Err(e) => Err(e),
     }
-}
-
-async fn write_status(
-    api: &Api<ClusterInstance>,
-    instance: &ClusterInstance,
-    status: &ClusterInstanceStatus,
-) -> Result<(), Error> {
-    let name = instance.name_any();
-    apply::status(api, &name, status)
-        .await
-        .map_err(|source| Error::WriteStatus {
-            name: name.clone(),
-            source,
-        })?;
-    let ready = conditions::find(&status.conditions, types::READY);
-    tracing::info!(
-        clusterinstance = %name,
-        namespace = instance.namespace().unwrap_or_default(),
-        phase = ?status.phase,
-        reason = ready.map(|c| c.reason.as_str()).unwrap_or_default(),
-        "status recorded"
-    );
-    Ok(())
 }

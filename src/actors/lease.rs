@@ -26,7 +26,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::PropagationPolicy;
 use kube::{Api, ResourceExt};
 
-use super::apply;
 use super::claims::{self, BindOutcome};
 use super::kind_supervisor::{
     Next, ObjectActor, ReconcileError, Related, RelatedEvents, related_events,
@@ -36,6 +35,7 @@ use super::pool;
 use crate::api::conditions::reasons;
 use crate::api::labels::{FINALIZER_RELEASE, MANAGED_BY, MANAGED_BY_OPERATOR, POOL};
 use crate::api::{ClusterInstance, ClusterLease, ClusterPool};
+use crate::write;
 
 /// How soon a lease that waits (no capacity, terminating namespace) looks again (upstream: 10 s).
 /// Instance changes of its pool trigger it at once; this covers anything missed.
@@ -173,7 +173,7 @@ async fn release(
         });
         if let Some(target) = target {
             let uid = target.uid().unwrap_or_default();
-            apply::delete_exact(&instances, instance, &uid, PropagationPolicy::Background)
+            write::delete_exact(&instances, instance, &uid, PropagationPolicy::Background)
                 .await
                 .map_err(err)?;
             tracing::info!(clusterlease = %name, namespace = %ns, clusterinstance = %instance, "bound instance deleted");
@@ -224,7 +224,7 @@ async fn set_finalizer(
     lease: &ClusterLease,
     add: bool,
 ) -> Result<(), Error> {
-    apply::finalizer(api, lease, FINALIZER_RELEASE, add)
+    write::finalizer(api, lease, FINALIZER_RELEASE, add)
         .await
         .map_err(|source| Error::Finalizer {
             name: lease.name_any(),
@@ -235,7 +235,7 @@ async fn set_finalizer(
 /// Deletes this lease (by UID); gone already is fine.
 async fn delete_lease(api: &Api<ClusterLease>, lease: &ClusterLease) -> Result<(), Error> {
     let uid = lease.uid().unwrap_or_default();
-    apply::delete_exact(api, &lease.name_any(), &uid, PropagationPolicy::Background)
+    write::delete_exact(api, &lease.name_any(), &uid, PropagationPolicy::Background)
         .await
         .map_err(|source| Error::Delete {
             name: lease.name_any(),

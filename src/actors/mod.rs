@@ -20,14 +20,12 @@
 //! re-reads what it decides on and takes the next step. Losing or duplicating a message is
 //! harmless, and so is killing any actor or the whole process.
 
-pub mod apply;
 pub mod backoff;
 pub mod bundle;
 pub mod claims;
 pub mod context;
 pub mod crc;
 pub mod download;
-pub mod events;
 pub mod instance;
 pub mod instance_gates;
 pub mod kind_supervisor;

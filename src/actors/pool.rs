@@ -16,10 +16,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{ListParams, PropagationPolicy};
 use kube::{Api, ResourceExt};
 use ractor::rpc::CallResult;
-use serde_json::json;
 
 use super::claims::{self, BindOutcome, ClaimRequest, LeaseKey};
 use super::instance_gates::NamespaceState;
@@ -28,12 +27,10 @@ use super::kind_supervisor::{
     object_actor, owner_events, related_events,
 };
 use super::pool_decide;
-use crate::api::conditions::{self, reasons, types};
-use crate::api::labels::FIELD_MANAGER;
-use crate::api::{
-    API_VERSION, CRCBundle, ClusterInstance, ClusterLease, ClusterPool, ClusterPoolStatus,
-};
+use crate::api::conditions::reasons;
+use crate::api::{CRCBundle, ClusterInstance, ClusterLease, ClusterPool};
 use crate::resources::pool::member_selector;
+use crate::write::{self, Guard};
 
 /// Errors of a pool reconcile.
 #[derive(Debug, thiserror::Error)]
@@ -219,48 +216,37 @@ async fn reconcile(pool: &ClusterPool, ctx: &super::Context) -> Result<Next, Err
     }
     if let Some(instance) = &decision.create {
         let instance_name = instance.name_any();
-        match instances.create(&PostParams::default(), instance).await {
-            Ok(_) => {
-                tracing::info!(clusterpool = %name, namespace = %ns, clusterinstance = %instance_name, "instance created");
-            }
-            // Created by an earlier reconcile: the watch brings its event.
-            Err(kube::Error::Api(status)) if status.code == 409 => {}
-            Err(source) => {
-                return Err(Error::CreateInstance {
-                    name: name.clone(),
-                    instance: instance_name,
-                    source,
-                });
-            }
+        // Created by an earlier reconcile is fine: the watch brings its event.
+        let created = write::create_new(&instances, instance)
+            .await
+            .map_err(|source| Error::CreateInstance {
+                name: name.clone(),
+                instance: instance_name.clone(),
+                source,
+            })?;
+        if created {
+            tracing::info!(clusterpool = %name, namespace = %ns, clusterinstance = %instance_name, "instance created");
         }
         // Its creation event (owned_events) brings us back to count it and go on.
     }
     if let Some((instance, uid)) = &decision.delete {
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: Some(uid.clone()),
-                resource_version: None,
-            }),
-            ..DeleteParams::background()
-        };
-        match instances.delete(instance, &params).await {
-            Ok(_) => {
-                tracing::info!(clusterpool = %name, namespace = %ns, clusterinstance = %instance, "idle instance deleted (scale-down)");
-            }
-            // Gone already, or replaced by a new instance of the same name.
-            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
-            Err(source) => {
-                return Err(Error::DeleteInstance {
-                    name: name.clone(),
-                    instance: instance.clone(),
-                    source,
-                });
-            }
-        }
+        // Gone already, or replaced by a new instance of the same name, is fine.
+        write::delete_exact(&instances, instance, uid, PropagationPolicy::Background)
+            .await
+            .map_err(|source| Error::DeleteInstance {
+                name: name.clone(),
+                instance: instance.clone(),
+                source,
+            })?;
+        tracing::info!(clusterpool = %name, namespace = %ns, clusterinstance = %instance, "idle instance deleted (scale-down)");
     }
-    if Some(&decision.status) != pool.status.as_ref() {
-        write_status(pool, ctx, &decision.status).await?;
-    }
+    let pools: Api<ClusterPool> = Api::namespaced(ctx.client.clone(), &ns);
+    write::record_status(&pools, pool, &decision.status, Guard::None, &ctx.events)
+        .await
+        .map_err(|source| Error::WriteStatus {
+            name: name.clone(),
+            source,
+        })?;
     Ok(decision.requeue.map_or(Next::Done, Next::Requeue))
 }
 
@@ -278,50 +264,8 @@ async fn ensure_bundle(ctx: &super::Context, pool: &str, bundle: &CRCBundle) -> 
     if existing.is_some() {
         return Ok(());
     }
-    match api.create(&PostParams::default(), bundle).await {
-        Ok(_) => {
-            tracing::info!(clusterpool = %pool, crcbundle = %bundle_name, "CRCBundle created");
-            Ok(())
-        }
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
-        Err(source) => Err(create_err(source)),
+    if write::create_new(&api, bundle).await.map_err(create_err)? {
+        tracing::info!(clusterpool = %pool, crcbundle = %bundle_name, "CRCBundle created");
     }
-}
-
-async fn write_status(
-    pool: &ClusterPool,
-    ctx: &super::Context,
-    status: &ClusterPoolStatus,
-) -> Result<(), Error> {
-    let name = pool.name_any();
-    let ns = pool.namespace().unwrap_or_default();
-    let api: Api<ClusterPool> = Api::namespaced(ctx.client.clone(), &ns);
-    let patch = json!({ "apiVersion": API_VERSION, "kind": "ClusterPool", "status": status });
-    api.patch_status(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(|source| Error::WriteStatus {
-        name: name.clone(),
-        source,
-    })?;
-    let before = pool
-        .status
-        .as_ref()
-        .map(|s| s.conditions.as_slice())
-        .unwrap_or_default();
-    ctx.events
-        .transition(pool, types::CAPACITY_AVAILABLE, before, &status.conditions)
-        .await;
-    let capacity = conditions::find(&status.conditions, types::CAPACITY_AVAILABLE);
-    tracing::info!(
-        clusterpool = %name,
-        namespace = %ns,
-        total = status.total_instances.unwrap_or_default(),
-        capacity = capacity.map(|c| c.reason.as_str()).unwrap_or_default(),
-        "status recorded"
-    );
     Ok(())
 }

@@ -192,10 +192,11 @@ pub async fn publish(
         name: name.clone(),
         source,
     };
-    match secrets.create(&PostParams::default(), &secret).await {
-        Ok(_) => return Ok(name),
-        Err(kube::Error::Api(status)) if status.code == 409 => {}
-        Err(err) => return Err(api_error(err)),
+    if crate::write::create_new(&secrets, &secret)
+        .await
+        .map_err(api_error)?
+    {
+        return Ok(name);
     }
     let existing = secrets.get(&name).await.map_err(api_error)?;
     match decide(&existing, owner, handoff) {

@@ -97,6 +97,9 @@ pub mod reasons {
     // Build source (mission §5).
     pub const RESOURCE_REPLACED: &str = "ResourceReplaced";
     pub const RESOURCE_LOST: &str = "ResourceLost";
+    // Event-only reasons (notable decisions, not conditions).
+    /// The root disk was made larger than `rootVolumeSize` to hold the golden disk.
+    pub const ROOT_VOLUME_RAISED: &str = "RootVolumeRaised";
 }
 
 /// A kind whose status carries conditions and the generation they describe.

@@ -428,7 +428,7 @@ pub async fn configure_htpasswd(
                     data: Some(data.clone()),
                     ..Default::default()
                 };
-                secrets.create(&PostParams::default(), &secret).await?;
+                crate::write::create(&secrets, &secret).await?;
             }
         }
         Ok::<_, kube::Error>(())
@@ -475,17 +475,20 @@ pub async fn install_external_cert(
     };
     retry(step, patience, || async {
         match secrets.get_opt(EXTERNAL_CERT_SECRET).await? {
-            None => {
-                secrets.create(&PostParams::default(), &desired).await?;
-            }
+            None => crate::write::create(&secrets, &desired).await?,
             Some(current)
                 if current.data.as_ref() == Some(&data) && current.type_ == desired.type_ => {}
             Some(current) if current.type_ != desired.type_ => {
-                // A Secret's type is immutable: replace the object.
-                secrets
-                    .delete(EXTERNAL_CERT_SECRET, &Default::default())
-                    .await?;
-                secrets.create(&PostParams::default(), &desired).await?;
+                // A Secret's type is immutable: replace the object (that very one).
+                let uid = current.metadata.uid.clone().unwrap_or_default();
+                crate::write::delete_exact(
+                    &secrets,
+                    EXTERNAL_CERT_SECRET,
+                    &uid,
+                    kube::api::PropagationPolicy::Background,
+                )
+                .await?;
+                crate::write::create(&secrets, &desired).await?;
             }
             Some(current) => {
                 let mut updated = desired.clone();

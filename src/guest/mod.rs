@@ -2,7 +2,7 @@
 //!
 //! Everything the operator does inside a CRC guest goes through the [`Guest`] trait: run a
 //! command, read a file, write a file. Implementations: [`ssh::SshGuest`] (russh, the bundle's
-//! `id_ecdsa` key) and [`fake::ScriptedGuest`] for unit tests of guest steps.
+//! `id_ecdsa` key) and, in unit tests only, `fake::ScriptedGuest` for the guest steps.
 //!
 //! # Why guest commands are simple
 //!
@@ -24,7 +24,8 @@ pub mod api;
 pub mod cluster;
 pub mod command;
 pub mod connect;
-pub mod fake;
+#[cfg(test)]
+pub(crate) mod fake;
 pub mod htpasswd;
 pub mod keys;
 pub mod kubeconfig;

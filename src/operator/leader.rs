@@ -201,7 +201,14 @@ impl Elector {
                     },
                     spec: Some(self.spec(None, now, 0)),
                 };
-                self.api.create(&PostParams::default(), &lease).await
+                return match crate::write::create_new(&self.api, &lease).await {
+                    Ok(true) => Ok(step),
+                    // Someone else created it first.
+                    Ok(false) => Ok(Step::Wait {
+                        holder: "unknown (write conflict)".to_owned(),
+                    }),
+                    Err(e) => Err(self.api_err(e)),
+                };
             }
             (_, Some(mut lease)) => {
                 let old = lease.spec.take().unwrap_or_default();

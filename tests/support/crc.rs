@@ -4,10 +4,10 @@
 use guestcluster::api::bundle::BundlePhase;
 use guestcluster::api::instance::InstancePhase;
 use guestcluster::api::{CRCBundle, CRCBundleSpec, ClusterInstance};
-use guestcluster::sim::bundles::{self, BundleSpec, Flaw};
-use guestcluster::sim::file_server::Fault;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use sim::bundles::{self, BundleSpec, Flaw};
+use sim::file_server::Fault;
 
 use super::wait_long;
 use super::world::World;

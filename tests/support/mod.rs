@@ -15,9 +15,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use guestcluster::manifests;
-use guestcluster::testenv::ControlPlane;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DynamicObject, PostParams};
+use testenv::ControlPlane;
 
 /// How long any single wait in a test may take before it fails with what it observed.
 pub const DEADLINE: Duration = Duration::from_secs(60);

@@ -10,8 +10,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use guestcluster::sim::{Options, Sim, SimContext, Timings};
-use guestcluster::testenv::ControlPlane;
+use sim::{Options, Sim, SimContext, Timings};
+use testenv::ControlPlane;
 use tokio::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard, mpsc, oneshot};
 
 /// What a test binary's simulation differs in; the rest of [`Options`] is the same for all.

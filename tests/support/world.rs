@@ -12,10 +12,10 @@ use guestcluster::actors::root::{self, TreeConfig};
 use guestcluster::guest::route::RouteAccess;
 use guestcluster::metrics::Metrics;
 use guestcluster::resources::bundle::JobSettings;
-use guestcluster::sim::file_server::FileServer;
-use guestcluster::sim::route_proxy::RouteProxy;
-use guestcluster::sim::{Options, Sim, Timings};
-use guestcluster::testenv::ControlPlane;
+use sim::file_server::FileServer;
+use sim::route_proxy::RouteProxy;
+use sim::{Options, Sim, Timings};
+use testenv::ControlPlane;
 
 /// The operator namespace of the scenario world.
 pub const OPERATOR_NS: &str = "guestcluster-system";
@@ -117,7 +117,7 @@ async fn start(with_operator: bool) -> Result<(World, (Sim, RouteProxy)), String
     let router = RouteProxy::start(client.clone())
         .await
         .map_err(|e| e.to_string())?;
-    guestcluster::sim::route_proxy::set_ingress_domain(&client, INGRESS_DOMAIN)
+    sim::route_proxy::set_ingress_domain(&client, INGRESS_DOMAIN)
         .await
         .map_err(|e| format!("ingress domain: {e}"))?;
     let guests = GuestSettings {

@@ -10,12 +10,12 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::RoleBinding;
-use kube::api::{Api, ListParams, Patch, PatchParams, PropagationPolicy};
+use kube::api::{Api, ListParams, PropagationPolicy};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use super::teardown_plan::{self, Obj, Remaining, Step, Vm};
-use crate::actors::{Context, apply};
+use crate::actors::Context;
 use crate::api::instance::ClusterInstance;
 use crate::api::labels;
 use crate::cdi::DataVolume;
@@ -23,6 +23,7 @@ use crate::kubevirt::{self, VirtualMachine, VirtualMachineInstance};
 use crate::resources::common::controller_uid;
 use crate::resources::instance as res;
 use crate::route::Route;
+use crate::write;
 
 /// How soon teardown looks again after a step (watches on the owned kinds usually come first).
 pub const STEP_REQUEUE: Duration = Duration::from_secs(2);
@@ -297,7 +298,7 @@ impl<'a> Teardown<'a> {
         if target.deleting {
             return Ok(());
         }
-        apply::delete_exact(&self.api::<K>(), &target.name, &target.uid, propagation)
+        write::delete_exact(&self.api::<K>(), &target.name, &target.uid, propagation)
             .await
             .map_err(self.err("deleting", format!("{} {}", K::kind(&()), target.name)))?;
         tracing::info!(
@@ -331,8 +332,7 @@ impl<'a> Teardown<'a> {
             Step::DeleteBootKey(o) => self.delete::<Secret>(o, Background).await?,
             Step::HaltVm(o) => {
                 let patch = serde_json::json!({"spec": {"runStrategy": "Halted", "running": null}});
-                self.api::<VirtualMachine>()
-                    .patch(&o.name, &PatchParams::default(), &Patch::Merge(&patch))
+                write::merge_patch(&self.api::<VirtualMachine>(), &o.name, &patch)
                     .await
                     .map_err(self.err("halting", format!("VirtualMachine {}", o.name)))?;
                 tracing::info!(clusterinstance = %self.name, namespace = %self.ns, "halting VirtualMachine {}", o.name);

@@ -1,0 +1,363 @@
+//! Scale benchmark: the operator (release build) against many objects on the embedded control
+//! plane, with the platform operands present but no simulation running pods, so instances wait
+//! for bundles whose prep Jobs never start — the steady state of a large, busy cluster.
+//!
+//! `make bench-scale` (or `cargo bench --bench scale -- [--instances 100,1000] [--pools 20]
+//! [--bundles 20] [--idle-seconds 30]`). For each size it prints, from one run:
+//! - the time from the operator's start until every object has a status;
+//! - the operator's peak (`VmHWM`) and steady (`VmRSS`) resident memory;
+//! - API requests per second while idle, minus the same cluster's rate without the operator
+//!   (measured first, in the same run), from the API server's `apiserver_request_total`;
+//! - the requests by verb and resource during convergence (the benchmark's own polling
+//!   subtracted).
+//!
+//! Numbers are measurements on a shared machine, not assertions: see `docs/performance.md`.
+#![allow(clippy::disallowed_methods)] // the benchmark writes its objects as a user would
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use guestcluster::api::{CRCBundle, ClusterInstance, ClusterPool};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+
+const NAMESPACE: &str = "scale";
+
+struct Args {
+    sizes: Vec<usize>,
+    pools: usize,
+    bundles: usize,
+    idle: Duration,
+}
+
+fn args() -> Args {
+    let mut args = Args {
+        sizes: vec![100, 1000],
+        pools: 20,
+        bundles: 20,
+        idle: Duration::from_secs(30),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut value = || it.next().unwrap_or_else(|| panic!("{arg} needs a value"));
+        match arg.as_str() {
+            "--instances" => {
+                args.sizes = value()
+                    .split(',')
+                    .map(|n| n.parse().expect("--instances: numbers"))
+                    .collect()
+            }
+            "--pools" => args.pools = value().parse().expect("--pools: a number"),
+            "--bundles" => args.bundles = value().parse().expect("--bundles: a number"),
+            "--idle-seconds" => {
+                args.idle = Duration::from_secs(value().parse().expect("--idle-seconds: a number"))
+            }
+            // cargo bench passes `--bench`; filters are not meaningful here.
+            _ => {}
+        }
+    }
+    args
+}
+
+fn main() {
+    let args = args();
+    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let mut reports = Vec::new();
+    for &n in &args.sizes {
+        reports.push(runtime.block_on(run(n, &args)));
+    }
+    println!();
+    println!(
+        "## Scale benchmark ({} pools, {} bundles)",
+        args.pools, args.bundles
+    );
+    println!();
+    println!(
+        "| instances | all have a status | peak RSS | steady RSS | idle req/s (operator − baseline) | requests during convergence |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for r in &reports {
+        println!(
+            "| {} | {:.1} s | {:.1} MiB | {:.1} MiB | {:.2} ({:.2} − {:.2}) | {} |",
+            r.instances,
+            r.converged.as_secs_f64(),
+            r.peak_rss_kib as f64 / 1024.0,
+            r.steady_rss_kib as f64 / 1024.0,
+            r.idle_rate - r.baseline_rate,
+            r.idle_rate,
+            r.baseline_rate,
+            r.convergence_total,
+        );
+    }
+    for r in &reports {
+        println!();
+        println!(
+            "Requests by verb and resource while {} instances converged:",
+            r.instances
+        );
+        let mut rows: Vec<_> = r
+            .by_verb_resource
+            .iter()
+            .filter(|(_, n)| **n > 0.0)
+            .collect();
+        rows.sort_by(|a, b| b.1.total_cmp(a.1));
+        for ((verb, resource), count) in rows {
+            println!("  {verb:>7} {resource:<40} {count:>8.0}");
+        }
+    }
+}
+
+struct Report {
+    instances: usize,
+    converged: Duration,
+    peak_rss_kib: u64,
+    steady_rss_kib: u64,
+    baseline_rate: f64,
+    idle_rate: f64,
+    convergence_total: f64,
+    by_verb_resource: BTreeMap<(String, String), f64>,
+}
+
+async fn run(n: usize, args: &Args) -> Report {
+    eprintln!("[scale] {n} instances: starting a control plane");
+    let cp = testenv::ControlPlane::start(Default::default())
+        .await
+        .unwrap_or_else(|e| {
+            panic!("the control plane did not start: {e} (run `make controlplane`)")
+        });
+    let client = cp.client().expect("client");
+    sim::platform::ensure(&client)
+        .await
+        .expect("platform operands");
+    create_objects(&client, n, args).await;
+    eprintln!("[scale] objects created; measuring the cluster without the operator");
+
+    let before = request_counts(&client).await;
+    tokio::time::sleep(args.idle).await;
+    let after = request_counts(&client).await;
+    let baseline_rate = total(&after, &before) / args.idle.as_secs_f64();
+
+    eprintln!("[scale] starting the operator");
+    let log = tempfile::NamedTempFile::new().expect("log file");
+    let mut operator = Operator::start(&cp, log.path());
+    let started = Instant::now();
+    let at_start = request_counts(&client).await;
+    let mut polls = 0.0;
+    loop {
+        let missing = without_status(&client).await;
+        polls += 1.0;
+        if missing == 0 {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(1800) {
+            panic!(
+                "{missing} objects still have no status after 30 minutes; operator log: {}",
+                log.path().display()
+            );
+        }
+        operator.check_running(log.path());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let converged = started.elapsed();
+    let at_converged = request_counts(&client).await;
+    let mut by_verb_resource = delta(&at_converged, &at_start);
+    // The benchmark's own polling: one LIST of each kind per poll (and the metrics GETs).
+    for resource in ["clusterinstances", "clusterpools", "crcbundles"] {
+        if let Some(count) = by_verb_resource.get_mut(&("LIST".into(), resource.into())) {
+            *count -= polls;
+        }
+    }
+    let convergence_total = by_verb_resource.values().sum();
+    eprintln!(
+        "[scale] converged in {:.1}s; settling, then measuring idle",
+        converged.as_secs_f64()
+    );
+
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let before = request_counts(&client).await;
+    tokio::time::sleep(args.idle).await;
+    let after = request_counts(&client).await;
+    let idle_rate = total(&after, &before) / args.idle.as_secs_f64();
+    let (peak_rss_kib, steady_rss_kib) = operator.rss_kib();
+    drop(operator);
+    cp.shutdown().await.expect("control plane shutdown");
+    Report {
+        instances: n,
+        converged,
+        peak_rss_kib,
+        steady_rss_kib,
+        baseline_rate,
+        idle_rate,
+        convergence_total,
+        by_verb_resource,
+    }
+}
+
+async fn create_objects(client: &kube::Client, n: usize, args: &Args) {
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NAMESPACE,
+        "labels": {guestcluster::api::labels::NAMESPACE_ENABLED: "true"}}}))
+    .unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("namespace");
+    let version = |i: usize| format!("4.16.{}", i % args.bundles);
+    let bundles: Api<CRCBundle> = Api::all(client.clone());
+    for b in 0..args.bundles {
+        let bundle: CRCBundle = serde_json::from_value(json!({
+            "apiVersion": "guestcluster.opdev.io/v1alpha1", "kind": "CRCBundle",
+            "metadata": {"name": format!("crc-{}-amd64", version(b))},
+            "spec": {"version": version(b), "arch": "amd64"}}))
+        .unwrap();
+        bundles
+            .create(&PostParams::default(), &bundle)
+            .await
+            .expect("bundle");
+    }
+    let pools: Api<ClusterPool> = Api::namespaced(client.clone(), NAMESPACE);
+    for p in 0..args.pools {
+        let pool: ClusterPool = serde_json::from_value(json!({
+            "apiVersion": "guestcluster.opdev.io/v1alpha1", "kind": "ClusterPool",
+            "metadata": {"name": format!("pool-{p}")},
+            "spec": {"type": "crc", "minSize": 0, "maxSize": n.div_ceil(args.pools) + 1,
+                     "template": {"crcVersion": version(p), "ocpVersion": version(p),
+                                  "memory": "16Gi", "cores": 4}}}))
+        .unwrap();
+        pools
+            .create(&PostParams::default(), &pool)
+            .await
+            .expect("pool");
+    }
+    let instances: Api<ClusterInstance> = Api::namespaced(client.clone(), NAMESPACE);
+    for i in 0..n {
+        let p = i % args.pools;
+        let instance: ClusterInstance = serde_json::from_value(json!({
+            "apiVersion": "guestcluster.opdev.io/v1alpha1", "kind": "ClusterInstance",
+            "metadata": {"name": format!("crc-{i}")},
+            "spec": {"type": "crc", "poolRef": {"name": format!("pool-{p}")},
+                     "template": {"crcVersion": version(p), "ocpVersion": version(p),
+                                  "memory": "16Gi", "cores": 4}}}))
+        .unwrap();
+        instances
+            .create(&PostParams::default(), &instance)
+            .await
+            .expect("instance");
+    }
+}
+
+/// How many of our objects have no status yet.
+async fn without_status(client: &kube::Client) -> usize {
+    let lp = ListParams::default();
+    let instances = Api::<ClusterInstance>::namespaced(client.clone(), NAMESPACE)
+        .list(&lp)
+        .await
+        .expect("list instances");
+    let pools = Api::<ClusterPool>::namespaced(client.clone(), NAMESPACE)
+        .list(&lp)
+        .await
+        .expect("list pools");
+    let bundles = Api::<CRCBundle>::all(client.clone())
+        .list(&lp)
+        .await
+        .expect("list bundles");
+    instances
+        .items
+        .iter()
+        .filter(|o| o.status.is_none())
+        .count()
+        + pools.items.iter().filter(|o| o.status.is_none()).count()
+        + bundles.items.iter().filter(|o| o.status.is_none()).count()
+}
+
+/// `apiserver_request_total` summed by (verb, resource).
+async fn request_counts(client: &kube::Client) -> BTreeMap<(String, String), f64> {
+    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = client.request_text(request).await.expect("GET /metrics");
+    let mut counts = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(&format!("{name}=\"")))
+                .map(|v| v.trim_end_matches('"').to_owned())
+                .unwrap_or_default()
+        };
+        let mut resource = label("resource");
+        let subresource = label("subresource");
+        if !subresource.is_empty() {
+            resource = format!("{resource}/{subresource}");
+        }
+        *counts.entry((label("verb"), resource)).or_insert(0.0) +=
+            value.trim().parse::<f64>().unwrap_or(0.0);
+    }
+    counts
+}
+
+fn delta(
+    after: &BTreeMap<(String, String), f64>,
+    before: &BTreeMap<(String, String), f64>,
+) -> BTreeMap<(String, String), f64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .collect()
+}
+
+fn total(after: &BTreeMap<(String, String), f64>, before: &BTreeMap<(String, String), f64>) -> f64 {
+    delta(after, before).values().sum()
+}
+
+struct Operator(Child);
+
+impl Operator {
+    fn start(cp: &testenv::ControlPlane, log: &std::path::Path) -> Self {
+        let child = Command::new(env!("CARGO_BIN_EXE_guestcluster"))
+            .args(["operator", "--namespace", "default", "--leader-elect=false"])
+            .args(["--health-probe-bind-address=0", "--metrics-bind-address=0"])
+            .env("KUBECONFIG", cp.kubeconfig_path())
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).expect("log file"))
+            .spawn()
+            .expect("spawn guestcluster operator");
+        Self(child)
+    }
+
+    fn check_running(&mut self, log: &std::path::Path) {
+        if let Ok(Some(status)) = self.0.try_wait() {
+            panic!(
+                "the operator exited ({status}): {}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+    }
+
+    /// (`VmHWM`, `VmRSS`) in KiB.
+    fn rss_kib(&self) -> (u64, u64) {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.0.id())).unwrap_or_default();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+                .unwrap_or(0)
+        };
+        (field("VmHWM:"), field("VmRSS:"))
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -1,0 +1,160 @@
+//! The simulated management cluster: the parts of an OpenShift + OpenShift Virtualization cluster
+//! that cannot run on a machine without a hypervisor, played against the real kube-apiserver.
+//!
+//! The product crate does not depend on this one (only its tests do): it talks to the API server,
+//! to pods' processes and to guests over SSH exactly as it would on a real cluster. See
+//! `docs/simulation.md`. The `guestcluster-sim` binary (`src/main.rs`) runs the demo and
+//! `dev up`.
+//!
+//! | module | plays |
+//! |---|---|
+//! | [`volumes`] | the storage provisioner: binds PVCs, one directory (with `disk.img`) per PVC |
+//! | [`cdi`] | CDI: DataVolumes (blank, pvc clone, http import) |
+//! | [`kubelet`] | the scheduler + kubelet of one Node: runs our Job pods as local processes |
+//! | [`tools`] | fake `oc`, `openshift-install`, `coreos-installer` put first on Job pods' `PATH` |
+//! | [`network`] | pod IPs: one loopback address (127.0.0.0/8) per pod |
+//! | [`kubevirt`] | KubeVirt: VirtualMachines, VMIs, virt-launcher pods |
+//! | [`platform`] | the `KubeVirt` and `CDI` operator objects, Deployed |
+//! | [`guest`] | CRC guests: a state model stored in the disk image, an SSH server per running VMI |
+//! | [`openshift`] | each running guest's OpenShift API: a kube-apiserver plus simulated operators |
+//! | [`route_proxy`] | the router for passthrough Routes, as an HTTP `CONNECT` proxy |
+//! | [`bundles`], [`file_server`] | `.crcbundle` archives and an HTTP server for downloads |
+//! | [`demo`] | `guestcluster-sim demo`: control plane + simulation + operator, end to end |
+//! | [`product_bin`] | finds the product binary the demo's Job pods run |
+// The simulation plays other controllers (KubeVirt, CDI, the kubelet, the guests' API servers)
+// and writes as they do, not through the operator's write path.
+#![allow(clippy::disallowed_methods)]
+
+pub mod bundles;
+pub mod cdi;
+pub mod demo;
+pub mod file_server;
+pub mod guest;
+pub mod kubelet;
+pub mod kubevirt;
+pub mod network;
+pub mod openshift;
+pub mod platform;
+pub mod product_bin;
+pub mod route_proxy;
+pub mod timing;
+pub mod tools;
+pub mod volumes;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub use timing::Timings;
+
+/// Errors of the simulation's own machinery (not of the objects it plays).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("simulation I/O at {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("simulation API call: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// How to run the simulation.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Where volumes, pod sandboxes, logs and fake tools live.
+    pub root: PathBuf,
+    /// Every simulated duration.
+    pub timings: Timings,
+    /// Kubeconfig of the control plane, given to Job processes in place of in-cluster config.
+    pub kubeconfig: PathBuf,
+    /// The `guestcluster` binary that runs our Job subcommands.
+    pub guestcluster_bin: PathBuf,
+    /// Container images whose pods run `guestcluster_bin` (our image, whatever its tag).
+    pub our_image_prefix: String,
+    /// Name of the one simulated Node.
+    pub node_name: String,
+}
+
+/// What every simulated controller shares.
+pub struct SimContext {
+    pub client: kube::Client,
+    pub options: Options,
+    pub volumes: volumes::VolumeStore,
+    pub network: network::IpAllocator,
+    pub guests: guest::GuestHost,
+}
+
+/// A running simulation; dropping it (or [`Sim::shutdown`]) stops every simulated controller,
+/// Job process and guest.
+pub struct Sim {
+    pub ctx: Arc<SimContext>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Sim {
+    /// Starts every simulated controller against `client`'s cluster.
+    pub async fn start(client: kube::Client, options: Options) -> Result<Sim, Error> {
+        std::fs::create_dir_all(&options.root).map_err(|source| Error::Io {
+            path: options.root.clone(),
+            source,
+        })?;
+        platform::ensure(&client).await?;
+        // Before any controller allocates: pods and VMIs of an earlier run keep their addresses.
+        let network = network::IpAllocator::default();
+        network::reserve_existing(&client, &network).await?;
+        let ctx = Arc::new(SimContext {
+            volumes: volumes::VolumeStore::new(options.root.join("volumes")),
+            network,
+            guests: guest::GuestHost::new(options.timings.clone()),
+            client,
+            options,
+        });
+        let tasks = vec![
+            spawn("volumes", volumes::run(ctx.clone())),
+            spawn("cdi", cdi::run(ctx.clone())),
+            spawn("kubelet", kubelet::run(ctx.clone())),
+            spawn("kubevirt", kubevirt::run(ctx.clone())),
+        ];
+        Ok(Sim { ctx, tasks })
+    }
+
+    /// Serves each guest's OpenShift API while its kubelet runs, with API servers started by
+    /// `launcher` on the control plane's etcd (see [`openshift`]).
+    pub fn serve_guest_apis(&mut self, launcher: testenv::ApiServerLauncher) {
+        self.tasks.push(spawn(
+            "guest-apis",
+            openshift::link::run(self.ctx.clone(), launcher),
+        ));
+    }
+
+    /// Stops every simulated controller, Job process and guest.
+    pub async fn shutdown(mut self) {
+        self.stop_tasks();
+        self.ctx.guests.shutdown_all().await;
+    }
+
+    fn stop_tasks(&mut self) {
+        for task in self.tasks.drain(..) {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        self.stop_tasks();
+    }
+}
+
+fn spawn(
+    name: &'static str,
+    controller: impl std::future::Future<Output = Result<(), Error>> + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        if let Err(err) = controller.await {
+            tracing::error!(controller = name, "simulated controller stopped: {err}");
+        }
+    })
+}

@@ -1,0 +1,1024 @@
+//! One simulated guest cluster: a kube-apiserver (on the control plane's etcd, under the disk's
+//! own prefix) serving the guest's OpenShift API at `<guest address>:6443`, plus the controllers
+//! that move OpenShift objects the way a real single-node cluster would:
+//!
+//! - kubelet CSRs (client and serving) appear when the kubelet starts, and are issued once
+//!   approved: a real certificate for the requested subject and key, signed by a CA of the CSR's
+//!   signer, as the kube-controller-manager does;
+//! - ClusterOperators and the ClusterVersion become Available once the kubelet has run for
+//!   `Timings.operators` and the guest's certificates are valid *by guest time*;
+//! - MachineConfig changes roll out: the pool goes Updating, the files land in the guest after
+//!   `Timings.rollout`, and the pool reports Updated;
+//! - the client CA bundle follows the `openshift-config/admin-kubeconfig-client-ca` ConfigMap, like
+//!   the kube-apiserver operator does;
+//! - `apiservers.config.openshift.io/cluster` `spec.servingCerts.namedCertificates` roll out like a
+//!   new kube-apiserver revision: ClusterOperator `kube-apiserver` is Progressing for
+//!   `Timings.rollout`, then the API server restarts with one `--tls-sni-cert-key` per entry (the
+//!   TLS Secret from `openshift-config`), keeping its data in etcd;
+//! - `openshift-config/pull-secret` is mirrored into the guest's `/var/lib/kubelet/config.json`,
+//!   like the Machine Config Operator does.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+use sha2::Digest as _;
+
+use super::pki::{CsrSigner, GuestPki};
+use crate::Timings;
+use crate::guest::state::paths;
+use testenv::{ApiServerLauncher, ExtraApiServer, ExtraApiServerSpec};
+
+const MANAGER: &str = "guestcluster-sim-openshift";
+/// The signers of the kubelet's own CSRs (client, then serving).
+const KUBELET_SIGNERS: [&str; 2] = [
+    "kubernetes.io/kube-apiserver-client-kubelet",
+    "kubernetes.io/kubelet-serving",
+];
+/// The signers the kube-controller-manager issues certificates for.
+const CONTROLLER_SIGNERS: [&str; 4] = [
+    "kubernetes.io/kube-apiserver-client",
+    "kubernetes.io/kube-apiserver-client-kubelet",
+    "kubernetes.io/kubelet-serving",
+    "kubernetes.io/legacy-unknown",
+];
+/// The user the kubelet's CSRs are for.
+const KUBELET_USER: &str = "system:node:crc";
+/// How long issued certificates are valid (the cluster signing duration), in seconds.
+const SIGNING_DURATION: i64 = 30 * 86_400;
+/// The cluster operators a CRC guest reports and the crc-agent waits for (and a few more).
+pub const OPERATORS: [&str; 8] = [
+    "authentication",
+    "console",
+    "etcd",
+    "ingress",
+    "kube-apiserver",
+    "machine-config",
+    "network",
+    "openshift-apiserver",
+];
+
+/// Errors of a simulated guest cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("starting the guest API server: {0}")]
+    Start(#[from] testenv::Error),
+    #[error("guest PKI: {0}")]
+    Pki(#[from] super::pki::Error),
+    #[error("guest API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("guest API client: {0}")]
+    Client(String),
+}
+
+/// What the cluster controllers need to know about (and do to) the guest they run in.
+pub trait GuestView: Send + Sync + 'static {
+    /// Whether the kubelet unit is running now.
+    fn kubelet_running(&self) -> bool;
+    /// The guest clock, unix seconds.
+    fn guest_now(&self) -> i64;
+    /// Whether every certificate the guest tracks is valid at guest time.
+    fn certificates_valid(&self) -> bool;
+    /// Renews the kubelet's certificates from `now` (guest time) for `days`, as an approved CSR
+    /// does.
+    fn renew_kubelet_certificates(&self, now: i64, days: i64);
+    /// Writes MachineConfig files into the guest (path, contents, mode).
+    fn write_files(&self, files: Vec<(String, Vec<u8>, u32)>);
+    /// A guest file's bytes, if it exists.
+    fn file(&self, path: &str) -> Option<Vec<u8>>;
+}
+
+/// The namespace of the Secrets `namedCertificates` refer to, as in OpenShift.
+const CONFIG_NAMESPACE: &str = "openshift-config";
+
+/// `--tls-sni-cert-key` entries: (certificate PEM, key PEM, host names).
+type SniCerts = Vec<(String, String, Vec<String>)>;
+
+/// How to run one guest cluster.
+pub struct ClusterSpec {
+    /// Directory for the API server's PKI files and log.
+    pub dir: PathBuf,
+    /// `<guest address>:6443`.
+    pub bind: SocketAddr,
+    /// etcd prefix: one per disk, so a VM restart keeps its cluster and a clone starts fresh.
+    pub etcd_prefix: String,
+    pub pki: GuestPki,
+    /// OpenShift version installed in the disk.
+    pub version: String,
+    pub timings: Timings,
+}
+
+/// A running guest cluster; stopping it stops the API server (the data stays in etcd).
+pub struct GuestCluster {
+    server: Arc<Mutex<ServerSlot>>,
+    controllers: tokio::task::JoinHandle<()>,
+    bind: SocketAddr,
+    config: kube::Config,
+}
+
+/// The API server process, shared by [`GuestCluster::stop`] and the rollout that replaces it.
+/// One lock covers both fields, so a rollout never installs a new process after a stop.
+#[derive(Default)]
+struct ServerSlot {
+    server: Option<ExtraApiServer>,
+    stopped: bool,
+}
+
+fn slot(server: &Mutex<ServerSlot>) -> std::sync::MutexGuard<'_, ServerSlot> {
+    server.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl GuestCluster {
+    /// Starts the API server, installs the OpenShift CRDs and baseline objects, and the
+    /// controllers.
+    pub async fn start(
+        launcher: &ApiServerLauncher,
+        spec: ClusterSpec,
+        guest: Arc<dyn GuestView>,
+    ) -> Result<Self, Error> {
+        // The simulation's own identity comes from a CA only it knows, so replacing the user
+        // client CA bundle (as the crc-agent does) never locks the simulation out.
+        let internal = GuestPki::generate(spec.pki.not_before, 3650)?;
+        let (sim_cert, sim_key) = internal.client_cert("guestcluster-sim", "system:masters")?;
+        let server_spec = ExtraApiServerSpec {
+            name: format!("guest-{}", spec.bind),
+            dir: spec.dir.clone(),
+            etcd_prefix: spec.etcd_prefix.clone(),
+            bind: spec.bind,
+            server_name: "api.crc.testing".into(),
+            serving_cert_pem: spec.pki.serving_cert.clone(),
+            serving_key_pem: spec.pki.serving_key.clone(),
+            server_ca_pem: spec.pki.server_ca_cert.clone(),
+            client_ca_pem: format!("{}{}", internal.admin_ca_cert, spec.pki.admin_ca_cert),
+            admin_cert_pem: sim_cert,
+            admin_key_pem: sim_key,
+            // The rollout controller adds the namedCertificates once it has read them.
+            sni_certs: Vec::new(),
+            startup_timeout: Duration::from_secs(60),
+        };
+        let server = launcher.start(&server_spec).await?;
+        let config = server.config();
+        let client =
+            kube::Client::try_from(config.clone()).map_err(|e| Error::Client(e.to_string()))?;
+        install_crds(&client).await?;
+        ensure_baseline(&client, &spec).await?;
+        let slot = Arc::new(Mutex::new(ServerSlot {
+            server: Some(server),
+            stopped: false,
+        }));
+        let controllers = tokio::spawn(run_controllers(Controllers {
+            client,
+            launcher: launcher.clone(),
+            server_spec,
+            server: slot.clone(),
+            sni_rollout: None,
+            sni_failed: None,
+            guest,
+            timings: spec.timings.clone(),
+            version: spec.version.clone(),
+            internal_ca: internal.admin_ca_cert.clone(),
+            client_ca_file: spec.dir.join("client-ca.crt"),
+            kubelet_since: None,
+            csr_epoch: None,
+            csr_pending: Vec::new(),
+            csr_signers: BTreeMap::new(),
+            failures: BTreeMap::new(),
+            rollouts: BTreeMap::new(),
+        }));
+        Ok(GuestCluster {
+            server: slot,
+            controllers,
+            bind: spec.bind,
+            config,
+        })
+    }
+
+    /// Where the API server listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.bind
+    }
+
+    /// An admin client configuration for the simulation's own use.
+    pub fn config(&self) -> kube::Config {
+        // The same after a rollout: the restarted server keeps its CA, name and address.
+        self.config.clone()
+    }
+
+    pub fn stop(self) {
+        self.controllers.abort();
+        let server = {
+            let mut slot = slot(&self.server);
+            slot.stopped = true;
+            slot.server.take()
+        };
+        if let Some(mut server) = server {
+            server.stop();
+        }
+    }
+}
+
+impl Drop for GuestCluster {
+    fn drop(&mut self) {
+        self.controllers.abort();
+    }
+}
+
+fn resource(group: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", kind), plural)
+}
+
+fn config_api(client: &kube::Client, kind: &str, plural: &str) -> Api<DynamicObject> {
+    Api::all_with(
+        client.clone(),
+        &resource("config.openshift.io", kind, plural),
+    )
+}
+
+fn mc_api(client: &kube::Client, kind: &str, plural: &str) -> Api<DynamicObject> {
+    Api::all_with(
+        client.clone(),
+        &resource("machineconfiguration.openshift.io", kind, plural),
+    )
+}
+
+async fn install_crds(client: &kube::Client) -> Result<(), Error> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in super::crds::all() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        api.patch(
+            &name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&crd),
+        )
+        .await?;
+    }
+    for crd in super::crds::all() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        let established = kube::runtime::wait::conditions::is_crd_established();
+        let _ = tokio::time::timeout(
+            Duration::from_secs(30),
+            kube::runtime::wait::await_condition(api.clone(), &name, established),
+        )
+        .await;
+    }
+    Ok(())
+}
+
+/// Creates what an installed CRC cluster has, where missing. Create-only: objects a user (or the
+/// crc-agent) changed are left alone.
+async fn ensure_baseline(client: &kube::Client, spec: &ClusterSpec) -> Result<(), Error> {
+    let create = |api: Api<DynamicObject>, body: Value| async move {
+        let obj: DynamicObject =
+            serde_json::from_value(body).map_err(|e| Error::Client(e.to_string()))?;
+        match api.create(&PostParams::default(), &obj).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+            Err(e) => Err(Error::Kube(e)),
+        }
+    };
+    let core = |kind: &str, plural: &str, ns: Option<&str>| {
+        let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", kind), plural);
+        match ns {
+            Some(ns) => Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar),
+            None => Api::<DynamicObject>::all_with(client.clone(), &ar),
+        }
+    };
+    for ns in [
+        "openshift-config",
+        "openshift-config-managed",
+        "openshift-machine-config-operator",
+        "openshift-ingress",
+    ] {
+        create(
+            core("Namespace", "namespaces", None),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        )
+        .await?;
+    }
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    create(
+        core("Secret", "secrets", Some("openshift-config")),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "pull-secret", "namespace": "openshift-config"},
+               "type": "kubernetes.io/dockerconfigjson", "data": {".dockerconfigjson": b64("{\"auths\":{}}")}}),
+    )
+    .await?;
+    create(
+        core("ConfigMap", "configmaps", Some("openshift-config")),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "admin-kubeconfig-client-ca", "namespace": "openshift-config"},
+               "data": {"ca-bundle.crt": spec.pki.admin_ca_cert}}),
+    )
+    .await?;
+    let cluster_scoped = [
+        (
+            config_api(client, "ClusterVersion", "clusterversions"),
+            "config.openshift.io/v1",
+            "ClusterVersion",
+            "version",
+            json!({"channel": "stable", "clusterID": "00000000-0000-0000-0000-000000000000"}),
+        ),
+        (
+            config_api(client, "APIServer", "apiservers"),
+            "config.openshift.io/v1",
+            "APIServer",
+            "cluster",
+            json!({}),
+        ),
+        (
+            config_api(client, "OAuth", "oauths"),
+            "config.openshift.io/v1",
+            "OAuth",
+            "cluster",
+            json!({}),
+        ),
+        (
+            config_api(client, "Ingress", "ingresses"),
+            "config.openshift.io/v1",
+            "Ingress",
+            "cluster",
+            json!({"domain": "apps-crc.testing"}),
+        ),
+        (
+            mc_api(client, "MachineConfigPool", "machineconfigpools"),
+            "machineconfiguration.openshift.io/v1",
+            "MachineConfigPool",
+            "master",
+            json!({"machineConfigSelector": {"matchLabels": {"machineconfiguration.openshift.io/role": "master"}}}),
+        ),
+    ];
+    for (api, api_version, kind, name, spec_body) in cluster_scoped {
+        create(api, json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": name}, "spec": spec_body})).await?;
+    }
+    for op in OPERATORS {
+        create(
+            config_api(client, "ClusterOperator", "clusteroperators"),
+            json!({"apiVersion": "config.openshift.io/v1", "kind": "ClusterOperator", "metadata": {"name": op}, "spec": {}}),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+struct Controllers {
+    client: kube::Client,
+    launcher: ApiServerLauncher,
+    /// What the running API server was started with; a rollout restarts it with new SNI
+    /// certificates, and the client CA kept current so a restart never reverts it.
+    server_spec: ExtraApiServerSpec,
+    server: Arc<Mutex<ServerSlot>>,
+    /// A namedCertificates rollout waiting for its turn: the wanted certificates and when the
+    /// change was first seen.
+    sni_rollout: Option<(SniCerts, Instant)>,
+    /// Certificates the API server did not start with; not tried again until they change.
+    sni_failed: Option<SniCerts>,
+    guest: Arc<dyn GuestView>,
+    timings: Timings,
+    version: String,
+    internal_ca: String,
+    client_ca_file: PathBuf,
+    /// When the kubelet was last seen starting (host clock), for operator readiness.
+    kubelet_since: Option<Instant>,
+    /// The kubelet start for which CSRs were created.
+    csr_epoch: Option<Instant>,
+    /// Signers whose kubelet CSR for `csr_epoch` is still to be created.
+    csr_pending: Vec<&'static str>,
+    /// The simulated kube-controller-manager's signers, made on first use.
+    csr_signers: BTreeMap<String, CsrSigner>,
+    /// The last error of each controller sub-step that is failing, to log each error once.
+    failures: BTreeMap<&'static str, String>,
+    /// MachineConfigPool rollouts in progress: rendered config name → when it started.
+    rollouts: BTreeMap<String, Instant>,
+}
+
+async fn run_controllers(mut c: Controllers) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        tick.tick().await;
+        c.step().await;
+    }
+}
+
+impl Controllers {
+    /// One level-triggered pass over everything the controllers own. The sub-steps are
+    /// independent: one that fails (an unreachable API, an object the API server refuses) is
+    /// logged and retried on the next pass, and never holds up the others.
+    async fn step(&mut self) {
+        let running = self.guest.kubelet_running();
+        self.kubelet_since = match (running, self.kubelet_since) {
+            (true, None) => Some(Instant::now()),
+            (true, since) => since,
+            (false, _) => None,
+        };
+        let result = self.keep_server_running().await;
+        self.outcome("API server", result);
+        let result = self.sync_client_ca().await;
+        self.outcome("client CA", result);
+        let result = self.named_certificates().await;
+        self.outcome("named certificates", result);
+        let result = self.mirror_pull_secret().await;
+        self.outcome("pull secret", result);
+        let result = self.kubelet_csrs().await;
+        self.outcome("kubelet CSRs", result);
+        let result = self.operators().await;
+        self.outcome("cluster operators", result);
+        let result = self.cluster_version().await;
+        self.outcome("cluster version", result);
+        let result = self.machine_configs().await;
+        self.outcome("machine configs", result);
+    }
+
+    /// Logs a sub-step's failure when it starts or changes (and at debug level on each repeat),
+    /// and its recovery.
+    fn outcome(&mut self, step: &'static str, result: Result<(), Error>) {
+        match result {
+            Ok(()) => {
+                if self.failures.remove(step).is_some() {
+                    tracing::info!(step, "guest cluster controller recovered");
+                }
+            }
+            Err(err) => {
+                let err = err.to_string();
+                if self.failures.get(step) == Some(&err) {
+                    tracing::debug!(step, "guest cluster controller still failing: {err}");
+                } else {
+                    tracing::warn!(step, "guest cluster controller failed: {err}");
+                    // Also next to the API server's log, where a test's failure points.
+                    if let Some(dir) = self.client_ca_file.parent() {
+                        let _ = std::fs::OpenOptions::new()
+                            .create(true)
+                            .append(true)
+                            .open(dir.join("controllers.log"))
+                            .and_then(|mut f| {
+                                std::io::Write::write_all(
+                                    &mut f,
+                                    format!("{}: {step} failed: {err}\n", now_rfc3339()).as_bytes(),
+                                )
+                            });
+                    }
+                    self.failures.insert(step, err);
+                }
+            }
+        }
+    }
+
+    async fn sync_client_ca(&mut self) -> Result<(), Error> {
+        let cm = Api::<ConfigMap>::namespaced(self.client.clone(), "openshift-config")
+            .get_opt("admin-kubeconfig-client-ca")
+            .await?;
+        let bundle = cm
+            .and_then(|cm| cm.data)
+            .and_then(|d| d.get("ca-bundle.crt").cloned())
+            .unwrap_or_default();
+        let wanted = format!("{}{}", self.internal_ca, bundle);
+        self.server_spec.client_ca_pem.clone_from(&wanted);
+        if std::fs::read_to_string(&self.client_ca_file)
+            .ok()
+            .as_deref()
+            != Some(wanted.as_str())
+        {
+            let tmp = self.client_ca_file.with_extension("tmp");
+            std::fs::write(&tmp, &wanted)
+                .and_then(|()| std::fs::rename(&tmp, &self.client_ca_file))
+                .map_err(|e| Error::Client(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Like the kubelet with a static pod: an API server process that is gone (it exited, or a
+    /// restart could not start it) is started again with the current spec, unless the cluster
+    /// is being stopped.
+    async fn keep_server_running(&mut self) -> Result<(), Error> {
+        let needs_start = {
+            let mut slot = slot(&self.server);
+            !slot.stopped
+                && match slot.server.as_mut() {
+                    None => true,
+                    Some(server) => server.ensure_running().is_err(),
+                }
+        };
+        if needs_start {
+            tracing::warn!("guest API server is not running; starting it again");
+            self.restart_server().await?;
+        }
+        Ok(())
+    }
+
+    /// The namedCertificates rollout. A changed set first shows as ClusterOperator
+    /// `kube-apiserver` Progressing for `Timings.rollout` (the installer's time), then the API
+    /// server restarts with it; the data stays in etcd, and a server that does not come up with
+    /// the new certificates is rolled back (and that set is not tried again until it changes).
+    async fn named_certificates(&mut self) -> Result<(), Error> {
+        let wanted = self.wanted_sni_certs().await?;
+        if wanted == self.server_spec.sni_certs || self.sni_failed.as_ref() == Some(&wanted) {
+            self.sni_rollout = None;
+            return Ok(());
+        }
+        let since = match &self.sni_rollout {
+            Some((certs, since)) if *certs == wanted => *since,
+            _ => {
+                self.sni_rollout = Some((wanted, Instant::now()));
+                return Ok(());
+            }
+        };
+        if since.elapsed() < self.timings.rollout {
+            return Ok(());
+        }
+        let previous = std::mem::replace(&mut self.server_spec.sni_certs, wanted.clone());
+        if let Err(err) = self.restart_server().await {
+            tracing::warn!(
+                "guest API server did not start with the named certificates; rolling back: {err}"
+            );
+            self.server_spec.sni_certs = previous;
+            self.sni_failed = Some(wanted);
+            self.restart_server().await?;
+        }
+        self.sni_rollout = None;
+        Ok(())
+    }
+
+    /// The `--tls-sni-cert-key` entries `apiservers/cluster` asks for: one per namedCertificate
+    /// whose TLS Secret in `openshift-config` exists and holds a matching certificate and key.
+    /// Others are skipped, as the real operator would refuse them.
+    async fn wanted_sni_certs(&self) -> Result<SniCerts, Error> {
+        let Some(apiserver) = config_api(&self.client, "APIServer", "apiservers")
+            .get_opt("cluster")
+            .await?
+        else {
+            return Ok(Vec::new());
+        };
+        let secrets = Api::<Secret>::namespaced(self.client.clone(), CONFIG_NAMESPACE);
+        let mut wanted = Vec::new();
+        let entries = apiserver.data["spec"]["servingCerts"]["namedCertificates"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        for entry in entries {
+            let Some(secret_name) = entry["servingCertificate"]["name"].as_str() else {
+                continue;
+            };
+            let names: Vec<String> = entry["names"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|n| n.as_str().map(str::to_owned))
+                .collect();
+            let Some(secret) = secrets.get_opt(secret_name).await? else {
+                tracing::debug!(secret = secret_name, "namedCertificate Secret missing");
+                continue;
+            };
+            let data = secret.data.unwrap_or_default();
+            let pem = |key: &str| {
+                data.get(key)
+                    .and_then(|v| String::from_utf8(v.0.clone()).ok())
+            };
+            match (pem("tls.crt"), pem("tls.key")) {
+                (Some(cert), Some(key)) if key_matches(&cert, &key) => {
+                    wanted.push((cert, key, names));
+                }
+                _ => tracing::debug!(
+                    secret = secret_name,
+                    "namedCertificate Secret without a matching tls.crt and tls.key"
+                ),
+            }
+        }
+        Ok(wanted)
+    }
+
+    /// Stops the API server and starts it again with `server_spec`, waiting until it is ready.
+    async fn restart_server(&mut self) -> Result<(), Error> {
+        let old = slot(&self.server).server.take();
+        if let Some(mut old) = old {
+            // Stopping blocks until the process exited (SIGTERM, then SIGKILL after a grace).
+            let _ = tokio::task::spawn_blocking(move || old.stop()).await;
+        }
+        let new = self.launcher.spawn(&self.server_spec).await?;
+        {
+            // Installed before it is ready, so a stop of the cluster meanwhile stops it too.
+            let mut slot = slot(&self.server);
+            if slot.stopped {
+                drop(slot);
+                drop(new);
+                return Ok(());
+            }
+            slot.server = Some(new);
+        }
+        let deadline = Instant::now() + self.server_spec.startup_timeout;
+        loop {
+            if let Some(server) = slot(&self.server).server.as_mut() {
+                server.ensure_running()?;
+            }
+            let request = http::Request::get("/readyz")
+                .body(Vec::new())
+                .map_err(|e| Error::Client(e.to_string()))?;
+            let ready =
+                tokio::time::timeout(Duration::from_secs(5), self.client.request_text(request))
+                    .await;
+            if matches!(ready, Ok(Ok(ref body)) if body.trim() == "ok") {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Client(format!(
+                    "the restarted API server was not ready within {:?}: {ready:?}",
+                    self.server_spec.startup_timeout
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// `openshift-config/pull-secret` → `/var/lib/kubelet/config.json`, as the MCO renders it
+    /// into the node: level-triggered, so the file always ends up equal to the Secret.
+    async fn mirror_pull_secret(&self) -> Result<(), Error> {
+        let secret = Api::<Secret>::namespaced(self.client.clone(), CONFIG_NAMESPACE)
+            .get_opt("pull-secret")
+            .await?;
+        let Some(wanted) = secret
+            .and_then(|s| s.data)
+            .and_then(|d| d.get(".dockerconfigjson").map(|v| v.0.clone()))
+        else {
+            return Ok(());
+        };
+        if self.guest.file(paths::PULL_SECRET).as_deref() != Some(wanted.as_slice()) {
+            self.guest
+                .write_files(vec![(paths::PULL_SECRET.to_owned(), wanted, 0o600)]);
+        }
+        Ok(())
+    }
+
+    /// Kubelet client and serving CSRs appear on each kubelet start; approved ones are issued
+    /// (and the kubelet ones renew the guest's kubelet certificates). Each CSR is handled on its
+    /// own: one that cannot be issued is marked Failed, as the kube-controller-manager does, and
+    /// one the API server refuses is retried on the next pass without holding up the others.
+    async fn kubelet_csrs(&mut self) -> Result<(), Error> {
+        let api: Api<CertificateSigningRequest> = Api::all(self.client.clone());
+        if let Some(since) = self.kubelet_since
+            && self.csr_epoch != Some(since)
+        {
+            self.csr_epoch = Some(since);
+            self.csr_pending = KUBELET_SIGNERS.to_vec();
+        }
+        if self.kubelet_since.is_none() {
+            self.csr_pending.clear();
+        }
+        let mut first_error = None;
+        for signer in std::mem::take(&mut self.csr_pending) {
+            let created = match kubelet_csr(signer, KUBELET_USER) {
+                Ok(csr) => api
+                    .create(&PostParams::default(), &csr)
+                    .await
+                    .map(drop)
+                    .map_err(Error::Kube),
+                Err(e) => Err(Error::Client(e.to_string())),
+            };
+            if let Err(err) = created {
+                first_error.get_or_insert(err);
+                self.csr_pending.push(signer);
+            }
+        }
+        for csr in api.list(&ListParams::default()).await? {
+            if let Err(err) = self.issue(&api, &csr).await {
+                let name = csr.metadata.name.as_deref().unwrap_or_default();
+                first_error.get_or_insert(Error::Client(format!("CSR {name}: {err}")));
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Issues one CSR if it is approved, not yet issued, and for a signer the
+    /// kube-controller-manager runs.
+    async fn issue(
+        &mut self,
+        api: &Api<CertificateSigningRequest>,
+        csr: &CertificateSigningRequest,
+    ) -> Result<(), Error> {
+        let status = csr.status.clone().unwrap_or_default();
+        let is = |type_: &str| {
+            status
+                .conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == type_ && c.status == "True")
+        };
+        let signer = csr.spec.signer_name.as_str();
+        if !is("Approved")
+            || is("Denied")
+            || is("Failed")
+            || status.certificate.is_some()
+            || !CONTROLLER_SIGNERS.contains(&signer)
+        {
+            return Ok(());
+        }
+        let name = csr.metadata.name.clone().unwrap_or_default();
+        let now = self.guest.guest_now();
+        // Like the kube-controller-manager: backdated a little, for the cluster's signing
+        // duration or the shorter one the CSR asks for (at least ten minutes).
+        let lifetime = csr.spec.expiration_seconds.map_or(SIGNING_DURATION, |s| {
+            i64::from(s).clamp(600, SIGNING_DURATION)
+        });
+        let signed = match self.csr_signers.entry(signer.to_owned()) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => e.insert(CsrSigner::generate(signer)?),
+        }
+        .sign(
+            &csr.spec.request.0,
+            &csr.spec.usages.clone().unwrap_or_default(),
+            now - 300,
+            now + lifetime,
+        );
+        let body = match signed {
+            Ok(pem) => {
+                json!({"status": {"certificate": base64::engine::general_purpose::STANDARD.encode(pem)}})
+            }
+            Err(err @ super::pki::Error::Request(_)) => {
+                tracing::warn!(csr = %name, signer, "cannot issue the approved CSR: {err}");
+                let mut conditions = status.conditions.clone().unwrap_or_default();
+                let failed = json!({"type": "Failed", "status": "True", "reason": "SignerValidationFailure",
+                    "message": err.to_string(), "lastUpdateTime": now_rfc3339(), "lastTransitionTime": now_rfc3339()});
+                conditions.push(
+                    serde_json::from_value(failed).map_err(|e| Error::Client(e.to_string()))?,
+                );
+                json!({"status": {"conditions": conditions}})
+            }
+            Err(err) => return Err(err.into()),
+        };
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
+            .await?;
+        if body["status"]["certificate"].is_string() && KUBELET_SIGNERS.contains(&signer) {
+            self.guest
+                .renew_kubelet_certificates(now, SIGNING_DURATION / 86_400);
+        }
+        Ok(())
+    }
+
+    /// Whether the cluster is Available now, with the reason and message the operators report.
+    fn availability(&self) -> (bool, &'static str, &'static str) {
+        let warmed = self
+            .kubelet_since
+            .is_some_and(|since| since.elapsed() >= self.timings.operators);
+        let certs = self.guest.certificates_valid();
+        match (warmed, certs) {
+            (true, true) => (true, "AsExpected", "All is well"),
+            (_, false) => (
+                false,
+                "CertificatesExpired",
+                "certificates are not valid at guest time",
+            ),
+            (false, true) => (
+                false,
+                "KubeletNotReady",
+                "waiting for the kubelet and static pods",
+            ),
+        }
+    }
+
+    /// Each ClusterOperator's conditions; one that cannot be updated does not hold up the others.
+    async fn operators(&self) -> Result<(), Error> {
+        let (available, reason, message) = self.availability();
+        let api = config_api(&self.client, "ClusterOperator", "clusteroperators");
+        let mut first_error = None;
+        for op in OPERATORS {
+            // Only the kube-apiserver operator rolls out the serving certificates.
+            let progressing = op == "kube-apiserver" && self.sni_rollout.is_some();
+            let status = |t: &str, s: bool| json!({"type": t, "status": if s {"True"} else {"False"}, "reason": reason, "message": message, "lastTransitionTime": now_rfc3339()});
+            let mut conditions = vec![
+                status("Available", available),
+                status("Progressing", false),
+                status("Degraded", false),
+            ];
+            if progressing {
+                conditions[1] = json!({"type": "Progressing", "status": "True", "reason": "NodeInstaller",
+                    "message": "NodeInstallerProgressing: rolling out a new revision with the named serving certificates",
+                    "lastTransitionTime": now_rfc3339()});
+            }
+            let body = json!({"apiVersion": "config.openshift.io/v1", "kind": "ClusterOperator", "metadata": {"name": op},
+                "status": {"conditions": conditions,
+                           "versions": [{"name": "operator", "version": self.version}]}});
+            if current_conditions(&api, op, ["Available", "Progressing"]).await
+                != [Some(available), Some(progressing)]
+                && let Err(err) = apply_status(&api, op, body).await
+            {
+                first_error.get_or_insert(err);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    async fn cluster_version(&self) -> Result<(), Error> {
+        let (available, _, _) = self.availability();
+        let api = config_api(&self.client, "ClusterVersion", "clusterversions");
+        if current_conditions(&api, "version", ["Available"]).await == [Some(available)] {
+            return Ok(());
+        }
+        let body = json!({"apiVersion": "config.openshift.io/v1", "kind": "ClusterVersion", "metadata": {"name": "version"},
+            "status": {"desired": {"version": self.version},
+                       "history": [{"state": "Completed", "version": self.version}],
+                       "conditions": [{"type": "Available", "status": if available {"True"} else {"False"}, "lastTransitionTime": now_rfc3339()}]}});
+        apply_status(&api, "version", body).await
+    }
+
+    /// Renders all MachineConfigs of the master pool; a new rendering rolls out.
+    async fn machine_configs(&mut self) -> Result<(), Error> {
+        let configs = mc_api(&self.client, "MachineConfig", "machineconfigs")
+            .list(&ListParams::default())
+            .await?;
+        let mut files = Vec::new();
+        let mut hasher = sha2::Sha256::new();
+        for mc in &configs.items {
+            hasher.update(mc.metadata.name.as_deref().unwrap_or_default());
+            hasher.update(serde_json::to_vec(&mc.data["spec"]).unwrap_or_default());
+            files.extend(machine_config_files(&mc.data["spec"]));
+        }
+        let rendered = format!("rendered-master-{}", &hex(&hasher.finalize())[..16]);
+        let pools = mc_api(&self.client, "MachineConfigPool", "machineconfigpools");
+        let Some(pool) = pools.get_opt("master").await? else {
+            return Ok(());
+        };
+        let current = pool.data["status"]["configuration"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if current == rendered && self.rollouts.is_empty() {
+            return Ok(());
+        }
+        let started = *self
+            .rollouts
+            .entry(rendered.clone())
+            .or_insert_with(Instant::now);
+        let done = started.elapsed() >= self.timings.rollout;
+        if done {
+            self.guest.write_files(files);
+            self.rollouts.clear();
+        }
+        let condition = |t: &str, s: bool| json!({"type": t, "status": if s {"True"} else {"False"}, "lastTransitionTime": now_rfc3339()});
+        let body = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool", "metadata": {"name": "master"},
+            "status": {"configuration": {"name": if done { rendered.as_str() } else { current.as_str() }},
+                       "machineCount": 1, "readyMachineCount": if done {1} else {0}, "updatedMachineCount": if done {1} else {0},
+                       "observedGeneration": pool.metadata.generation,
+                       "conditions": [condition("Updated", done), condition("Updating", !done), condition("Degraded", false)]}});
+        apply_status(&pools, "master", body).await
+    }
+}
+
+async fn apply_status(api: &Api<DynamicObject>, name: &str, body: Value) -> Result<(), Error> {
+    api.patch_status(
+        name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Whether each condition of `types` is True (`None`: absent, or the object is unreadable).
+async fn current_conditions<const N: usize>(
+    api: &Api<DynamicObject>,
+    name: &str,
+    types: [&str; N],
+) -> [Option<bool>; N] {
+    let obj = api.get_opt(name).await.ok().flatten();
+    let conditions = obj
+        .as_ref()
+        .and_then(|o| o.data["status"]["conditions"].as_array());
+    types.map(|type_| {
+        conditions?
+            .iter()
+            .find(|c| c["type"] == type_)
+            .map(|c| c["status"] == "True")
+    })
+}
+
+/// Whether `key_pem` is the private key of the certificate `cert_pem` (kube-apiserver refuses
+/// to start otherwise).
+fn key_matches(cert_pem: &str, key_pem: &str) -> bool {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let (Ok(cert), Ok(key)) = (
+        CertificateDer::from_pem_slice(cert_pem.as_bytes()),
+        PrivateKeyDer::from_pem_slice(key_pem.as_bytes()),
+    ) else {
+        return false;
+    };
+    let provider = rustls::crypto::ring::default_provider();
+    // Unlike `from_der`, a key whose match cannot be told counts as a mismatch here.
+    provider
+        .key_provider
+        .load_private_key(key)
+        .is_ok_and(|key| {
+            rustls::sign::CertifiedKey::new(vec![cert], key)
+                .keys_match()
+                .is_ok()
+        })
+}
+
+/// Files of an Ignition-style MachineConfig spec: `config.storage.files[]` with `data:` URLs.
+pub fn machine_config_files(spec: &Value) -> Vec<(String, Vec<u8>, u32)> {
+    spec["config"]["storage"]["files"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| {
+            let path = f["path"].as_str()?.to_owned();
+            let source = f["contents"]["source"].as_str()?;
+            let mode = f["mode"]
+                .as_u64()
+                .and_then(|m| u32::try_from(m).ok())
+                .unwrap_or(0o644);
+            Some((path, decode_data_url(source)?, mode))
+        })
+        .collect()
+}
+
+/// `data:,<percent-encoded>` or `data:...;base64,<base64>`.
+fn decode_data_url(url: &str) -> Option<Vec<u8>> {
+    let (meta, data) = url.strip_prefix("data:")?.split_once(',')?;
+    if meta.ends_with(";base64") {
+        return base64::engine::general_purpose::STANDARD.decode(data).ok();
+    }
+    let mut out = Vec::with_capacity(data.len());
+    let bytes = data.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn now_rfc3339() -> String {
+    k8s_openapi::jiff::Timestamp::now().to_string()
+}
+
+fn kubelet_csr(signer: &str, cn: &str) -> Result<CertificateSigningRequest, rcgen::Error> {
+    let key = rcgen::KeyPair::generate()?;
+    let mut params = rcgen::CertificateParams::default();
+    let mut dn = rcgen::DistinguishedName::new();
+    dn.push(rcgen::DnType::CommonName, cn);
+    dn.push(rcgen::DnType::OrganizationName, "system:nodes");
+    params.distinguished_name = dn;
+    let pem = params.serialize_request(&key)?.pem()?;
+    let usages: Vec<&str> = if signer.ends_with("kubelet-serving") {
+        vec!["digital signature", "server auth"]
+    } else {
+        vec!["digital signature", "client auth"]
+    };
+    let csr = json!({
+        "apiVersion": "certificates.k8s.io/v1",
+        "kind": "CertificateSigningRequest",
+        "metadata": {"generateName": "csr-"},
+        "spec": {"request": base64::engine::general_purpose::STANDARD.encode(pem), "signerName": signer, "usages": usages, "username": cn, "groups": ["system:nodes"]}
+    });
+    Ok(serde_json::from_value(csr).expect("static CSR shape"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_named_certificate_needs_its_own_key() {
+        let one = rcgen::generate_simple_self_signed(vec!["a.example".into()]).unwrap();
+        let other = rcgen::generate_simple_self_signed(vec!["b.example".into()]).unwrap();
+        let pem =
+            |c: &rcgen::CertifiedKey<rcgen::KeyPair>| (c.cert.pem(), c.signing_key.serialize_pem());
+        let ((cert, key), (_, other_key)) = (pem(&one), pem(&other));
+        assert!(key_matches(&cert, &key));
+        assert!(!key_matches(&cert, &other_key));
+        assert!(!key_matches("not a certificate", &key));
+    }
+
+    #[test]
+    fn decodes_machine_config_files() {
+        let spec = json!({"config": {"storage": {"files": [
+            {"path": "/var/lib/kubelet/config.json", "mode": 384, "contents": {"source": "data:,%7B%7D"}},
+            {"path": "/etc/b64", "contents": {"source": "data:text/plain;charset=utf-8;base64,aGk="}}
+        ]}}});
+        let files = machine_config_files(&spec);
+        assert_eq!(
+            files[0],
+            (
+                "/var/lib/kubelet/config.json".to_owned(),
+                b"{}".to_vec(),
+                384
+            )
+        );
+        assert_eq!(files[1], ("/etc/b64".to_owned(), b"hi".to_vec(), 0o644));
+    }
+}

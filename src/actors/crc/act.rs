@@ -1,0 +1,166 @@
+//! Performs the actions of a [`Plan`](super::plan::Plan), in order, through the one write path
+//! ([`crate::write`]). The first failure ends the pass with an error; nothing planned after it
+//! runs, and the pass's status is not recorded (the next pass plans again from what exists).
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PropagationPolicy};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::Error;
+use super::plan::{Action, DeleteKind, New};
+use crate::actors::Context;
+use crate::api::instance::ClusterInstance;
+use crate::events::Kind;
+use crate::identity;
+use crate::resources::instance as res;
+use crate::write;
+
+/// Performs `actions` for `instance`.
+pub async fn act(
+    instance: &ClusterInstance,
+    ctx: &Context,
+    actions: &[Action],
+) -> Result<(), Error> {
+    let actor = Actor::new(instance, ctx);
+    for action in actions {
+        actor.perform(action).await?;
+    }
+    Ok(())
+}
+
+struct Actor<'a> {
+    instance: &'a ClusterInstance,
+    ctx: &'a Context,
+    name: String,
+    namespace: String,
+}
+
+impl<'a> Actor<'a> {
+    fn new(instance: &'a ClusterInstance, ctx: &'a Context) -> Self {
+        Self {
+            instance,
+            ctx,
+            name: instance.name_any(),
+            namespace: instance.namespace().unwrap_or_default(),
+        }
+    }
+
+    fn ns<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.ctx.client.clone(), &self.namespace)
+    }
+
+    fn err(
+        &self,
+        action: &'static str,
+        what: impl Into<String>,
+    ) -> impl FnOnce(kube::Error) -> Error {
+        let (instance, what) = (self.name.clone(), what.into());
+        move |source| Error::Api {
+            instance,
+            action,
+            what,
+            source: Box::new(source),
+        }
+    }
+
+    async fn create<K>(&self, api: &Api<K>, obj: &K) -> Result<(), Error>
+    where
+        K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+    {
+        let what = format!("{} {}", K::kind(&()), obj.name_any());
+        write::create(api, obj)
+            .await
+            .map_err(self.err("creating", what.clone()))?;
+        tracing::info!(clusterinstance = %self.name, namespace = %self.namespace, "created {what}");
+        Ok(())
+    }
+
+    async fn perform(&self, action: &Action) -> Result<(), Error> {
+        match action {
+            Action::Create(new) => match new {
+                New::Secret(o) => self.create(&self.ns(), o.as_ref()).await,
+                New::DataVolume(o) => self.create(&self.ns(), o.as_ref()).await,
+                New::VirtualMachine(o) => self.create(&self.ns(), o.as_ref()).await,
+                New::ServiceAccount(o) => self.create(&self.ns(), o.as_ref()).await,
+                New::RoleBinding(o) => self.create(&self.ns(), o.as_ref()).await,
+                New::Service(o) => self.create(&self.ns(), o.as_ref()).await,
+                New::Route(o) => self.create(&self.ns(), o.as_ref()).await,
+                New::Job(o) => self.create(&self.ns(), o.as_ref()).await,
+                New::ClusterRole(o) => {
+                    let roles: Api<ClusterRole> = Api::all(self.ctx.client.clone());
+                    self.create(&roles, o.as_ref()).await
+                }
+            },
+            Action::CreateIdentity { host } => {
+                let now = Timestamp::now().as_second();
+                let identity = identity::generate(host, now).map_err(|source| Error::Identity {
+                    instance: self.name.clone(),
+                    source,
+                })?;
+                let secret = res::identity_secret(self.instance, identity.to_secret_data());
+                self.create(&self.ns(), &secret).await
+            }
+            Action::Delete(target) => {
+                let (kind, result) = match target.kind {
+                    // Foreground: the Job stays until its pods are gone, so what they mount is
+                    // not deleted under them.
+                    DeleteKind::AgentJob => (
+                        "Job",
+                        write::delete_exact(
+                            &self.ns::<Job>(),
+                            &target.name,
+                            &target.uid,
+                            PropagationPolicy::Foreground,
+                        )
+                        .await,
+                    ),
+                    DeleteKind::Secret => (
+                        "Secret",
+                        write::delete_exact(
+                            &self.ns::<Secret>(),
+                            &target.name,
+                            &target.uid,
+                            PropagationPolicy::Background,
+                        )
+                        .await,
+                    ),
+                };
+                result.map_err(self.err("deleting", format!("{kind} {}", target.name)))?;
+                tracing::info!(clusterinstance = %self.name, namespace = %self.namespace, "deleted {kind} {}", target.name);
+                Ok(())
+            }
+            Action::RepairRoleBinding { name, subjects } => {
+                let patch = serde_json::json!({"subjects": subjects});
+                write::merge_patch(&self.ns::<RoleBinding>(), name, &patch)
+                    .await
+                    .map_err(self.err("repairing", format!("RoleBinding {name}")))
+            }
+            Action::UpdateKubeconfig(wanted) => {
+                let name = wanted.name_any();
+                let patch = serde_json::json!({
+                    "metadata": {"ownerReferences": wanted.metadata.owner_references,
+                                 "labels": wanted.metadata.labels},
+                    "data": wanted.data,
+                });
+                write::merge_patch(&self.ns::<Secret>(), &name, &patch)
+                    .await
+                    .map_err(self.err("updating", format!("Secret {name}")))
+            }
+            Action::Warn { reason, message } => {
+                self.ctx
+                    .events
+                    .publish(self.instance, Kind::Warning, reason, message)
+                    .await;
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! The one place the operator writes to the Kubernetes API. Every write is idempotent:
+//!
+//! - [`record_status`]: the status of one of our kinds, by server-side apply with our field
+//!   manager, only when it changed, with an Event when its main condition's reason changed and
+//!   one log line;
+//! - [`create`]: an existing object of that name is fine (the next pass looks at it);
+//! - [`delete_exact`]: only the object with the UID that was observed (a UID precondition), so a
+//!   same-named replacement is never removed; gone is fine;
+//! - [`merge_patch`] and [`finalizer`] for the few in-place changes.
+//!
+//! `clippy.toml` disallows `Api::create`, `Api::delete` and `Api::patch_status` everywhere else.
+#![allow(clippy::disallowed_methods)]
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::{
+    Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
+};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::api::conditions::{self, types};
+use crate::api::labels::FIELD_MANAGER;
+use crate::api::{CRCBundle, ClusterInstance, ClusterLease, ClusterPool};
+use crate::events::Events;
+
+/// One of our kinds, whose status the operator records.
+pub trait Recorded:
+    Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug
+{
+    type Status: Serialize + PartialEq;
+    /// The condition whose changes of reason are Events (`kubectl describe` shows the stages).
+    const MAIN_CONDITION: &'static str;
+    fn status(&self) -> Option<&Self::Status>;
+    fn status_conditions(status: &Self::Status) -> &[Condition];
+}
+
+macro_rules! recorded {
+    ($($kind:ty => $status:ty, $main:expr;)*) => {$(
+        impl Recorded for $kind {
+            type Status = $status;
+            const MAIN_CONDITION: &'static str = $main;
+            fn status(&self) -> Option<&$status> {
+                self.status.as_ref()
+            }
+            fn status_conditions(status: &$status) -> &[Condition] {
+                &status.conditions
+            }
+        }
+    )*};
+}
+
+recorded! {
+    CRCBundle => crate::api::CRCBundleStatus, types::READY;
+    ClusterInstance => crate::api::ClusterInstanceStatus, types::READY;
+    ClusterPool => crate::api::ClusterPoolStatus, types::CAPACITY_AVAILABLE;
+    ClusterLease => crate::api::ClusterLeaseStatus, types::BOUND;
+}
+
+/// What a status write is guarded by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Guard {
+    /// Nothing: the status is ours alone.
+    None,
+    /// The resourceVersion the object was read at: a change meanwhile fails with a conflict and
+    /// is looked at again rather than overwritten.
+    ReadVersion,
+}
+
+/// Records `status` for `obj` (as it was read) when it differs from what `obj` has: one
+/// server-side apply owning every field in it, an Event when the main condition's reason or
+/// status changed, one log line. Returns whether anything was written.
+pub async fn record_status<K: Recorded>(
+    api: &Api<K>,
+    obj: &K,
+    status: &K::Status,
+    guard: Guard,
+    events: &Events,
+) -> Result<bool, kube::Error> {
+    if obj.status() == Some(status) {
+        return Ok(false);
+    }
+    let mut patch = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    if guard == Guard::ReadVersion {
+        patch["metadata"] = serde_json::json!({"resourceVersion": obj.resource_version()});
+    }
+    let name = obj.name_any();
+    api.patch_status(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    let before = obj.status().map(K::status_conditions).unwrap_or_default();
+    let after = K::status_conditions(status);
+    events
+        .transition(obj, K::MAIN_CONDITION, before, after)
+        .await;
+    let main = conditions::find(after, K::MAIN_CONDITION);
+    tracing::info!(
+        kind = K::kind(&()).as_ref(),
+        namespace = obj.namespace().unwrap_or_default(),
+        name = %name,
+        condition = K::MAIN_CONDITION,
+        status = main.map(|c| c.status.as_str()).unwrap_or_default(),
+        reason = main.map(|c| c.reason.as_str()).unwrap_or_default(),
+        "status recorded"
+    );
+    Ok(true)
+}
+
+/// Creates `obj`; an existing one is fine (the next reconcile looks at it).
+pub async fn create<K>(api: &Api<K>, obj: &K) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+{
+    create_new(api, obj).await.map(drop)
+}
+
+/// [`create`], saying whether this call created it (`false`: one of that name existed).
+pub async fn create_new<K>(api: &Api<K>, obj: &K) -> Result<bool, kube::Error>
+where
+    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), obj).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Deletes `name` only if it still is the object with `uid` (a UID precondition): a namesake
+/// created since is never touched. Gone, or replaced, is fine.
+pub async fn delete_exact<K>(
+    api: &Api<K>,
+    name: &str,
+    uid: &str,
+    propagation: PropagationPolicy,
+) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let params = DeleteParams {
+        propagation_policy: Some(propagation),
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// A JSON merge patch of `name` (e.g. repairing a field of an object we control).
+pub async fn merge_patch<K>(
+    api: &Api<K>,
+    name: &str,
+    patch: &serde_json::Value,
+) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map(drop)
+}
+
+/// Adds (`add`) or removes our finalizer `finalizer` on `obj`, guarded by the resourceVersion it
+/// was read at: a concurrent change fails with a conflict and is retried on the next trigger.
+/// An object already gone while being deleted is fine (nothing is left to release).
+pub async fn finalizer<K>(
+    api: &Api<K>,
+    obj: &K,
+    finalizer: &str,
+    add: bool,
+) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let mut finalizers: Vec<String> = obj
+        .finalizers()
+        .iter()
+        .filter(|f| *f != finalizer)
+        .cloned()
+        .collect();
+    if add {
+        finalizers.push(finalizer.to_owned());
+    }
+    let patch = serde_json::json!({"metadata": {
+        "resourceVersion": obj.resource_version(),
+        "finalizers": finalizers,
+    }});
+    match api
+        .patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status))
+            if status.code == 404 && obj.meta().deletion_timestamp.is_some() =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
