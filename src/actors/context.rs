@@ -64,7 +64,7 @@ impl Context {
         tuning: Tuning,
         guests: GuestSettings,
     ) -> Arc<Self> {
-        metrics.count_live_actors_with(super::live_actor_counts);
+        metrics.count_live_actors_with(super::names::live_actor_counts);
         Arc::new(Self {
             events: Events::new(client.clone()),
             guests,

@@ -18,6 +18,7 @@ use kube::{Api, ResourceExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
 
+use super::context::Context;
 use super::crc;
 use super::instance_gates::{self, NamespaceState, Observed, Platform};
 use super::kind_supervisor::{
@@ -81,7 +82,7 @@ impl ObjectActor for InstanceActor {
 
     /// Objects the instance controls (Jobs, Secrets, the VM and DataVolume, the Route) and the
     /// VMIs labelled with its name wake it.
-    fn owned_events(ctx: &Arc<super::Context>) -> Vec<OwnerEvents> {
+    fn owned_events(ctx: &Arc<Context>) -> Vec<OwnerEvents> {
         let c = &ctx.client;
         // Everything the instance (or its agent) creates carries its name label.
         let ours = Some(CLUSTER_INSTANCE);
@@ -94,7 +95,7 @@ impl ObjectActor for InstanceActor {
         ]
     }
 
-    fn related_events(ctx: &Arc<super::Context>) -> Vec<RelatedEvents<ClusterInstance>> {
+    fn related_events(ctx: &Arc<Context>) -> Vec<RelatedEvents<ClusterInstance>> {
         vec![
             related_events(
                 Api::<VirtualMachineInstance>::all(ctx.client.clone()),
@@ -119,15 +120,12 @@ impl ObjectActor for InstanceActor {
         ]
     }
 
-    async fn reconcile(
-        instance: &ClusterInstance,
-        ctx: &Arc<super::Context>,
-    ) -> Result<Next, Error> {
+    async fn reconcile(instance: &ClusterInstance, ctx: &Arc<Context>) -> Result<Next, Error> {
         reconcile(instance, ctx).await
     }
 }
 
-async fn reconcile(instance: &ClusterInstance, ctx: &Arc<super::Context>) -> Result<Next, Error> {
+async fn reconcile(instance: &ClusterInstance, ctx: &Arc<Context>) -> Result<Next, Error> {
     let name = instance.name_any();
     let ns = instance.namespace().unwrap_or_default();
     let api: Api<ClusterInstance> = Api::namespaced(ctx.client.clone(), &ns);
@@ -195,7 +193,7 @@ async fn reconcile(instance: &ClusterInstance, ctx: &Arc<super::Context>) -> Res
 
 /// Writes the status when it changed (with an Event when the `Ready` reason changed).
 async fn record(
-    ctx: &super::Context,
+    ctx: &Context,
     api: &Api<ClusterInstance>,
     instance: &ClusterInstance,
     status: &ClusterInstanceStatus,
@@ -211,7 +209,7 @@ async fn record(
 
 /// `status.leaseRef`: the lease that claims this instance (informational, upstream §4.3).
 async fn lease_projection(
-    ctx: &super::Context,
+    ctx: &Context,
     instance: &ClusterInstance,
 ) -> Result<Option<crate::api::common::LocalRef>, Error> {
     let ns = instance.namespace().unwrap_or_default();
@@ -235,7 +233,7 @@ async fn lease_projection(
 /// `CleanupTimedOut`, or `CleanupError` on a failed call).
 async fn teardown(
     instance: &ClusterInstance,
-    ctx: &Arc<super::Context>,
+    ctx: &Arc<Context>,
     api: &Api<ClusterInstance>,
 ) -> Result<Option<Next>, Error> {
     let result = crc::teardown::run(instance, ctx).await;
@@ -301,7 +299,7 @@ async fn set_finalizer(
 }
 
 /// Live reads: the namespace always, the platform only once the namespace policy allows work.
-async fn observe(ctx: &super::Context, instance: &ClusterInstance) -> Result<Observed, Error> {
+async fn observe(ctx: &Context, instance: &ClusterInstance) -> Result<Observed, Error> {
     let name = instance.name_any();
     let err = |what: &str| {
         let (name, what) = (name.clone(), what.to_owned());

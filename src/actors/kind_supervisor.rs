@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 
 use super::backoff::{Backoff, Failures};
 use super::context::Context;
-use super::{object_actor_name, supervisor_name};
+use super::names::{object_actor_name, supervisor_name};
 
 /// How long a stopping supervisor waits for its children.
 pub const CHILD_STOP_TIMEOUT: Duration = Duration::from_secs(10);

@@ -27,6 +27,7 @@ use kube::api::PropagationPolicy;
 use kube::{Api, ResourceExt};
 
 use super::claims::{self, BindOutcome};
+use super::context::Context;
 use super::kind_supervisor::{
     Next, ObjectActor, ReconcileError, Related, RelatedEvents, related_events,
 };
@@ -86,7 +87,7 @@ impl ObjectActor for LeaseActor {
 
     /// Any change of a pool instance, or of a pool (created, its actor about to start), wakes
     /// the Pending leases of that pool.
-    fn related_events(ctx: &Arc<super::Context>) -> Vec<RelatedEvents<ClusterLease>> {
+    fn related_events(ctx: &Arc<Context>) -> Vec<RelatedEvents<ClusterLease>> {
         vec![
             related_events(
                 Api::<ClusterInstance>::all(ctx.client.clone()),
@@ -105,7 +106,7 @@ impl ObjectActor for LeaseActor {
         ]
     }
 
-    async fn reconcile(lease: &ClusterLease, ctx: &Arc<super::Context>) -> Result<Next, Error> {
+    async fn reconcile(lease: &ClusterLease, ctx: &Arc<Context>) -> Result<Next, Error> {
         reconcile(lease, ctx).await
     }
 }
@@ -117,7 +118,7 @@ fn pending_of(namespace: String, pool: String) -> Option<Related<ClusterLease>> 
     }))
 }
 
-async fn reconcile(lease: &ClusterLease, ctx: &super::Context) -> Result<Next, Error> {
+async fn reconcile(lease: &ClusterLease, ctx: &Context) -> Result<Next, Error> {
     let name = lease.name_any();
     let ns = lease.namespace().unwrap_or_default();
     let api: Api<ClusterLease> = Api::namespaced(ctx.client.clone(), &ns);
@@ -147,7 +148,7 @@ async fn reconcile(lease: &ClusterLease, ctx: &super::Context) -> Result<Next, E
 /// Deletion: delete the instance the live lease is bound to, then remove our finalizer.
 async fn release(
     lease: &ClusterLease,
-    ctx: &super::Context,
+    ctx: &Context,
     api: &Api<ClusterLease>,
 ) -> Result<Next, Error> {
     let name = lease.name_any();
@@ -186,7 +187,7 @@ async fn release(
 
 /// Pending: ask the pool's actor to bind the lease. A missing pool is waited for; a pool
 /// actor that cannot answer is recorded and retried with backoff.
-async fn bind(lease: &ClusterLease, ctx: &super::Context) -> Result<Next, Error> {
+async fn bind(lease: &ClusterLease, ctx: &Context) -> Result<Next, Error> {
     match pool::request_bind(ctx, lease).await {
         Ok(BindOutcome::Waiting) => Ok(Next::Requeue(LEASE_REQUEUE)),
         // A new binding's status event brings us back for the TTL.

@@ -31,6 +31,7 @@ pub mod instance_gates;
 pub mod kind_supervisor;
 pub mod lease;
 pub mod lease_decide;
+pub mod names;
 pub mod pool;
 pub mod pool_decide;
 pub mod resolve;
@@ -38,29 +39,5 @@ pub mod root;
 
 pub use context::{Context, Tuning};
 pub use kind_supervisor::{ObjectActor, ObjectArgs, ObjectMsg};
+pub use names::{live_actor_counts, object_actor_name, supervisor_name};
 pub use root::{Root, RootMsg};
-
-/// Registered name of the actor for the object with `uid` of `kind` (e.g. `crcbundle/<uid>`).
-pub fn object_actor_name(kind: &str, uid: &str) -> String {
-    format!("{kind}/{uid}")
-}
-
-/// Registered name of the supervisor of `kind`.
-pub fn supervisor_name(kind: &str) -> String {
-    format!("supervisor/{kind}")
-}
-
-/// Live actors per kind, from the names actors are registered under (`<kind>/<uid>`,
-/// `supervisor/<kind>`, `root`).
-pub fn live_actor_counts() -> std::collections::BTreeMap<String, i64> {
-    let mut counts = std::collections::BTreeMap::new();
-    for name in ractor::registry::registered() {
-        let kind = match name.split_once('/') {
-            Some(("supervisor", _)) => "supervisor",
-            Some((kind, _)) => kind,
-            None => name.as_str(),
-        };
-        *counts.entry(kind.to_owned()).or_insert(0) += 1;
-    }
-    counts
-}

@@ -21,6 +21,7 @@ use kube::{Api, ResourceExt};
 use ractor::rpc::CallResult;
 
 use super::claims::{self, BindOutcome, ClaimRequest, LeaseKey};
+use super::context::Context;
 use super::instance_gates::NamespaceState;
 use super::kind_supervisor::{
     Next, ObjectActor, ObjectMsg, OwnerEvents, ReconcileError, Related, RelatedEvents,
@@ -81,7 +82,7 @@ impl ObjectActor for PoolActor {
     const WATCHES_NAMESPACES: bool = true;
 
     /// The pool's instances (controller owner reference) trigger it.
-    fn owned_events(ctx: &Arc<super::Context>) -> Vec<OwnerEvents> {
+    fn owned_events(ctx: &Arc<Context>) -> Vec<OwnerEvents> {
         vec![owner_events(
             Api::<ClusterInstance>::all(ctx.client.clone()),
             "ClusterPool",
@@ -89,7 +90,7 @@ impl ObjectActor for PoolActor {
     }
 
     /// Leases naming the pool trigger it (demand and claims change with them).
-    fn related_events(ctx: &Arc<super::Context>) -> Vec<RelatedEvents<ClusterPool>> {
+    fn related_events(ctx: &Arc<Context>) -> Vec<RelatedEvents<ClusterPool>> {
         vec![related_events(
             Api::<ClusterLease>::all(ctx.client.clone()),
             |lease: &ClusterLease| {
@@ -101,11 +102,11 @@ impl ObjectActor for PoolActor {
         )]
     }
 
-    async fn reconcile(pool: &ClusterPool, ctx: &Arc<super::Context>) -> Result<Next, Error> {
+    async fn reconcile(pool: &ClusterPool, ctx: &Arc<Context>) -> Result<Next, Error> {
         reconcile(pool, ctx).await
     }
 
-    async fn request(pool: &ClusterPool, ctx: &Arc<super::Context>, request: ClaimRequest) {
+    async fn request(pool: &ClusterPool, ctx: &Arc<Context>, request: ClaimRequest) {
         claims::serve(pool, ctx, request).await;
     }
 }
@@ -118,7 +119,7 @@ pub const BIND_TIMEOUT: Duration = Duration::from_secs(30);
 /// is registered by UID); a pool that does not exist, or whose actor is not running or does not
 /// answer in time, is an error the lease waits out.
 pub async fn request_bind(
-    ctx: &super::Context,
+    ctx: &Context,
     lease: &ClusterLease,
 ) -> Result<BindOutcome, claims::Error> {
     let key = LeaseKey::of(lease);
@@ -169,7 +170,7 @@ pub async fn request_bind(
     }
 }
 
-async fn reconcile(pool: &ClusterPool, ctx: &super::Context) -> Result<Next, Error> {
+async fn reconcile(pool: &ClusterPool, ctx: &Context) -> Result<Next, Error> {
     if pool.metadata.deletion_timestamp.is_some() {
         // The garbage collector removes the owned instances.
         return Ok(Next::Done);
@@ -252,7 +253,7 @@ async fn reconcile(pool: &ClusterPool, ctx: &super::Context) -> Result<Next, Err
 
 /// Creates the pool's CRCBundle unless one of that name exists; an existing one is reused
 /// untouched, even if its spec differs.
-async fn ensure_bundle(ctx: &super::Context, pool: &str, bundle: &CRCBundle) -> Result<(), Error> {
+async fn ensure_bundle(ctx: &Context, pool: &str, bundle: &CRCBundle) -> Result<(), Error> {
     let api: Api<CRCBundle> = Api::all(ctx.client.clone());
     let bundle_name = bundle.name_any();
     let create_err = |source| Error::CreateBundle {

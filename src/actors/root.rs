@@ -6,12 +6,13 @@ use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 
-use super::ObjectActor;
 use super::backoff::{Backoff, Failures};
 use super::bundle::BundleActor;
 use super::context::Context;
 use super::instance::InstanceActor;
-use super::kind_supervisor::{CHILD_STOP_TIMEOUT, KindSupervisor, SupervisorArgs, name_of};
+use super::kind_supervisor::{
+    CHILD_STOP_TIMEOUT, KindSupervisor, ObjectActor, SupervisorArgs, name_of,
+};
 use super::lease::LeaseActor;
 use super::pool::PoolActor;
 
