@@ -118,6 +118,12 @@ impl Ns {
 
     /// Plays the instance controller: publishes `<instance>-kubeconfig` and marks it Ready.
     async fn make_ready(&self, instance: &str) {
+        self.make_ready_since(instance, Time(Timestamp::now()))
+            .await;
+    }
+
+    /// [`Ns::make_ready`] with `Ready` true since `since`.
+    async fn make_ready_since(&self, instance: &str, since: Time) {
         let secret: Secret = serde_json::from_value(json!({
             "metadata": {"name": format!("{instance}-kubeconfig")},
             "type": "Opaque",
@@ -140,7 +146,7 @@ impl Ns {
             "kubeconfigSecretRef": {"name": format!("{instance}-kubeconfig")},
             "conditions": [{"type": types::READY, "status": "True", "reason": "GuestReady",
                             "message": "played by the test",
-                            "lastTransitionTime": Time(Timestamp::now())}],
+                            "lastTransitionTime": since}],
         }});
         self.instances
             .patch_status(instance, &PatchParams::default(), &Patch::Merge(&status))
@@ -498,8 +504,12 @@ async fn scale_down_trims_an_idle_extra_instance(client: &kube::Client) {
     let pool = support::unique("p");
     ns.pool(&pool, 2, 3).await;
     let members = ns.wait_members(&pool, 2).await;
+    // Ready since the same second: both become idle together, and the newer is trimmed. (Ready
+    // times a second apart would let the older one be idle long enough first, and be trimmed
+    // as the only candidate then.)
+    let since = Time(Timestamp::now());
     for i in &members {
-        ns.make_ready(&i.name_any()).await;
+        ns.make_ready_since(&i.name_any(), since.clone()).await;
     }
     wait_for(&format!("{pool}: 2 available"), || async {
         let s = ns.pools.get(&pool).await.ok()?.status?;
