@@ -108,7 +108,13 @@ impl ObjectActor for InstanceActor {
             related_events(
                 Api::<ClusterLease>::all(ctx.client.clone()),
                 |lease: &ClusterLease| {
-                    let name = lease.status.as_ref()?.instance_ref.as_ref()?.name.clone();
+                    let name = lease
+                        .status
+                        .as_ref()?
+                        .instance_ref
+                        .as_ref()?
+                        .name()?
+                        .to_owned();
                     Some(Related::new(
                         lease.namespace()?,
                         move |i: &ClusterInstance| i.name_any() == name,
@@ -385,7 +391,7 @@ async fn write_status(
     status: &ClusterInstanceStatus,
 ) -> Result<(), Error> {
     let name = instance.name_any();
-    apply::status(api, &name, status)
+    apply::status(api, &name, &status.as_applied())
         .await
         .map_err(|source| Error::WriteStatus {
             name: name.clone(),

@@ -1,6 +1,5 @@
 //! Small types shared by several kinds.
 
-use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -51,16 +50,26 @@ impl ClusterType {
     }
 }
 
-/// A reference to an object by name, in a namespace implied by the referring field.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+/// A reference to an object by name, in a namespace implied by the referring field: Kubernetes'
+/// `LocalObjectReference`, declared the way the Go operator declares its references. `name` may be
+/// omitted or empty, which means the reference is not set: Go clients write an unset non-pointer
+/// reference as `{}`. Read it with [`LocalRef::name`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(extend("x-kubernetes-map-type" = "atomic"))]
 pub struct LocalRef {
-    /// Name of the referenced object.
+    /// Name of the referenced object; empty means the reference is not set.
+    #[serde(default)]
     pub name: String,
 }
 
 impl LocalRef {
     pub fn new(name: impl Into<String>) -> Self {
         Self { name: name.into() }
+    }
+
+    /// The name, or `None` when the reference is not set (empty name).
+    pub fn name(&self) -> Option<&str> {
+        Some(self.name.as_str()).filter(|n| !n.is_empty())
     }
 }
 

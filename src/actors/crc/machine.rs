@@ -11,6 +11,7 @@ use super::{
     BootKey, Error, FILESYSTEM_OVERHEAD, Flow, MANUAL_KEY_NAMES, Pass, Stop, boot_key, go, stop,
 };
 use crate::api::bundle::CRCBundle;
+use crate::api::common::LocalRef;
 use crate::api::conditions::reasons;
 use crate::api::instance::{CRCBootKeyStatus, InstancePhase};
 use crate::cdi::DataVolume;
@@ -39,8 +40,8 @@ impl Pass<'_> {
         let Some(secret_name) = template
             .bundle_ssh_key_ref
             .as_ref()
-            .map(|r| r.name.clone())
-            .filter(|n| !n.is_empty())
+            .and_then(LocalRef::name)
+            .map(str::to_owned)
         else {
             return stop(missing("bundleSSHKeyRef is not set".into()));
         };
@@ -85,21 +86,21 @@ impl Pass<'_> {
             .qcow2_pvc_namespace
             .clone()
             .unwrap_or_else(|| self.ctx.namespace.clone());
-        let pvc = match &status.qcow2_pvc_ref {
-            Some(r) => {
+        let pvc = match status.qcow2_pvc_ref.as_ref().and_then(LocalRef::name) {
+            Some(name) => {
                 self.get(
                     &Api::<PersistentVolumeClaim>::namespaced(self.ctx.client.clone(), &ns),
-                    &r.name,
+                    name,
                 )
                 .await?
             }
             None => None,
         };
-        let secret = match &status.ssh_key_secret_ref {
-            Some(r) => {
+        let secret = match status.ssh_key_secret_ref.as_ref().and_then(LocalRef::name) {
+            Some(name) => {
                 self.get(
                     &Api::<Secret>::namespaced(self.ctx.client.clone(), &ns),
-                    &r.name,
+                    name,
                 )
                 .await?
             }

@@ -38,6 +38,7 @@ use kube::{Resource, ResourceExt};
 
 use super::Context;
 use super::apply;
+use crate::api::common::LocalRef;
 use crate::api::conditions::{self, reasons, types};
 use crate::api::instance::{
     CRCBackingStatus, ClusterInstance, ClusterInstanceStatus, InstancePhase,
@@ -330,7 +331,7 @@ impl<'a> Pass<'a> {
         let pull_secret = step!(self.pull_secret().await);
         let (boot_key, disk_source, storage_class) = match self.instance.spec.template.crc_version()
         {
-            None if self.instance.spec.template.crc_bundle_ref.is_none() => {
+            None if self.instance.spec.template.crc_bundle_ref().is_none() => {
                 step!(self.manual_source().await)
             }
             _ => step!(self.turnkey_source(dv.as_ref(), &vm_name, &dv_name).await),
@@ -478,8 +479,8 @@ impl<'a> Pass<'a> {
             .template
             .pull_secret_ref
             .as_ref()
-            .map(|r| r.name.clone())
-            .filter(|n| !n.is_empty())
+            .and_then(LocalRef::name)
+            .map(str::to_owned)
             .unwrap_or_else(|| DEFAULT_PULL_SECRET.to_owned());
         let secret = self.get(&self.api::<Secret>(), &name).await?;
         let ok = secret
