@@ -82,3 +82,17 @@ pub struct ObjectIdentity {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub uid: String,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_reference_names_nothing() {
+        let unset: LocalRef = serde_json::from_str("{}").unwrap();
+        assert_eq!(unset, LocalRef::default());
+        assert_eq!(unset.name(), None);
+        assert_eq!(LocalRef::new("").name(), None);
+        assert_eq!(LocalRef::new("pool").name(), Some("pool"));
+    }
+}

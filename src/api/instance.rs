@@ -208,3 +208,52 @@ pub struct HyperShiftBackingStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub node_pool_names: Vec<String>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A status as the Go operator writes it: `kubeconfigSecretRef` is a non-pointer struct there,
+    /// so an unset one is `{}`.
+    fn upstream_status() -> serde_json::Value {
+        json!({
+            "phase": "Provisioning",
+            "kubeconfigSecretRef": {},
+            "hyperShift": {
+                "hostedClusterName": "hcp",
+                "hostedClusterNamespace": "clusters",
+                "nodePoolNames": ["hcp-a", "hcp-b"],
+            },
+            "provisioning": {"startedAt": "2026-01-02T03:04:05Z", "legacy": true},
+            "observedGeneration": 1,
+        })
+    }
+
+    #[test]
+    fn reads_the_go_operators_status() {
+        let status: ClusterInstanceStatus = serde_json::from_value(upstream_status()).unwrap();
+        assert_eq!(status.kubeconfig_secret_ref.as_ref().unwrap().name(), None);
+        let hs = status.hyper_shift.as_ref().unwrap();
+        assert_eq!(hs.hosted_cluster_name.as_deref(), Some("hcp"));
+        assert_eq!(hs.node_pool_names, ["hcp-a", "hcp-b"]);
+        assert_eq!(status.provisioning.as_ref().unwrap().legacy, Some(true));
+    }
+
+    #[test]
+    fn applied_status_leaves_the_go_operators_fields_alone() {
+        let status: ClusterInstanceStatus = serde_json::from_value(upstream_status()).unwrap();
+        let applied = serde_json::to_value(status.as_applied()).unwrap();
+        assert_eq!(applied.get("hyperShift"), None);
+        assert_eq!(
+            applied["provisioning"],
+            json!({"startedAt": "2026-01-02T03:04:05Z"})
+        );
+        // Everything we own is still applied.
+        assert_eq!(applied["phase"], "Provisioning");
+        assert_eq!(applied["observedGeneration"], 1);
+        // Absent stays absent.
+        let ours = serde_json::to_value(ClusterInstanceStatus::default().as_applied()).unwrap();
+        assert_eq!(ours, json!({}));
+    }
+}
