@@ -28,11 +28,16 @@ use crate::events::Events;
 pub trait Recorded:
     Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug
 {
-    type Status: Serialize + PartialEq;
+    type Status: Serialize + PartialEq + Clone;
     /// The condition whose changes of reason are Events (`kubectl describe` shows the stages).
     const MAIN_CONDITION: &'static str;
     fn status(&self) -> Option<&Self::Status>;
     fn status_conditions(status: &Self::Status) -> &[Condition];
+    /// The status as we apply it: fields other writers own are left out, so our apply never
+    /// takes them over (or drops them).
+    fn applied(status: &Self::Status) -> Self::Status {
+        status.clone()
+    }
 }
 
 macro_rules! recorded {
@@ -52,9 +57,23 @@ macro_rules! recorded {
 
 recorded! {
     CRCBundle => crate::api::CRCBundleStatus, types::READY;
-    ClusterInstance => crate::api::ClusterInstanceStatus, types::READY;
     ClusterPool => crate::api::ClusterPoolStatus, types::CAPACITY_AVAILABLE;
     ClusterLease => crate::api::ClusterLeaseStatus, types::BOUND;
+}
+
+/// The Go operator's `hyperShift` and `provisioning.legacy` stay its own.
+impl Recorded for ClusterInstance {
+    type Status = crate::api::ClusterInstanceStatus;
+    const MAIN_CONDITION: &'static str = types::READY;
+    fn status(&self) -> Option<&Self::Status> {
+        self.status.as_ref()
+    }
+    fn status_conditions(status: &Self::Status) -> &[Condition] {
+        &status.conditions
+    }
+    fn applied(status: &Self::Status) -> Self::Status {
+        status.as_applied()
+    }
 }
 
 /// What a status write is guarded by.
@@ -83,7 +102,7 @@ pub async fn record_status<K: Recorded>(
     let mut patch = serde_json::json!({
         "apiVersion": K::api_version(&()),
         "kind": K::kind(&()),
-        "status": status,
+        "status": K::applied(status),
     });
     if guard == Guard::ReadVersion {
         patch["metadata"] = serde_json::json!({"resourceVersion": obj.resource_version()});

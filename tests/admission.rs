@@ -504,22 +504,70 @@ async fn pool_sizes_are_consistent() {
 }
 
 #[tokio::test]
-async fn lease_ttl_is_a_duration() {
+async fn lease_ttl_is_what_go_parses() {
     let client = support::client().await;
     let ns = support::namespace(&client, "lease").await;
     let api = namespaced::<ClusterLease>(&client, &ns);
-    assert_rejected(
-        create(
-            &api,
-            &object(
-                "ClusterLease",
-                "bad",
-                json!({"poolRef": {"name": "p"}, "ttl": "two hours"}),
-            ),
+    let lease = |name: &str, ttl: &str| {
+        object(
+            "ClusterLease",
+            name,
+            json!({"poolRef": {"name": "p"}, "ttl": ttl}),
         )
-        .await,
-        "ttl must be a duration",
-    );
+    };
+    // Go's time.ParseDuration grammar: sign, fractions, every unit spelling, a lone 0, and
+    // metav1.Duration's own output (2h0m0s, 0s).
+    let accepted = [
+        "0",
+        "-0",
+        "0s",
+        "2h0m0s",
+        "1h30m",
+        "+2h",
+        ".5h",
+        "1.h",
+        "-5m",
+        "1µs",
+        "1μs",
+        "1us",
+        "7ns",
+        "9223372036854775807ns",
+        "-9223372036854775808ns",
+    ];
+    for (i, ttl) in accepted.into_iter().enumerate() {
+        create(&api, &lease(&format!("ok-{i}"), ttl))
+            .await
+            .unwrap_or_else(|e| panic!("ttl {ttl:?} refused: {e}"));
+    }
+    let rejected = [
+        "",
+        "two hours",
+        "5",
+        "00",
+        "1d",
+        "1H",
+        "+-1s",
+        ".s",
+        " 1s",
+        "1e3s",
+    ];
+    for (i, ttl) in rejected.into_iter().enumerate() {
+        assert_rejected(
+            create(&api, &lease(&format!("bad-{i}"), ttl)).await,
+            "ttl must be a Go duration such as 2h, 90m or 1h30m; 0 means no TTL",
+        );
+    }
+    // Well formed but beyond an int64 of nanoseconds: Go refuses it, and so does CEL's
+    // duration() (its error names our message too).
+    for (i, ttl) in ["9223372036854775808ns", "2562048h"]
+        .into_iter()
+        .enumerate()
+    {
+        assert_rejected(
+            create(&api, &lease(&format!("big-{i}"), ttl)).await,
+            "ttl must be a Go duration",
+        );
+    }
     assert_rejected(
         create(
             &api,
@@ -528,16 +576,112 @@ async fn lease_ttl_is_a_duration() {
         .await,
         "spec.poolRef: Required value",
     );
+}
+
+/// Object references are declared like Kubernetes' LocalObjectReference, as upstream declares
+/// them: `name` may be omitted (it defaults to "") because Go clients write an unset non-pointer
+/// reference as `{}`. Only our own references, which have no meaning without a name, require one.
+#[tokio::test]
+async fn references_may_be_empty_like_upstreams() {
+    let client = support::client().await;
+    let ns = support::namespace(&client, "refs").await;
+    let instances = namespaced::<ClusterInstance>(&client, &ns);
+    let empty_refs = json!({
+        "type": "crc",
+        "poolRef": {},
+        "template": template(json!({
+            "crcVersion": "4.22.7",
+            "pullSecretRef": {},
+            "bundleSSHKeyRef": {},
+            "idmsRef": {},
+            "hcpWorkerSSHKeyRef": {},
+        })),
+    });
+    let stored = create(&instances, &object("ClusterInstance", "empty", empty_refs))
+        .await
+        .expect("empty references accepted");
+    assert_eq!(stored.data["spec"]["poolRef"], json!({"name": ""}));
+    for field in [
+        "pullSecretRef",
+        "bundleSSHKeyRef",
+        "idmsRef",
+        "hcpWorkerSSHKeyRef",
+    ] {
+        assert_eq!(
+            stored.data["spec"]["template"][field],
+            json!({"name": ""}),
+            "{field} defaulted"
+        );
+    }
+    let leases = namespaced::<ClusterLease>(&client, &ns);
+    create(
+        &leases,
+        &object("ClusterLease", "nopoolname", json!({"poolRef": {}})),
+    )
+    .await
+    .expect("a lease with poolRef {} is accepted, as upstream accepts it");
+
+    let by_empty_ref = json!({"type": "crc", "template": template(json!({"crcBundleRef": {}}))});
+    assert_rejected(
+        create(
+            &instances,
+            &object("ClusterInstance", "bundle-ref", by_empty_ref),
+        )
+        .await,
+        "crcBundleRef.name must name a CRCBundle",
+    );
+    let bundles = bundles(&client);
+    let no_secret = build_spec(json!({"build": {"pullSecretRef": {"name": ""}}}));
+    assert_rejected(
+        create(
+            &bundles,
+            &object("CRCBundle", &support::unique("nosecret"), no_secret),
+        )
+        .await,
+        "build.pullSecretRef.name must name a Secret",
+    );
+}
+
+/// `status.hyperShift` and `status.provisioning.legacy`, written by the Go operator only, are in
+/// the schema: the API server keeps them instead of pruning them.
+#[tokio::test]
+async fn go_operator_status_fields_are_kept() {
+    let client = support::client().await;
+    let ns = support::namespace(&client, "gostatus").await;
+    let api = namespaced::<ClusterInstance>(&client, &ns);
     create(
         &api,
         &object(
-            "ClusterLease",
-            "ok",
-            json!({"poolRef": {"name": "p"}, "ttl": "1h30m"}),
+            "ClusterInstance",
+            "hcp",
+            json!({"type": "hcp", "template": template(json!({}))}),
         ),
     )
     .await
-    .expect("compound duration accepted");
+    .unwrap();
+    let status = json!({
+        "hyperShift": {
+            "hostedClusterName": "hcp",
+            "hostedClusterNamespace": "clusters",
+            "nodePoolNames": ["hcp-workers"],
+        },
+        "provisioning": {"startedAt": "2026-01-02T03:04:05Z", "legacy": true},
+        "kubeconfigSecretRef": {},
+    });
+    let got = api
+        .patch_status(
+            "hcp",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": status})),
+        )
+        .await
+        .expect("upstream status accepted");
+    assert_eq!(got.data["status"]["hyperShift"], status["hyperShift"]);
+    assert_eq!(got.data["status"]["provisioning"]["legacy"], true);
+    assert_eq!(
+        got.data["status"]["kubeconfigSecretRef"],
+        json!({"name": ""})
+    );
 }
 
 #[tokio::test]
@@ -624,7 +768,8 @@ async fn kubectl_get_shows_printer_columns() {
         (
             "crcb",
             None,
-            "NAME VERSION ARCH SOURCE STAGE PHASE OCPVERSION DISK SHA256 AGE",
+            // Upstream's columns first, in upstream's order; ours after them.
+            "NAME VERSION ARCH PHASE OCPVERSION AGE SOURCE STAGE DISK SHA256",
         ),
         (
             "cpool",

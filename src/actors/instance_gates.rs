@@ -286,6 +286,7 @@ pub fn decide(instance: &ClusterInstance, observed: &Observed, now: Time) -> Dec
         .provisioning
         .get_or_insert_with(|| ProvisioningStatus {
             started_at: now.clone(),
+            legacy: None,
         });
     conditions::set(
         &mut status.conditions,
@@ -491,7 +492,10 @@ mod tests {
         );
         assert_eq!(
             d.status.provisioning,
-            Some(ProvisioningStatus { started_at: at(10) })
+            Some(ProvisioningStatus {
+                started_at: at(10),
+                legacy: None,
+            })
         );
         assert_eq!(
             reason_of(&d.status, types::PROVISIONING_ALLOWED),
@@ -535,7 +539,10 @@ mod tests {
             );
             assert_eq!(
                 d.status.provisioning,
-                Some(ProvisioningStatus { started_at: at(10) })
+                Some(ProvisioningStatus {
+                    started_at: at(10),
+                    legacy: None,
+                })
             );
             assert!(d.requeue);
         }
@@ -579,7 +586,10 @@ mod tests {
         let mut ready = instance("crc");
         ready.status = Some(ClusterInstanceStatus {
             phase: Some(InstancePhase::Ready),
-            provisioning: Some(ProvisioningStatus { started_at: at(1) }),
+            provisioning: Some(ProvisioningStatus {
+                started_at: at(1),
+                legacy: None,
+            }),
             ..Default::default()
         });
         let d = decide(

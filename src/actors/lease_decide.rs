@@ -36,10 +36,14 @@ pub enum DurationError {
     Overflow(String),
 }
 
-/// Parses a Go `time.ParseDuration` string (`2h`, `90m`, `1h30m`, `1.5h`, `500ms`, `10s`, `0`).
-/// A negative duration parses as zero (no TTL, as upstream treats `ttl <= 0`).
-pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
-    const UNITS: [(&str, u128); 9] = [
+/// Parses a Go duration into signed nanoseconds, accepting exactly what Go's `time.ParseDuration`
+/// accepts and computing the same value: an optional sign, then a lone `0` or one or more decimal
+/// numbers (`1`, `1.5`, `.5`, `1.`) each followed by a unit (`ns`, `us`, `µs`, `μs`, `ms`, `s`,
+/// `m`, `h`), within an int64 of nanoseconds. The admission rule of `ttl` accepts the same set.
+pub fn go_duration_nanos(input: &str) -> Result<i64, DurationError> {
+    // Magnitude of the most negative int64: the bound Go checks while adding up the parts.
+    const LIMIT: u64 = 1 << 63;
+    const UNITS: [(&str, u64); 8] = [
         ("ns", 1),
         ("us", 1_000),
         ("µs", 1_000),
@@ -48,9 +52,9 @@ pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
         ("s", 1_000_000_000),
         ("m", 60_000_000_000),
         ("h", 3_600_000_000_000),
-        ("", 0),
     ];
     let invalid = || DurationError::Invalid(input.to_owned());
+    let overflow = || DurationError::Overflow(input.to_owned());
     let (negative, mut rest) = match input.as_bytes().first() {
         None => return Err(DurationError::Empty),
         Some(b'-') => (true, &input[1..]),
@@ -58,29 +62,25 @@ pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
         Some(_) => (false, input),
     };
     if rest == "0" {
-        return Ok(Duration::ZERO);
+        return Ok(0);
     }
     if rest.is_empty() {
         return Err(invalid());
     }
-    let mut total: u128 = 0;
+    let mut total: u64 = 0;
     while !rest.is_empty() {
         let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
         let (int_part, after) = rest.split_at(int_len);
         let (frac_part, after) = match after.strip_prefix('.') {
-            Some(f) => {
-                let n = f.bytes().take_while(u8::is_ascii_digit).count();
-                f.split_at(n)
-            }
+            Some(f) => f.split_at(f.bytes().take_while(u8::is_ascii_digit).count()),
             None => ("", after),
         };
         if int_part.is_empty() && frac_part.is_empty() {
             return Err(invalid());
         }
         let unit_len = after
-            .char_indices()
-            .find(|(_, c)| c.is_ascii_digit() || *c == '.')
-            .map_or(after.len(), |(i, _)| i);
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(after.len());
         let (unit, after) = after.split_at(unit_len);
         if unit.is_empty() {
             return Err(DurationError::MissingUnit(input.to_owned()));
@@ -89,35 +89,58 @@ pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
             .iter()
             .find(|(name, _)| *name == unit)
             .map(|(_, scale)| *scale)
-            .filter(|s| *s > 0)
             .ok_or_else(|| DurationError::UnknownUnit {
                 unit: unit.to_owned(),
                 input: input.to_owned(),
             })?;
-        let overflow = || DurationError::Overflow(input.to_owned());
-        let whole: u128 = if int_part.is_empty() {
-            0
-        } else {
-            int_part.parse().map_err(|_| overflow())?
-        };
-        let mut value = whole.checked_mul(scale).ok_or_else(overflow)?;
-        // Fractions beyond nanoseconds do not matter; 18 digits keep the arithmetic exact.
-        let frac = &frac_part[..frac_part.len().min(18)];
-        if !frac.is_empty() {
-            let digits: u128 = frac.parse().map_err(|_| invalid())?;
-            value += digits * scale / 10u128.pow(frac.len() as u32);
+        let whole = int_part.bytes().try_fold(0u64, |acc, d| {
+            acc.checked_mul(10)
+                .and_then(|a| a.checked_add(u64::from(d - b'0')))
+                .filter(|a| *a <= LIMIT)
+        });
+        let mut value = whole
+            .and_then(|w| w.checked_mul(scale))
+            .filter(|v| *v <= LIMIT)
+            .ok_or_else(overflow)?;
+        // Go adds a fraction in float64 arithmetic, from the digits that fit an int64; doing the
+        // same keeps every value equal to Go's, down to the nanosecond.
+        let (mut digits, mut divisor) = (0u64, 1f64);
+        for d in frac_part.bytes() {
+            match digits
+                .checked_mul(10)
+                .and_then(|x| x.checked_add(u64::from(d - b'0')))
+            {
+                Some(next) if next <= LIMIT => {
+                    digits = next;
+                    divisor *= 10.0;
+                }
+                _ => break,
+            }
         }
-        total = total.checked_add(value).ok_or_else(overflow)?;
-        // Go limits durations to an int64 of nanoseconds.
-        if total > i64::MAX as u128 {
-            return Err(overflow());
+        if digits > 0 {
+            value += (digits as f64 * (scale as f64 / divisor)) as u64;
+            if value > LIMIT {
+                return Err(overflow());
+            }
         }
+        total = total
+            .checked_add(value)
+            .filter(|t| *t <= LIMIT)
+            .ok_or_else(overflow)?;
         rest = after;
     }
     if negative {
-        return Ok(Duration::ZERO);
+        // `total` is at most 2^63, so the negation fits an int64.
+        return Ok((-i128::from(total)) as i64);
     }
-    Ok(Duration::from_nanos(total as u64))
+    i64::try_from(total).map_err(|_| overflow())
+}
+
+/// A Go duration (see [`go_duration_nanos`]) as a `Duration`. A negative duration is zero: no TTL,
+/// as upstream treats `ttl <= 0`.
+pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
+    let nanos = go_duration_nanos(input)?;
+    Ok(Duration::from_nanos(u64::try_from(nanos).unwrap_or(0)))
 }
 
 /// The `ttl` of a lease: `None` when unset, empty or zero.
@@ -145,7 +168,7 @@ pub fn instance_of(lease: &ClusterLease) -> Option<&str> {
         .status
         .as_ref()
         .and_then(|s| s.instance_ref.as_ref())
-        .map(|r| r.name.as_str())
+        .and_then(LocalRef::name)
 }
 
 /// Names of the instances claimed by any of `leases`, deleting ones included (a deleting lease
@@ -249,7 +272,7 @@ fn bindable(instance: &ClusterInstance) -> Option<&str> {
     status
         .kubeconfig_secret_ref
         .as_ref()
-        .map(|r| r.name.as_str())
+        .and_then(LocalRef::name)
 }
 
 /// The status of a lease that stays Pending with `Bound=False reason`.
@@ -297,7 +320,14 @@ pub fn decide_bind(
     {
         return BindDecision::Wait(unbound_status(lease, reason, &message, now));
     }
-    let pool = &lease.spec.pool_ref.name;
+    let Some(pool) = lease.spec.pool_ref.name() else {
+        return BindDecision::Wait(unbound_status(
+            lease,
+            reasons::POOL_NOT_SET,
+            "spec.poolRef.name is empty: name the ClusterPool (in this namespace) to lease from",
+            now,
+        ));
+    };
     let taken = claimed(leases);
     let mut candidates: Vec<&ClusterInstance> = instances
         .iter()
@@ -546,11 +576,90 @@ mod tests {
         ));
     }
 
+    /// Go 1.26's `time.ParseDuration` on each input: the nanoseconds, or `None` for an error.
+    const GO_PARSE_DURATION: &[(&str, Option<i64>)] = &[
+        ("0", Some(0)),
+        ("+0", Some(0)),
+        ("-0", Some(0)),
+        ("0s", Some(0)),
+        ("0.0s", Some(0)),
+        ("00s", Some(0)),
+        ("2h", Some(7_200_000_000_000)),
+        ("+2h", Some(7_200_000_000_000)),
+        ("-2h", Some(-7_200_000_000_000)),
+        (".5h", Some(1_800_000_000_000)),
+        ("1.h", Some(3_600_000_000_000)),
+        ("1.5h", Some(5_400_000_000_000)),
+        ("1h30m", Some(5_400_000_000_000)),
+        ("90m", Some(5_400_000_000_000)),
+        ("500ms", Some(500_000_000)),
+        ("1µs", Some(1_000)),
+        ("1μs", Some(1_000)),
+        ("1us", Some(1_000)),
+        ("7ns", Some(7)),
+        ("2h0m0s", Some(7_200_000_000_000)),
+        ("1h1m1.5s", Some(3_661_500_000_000)),
+        ("-.5m", Some(-30_000_000_000)),
+        ("3.000000000000000000001s", Some(3_000_000_000)),
+        ("9223372036854775807ns", Some(i64::MAX)),
+        ("9223372036854775808ns", None),
+        ("-9223372036854775808ns", Some(i64::MIN)),
+        ("-9223372036854775809ns", None),
+        ("2562047h47m16.854775807s", Some(i64::MAX)),
+        ("2562047h47m16.854775808s", None),
+        ("-2562047h47m16.854775808s", Some(i64::MIN)),
+        ("2562047h", Some(9_223_369_200_000_000_000)),
+        ("2562048h", None),
+        ("9223372036854775808000000000000ns", None),
+        ("", None),
+        ("+", None),
+        ("-", None),
+        (".", None),
+        (".s", None),
+        ("s", None),
+        ("h", None),
+        ("5", None),
+        ("00", None),
+        ("1h5", None),
+        ("1d", None),
+        ("5D", None),
+        ("1H", None),
+        ("+-1s", None),
+        ("--1s", None),
+        ("1hm", None),
+        ("1e3s", None),
+        (" 1s", None),
+        ("1s ", None),
+        ("1 s", None),
+        ("1.2.3s", None),
+        ("1..2s", None),
+        ("0x10s", None),
+        ("1_000s", None),
+        ("１s", None),
+        ("1µ", None),
+        ("1mss", None),
+    ];
+
+    #[test]
+    fn accepts_and_computes_exactly_what_go_does() {
+        for (input, go) in GO_PARSE_DURATION {
+            assert_eq!(
+                go_duration_nanos(input).ok(),
+                *go,
+                "{input:?}: {:?}",
+                go_duration_nanos(input)
+            );
+        }
+    }
+
     #[test]
     fn ttl_unset_empty_or_zero_means_none() {
         assert_eq!(ttl(&bound(None, None)), Ok(None));
         assert_eq!(ttl(&bound(Some(""), None)), Ok(None));
         assert_eq!(ttl(&bound(Some("0s"), None)), Ok(None));
+        assert_eq!(ttl(&bound(Some("0"), None)), Ok(None));
+        assert_eq!(ttl(&bound(Some("-5m"), None)), Ok(None));
+        assert_eq!(step(&bound(Some("0"), Some(0)), at(10_000)), Step::Done);
         assert_eq!(
             ttl(&bound(Some("1m"), None)),
             Ok(Some(Duration::from_secs(60)))
@@ -653,6 +762,32 @@ mod tests {
         );
         assert_eq!(status.bound_time, Some(now()));
         assert_eq!(bound_condition(&status), ("True", reasons::INSTANCE_BOUND));
+    }
+
+    #[test]
+    fn an_empty_pool_ref_binds_nothing() {
+        // Go clients write an unset reference as `{}`; a standalone instance has `poolRef: {}`
+        // too, and a lease naming no pool must not take it.
+        let mut l = lease("l", None, None);
+        l.spec.pool_ref = LocalRef::default();
+        let mut standalone = instance("s", "", true);
+        standalone.spec.pool_ref = Some(LocalRef::default());
+        let d = decide_bind(&l, NamespaceState::Enabled, &[standalone], &[], now());
+        let BindDecision::Wait(status) = d else {
+            panic!("expected a wait, got {d:?}");
+        };
+        assert_eq!(status.phase, Some(LeasePhase::Pending));
+        assert_eq!(bound_condition(&status), ("False", reasons::POOL_NOT_SET));
+    }
+
+    #[test]
+    fn empty_refs_in_status_name_nothing() {
+        let l = lease("l", Some(LeasePhase::Bound), Some(""));
+        assert_eq!(instance_of(&l), None);
+        assert!(claimed(&[l]).is_empty());
+        let mut ready = instance("p-0", "p", true);
+        ready.status.as_mut().unwrap().kubeconfig_secret_ref = Some(LocalRef::default());
+        assert_eq!(bindable(&ready), None);
     }
 
     #[test]

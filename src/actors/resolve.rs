@@ -8,12 +8,8 @@ pub use crate::resources::bundle::published_bundle_name;
 /// The CRCBundle a template selects: `crcBundleRef` by name, else the published bundle of
 /// `crcVersion`; `None` for the manual path (neither set).
 pub fn bundle_name(template: &ClusterTemplate) -> Option<String> {
-    if let Some(r) = template
-        .crc_bundle_ref
-        .as_ref()
-        .filter(|r| !r.name.is_empty())
-    {
-        return Some(r.name.clone());
+    if let Some(name) = template.crc_bundle_ref() {
+        return Some(name.to_owned());
     }
     template
         .crc_version()

@@ -25,10 +25,9 @@ pub const DEFAULT_GOLDEN_VOLUME_SIZE: &str = "35Gi";
     shortname = "crcb",
     status = "CRCBundleStatus",
     doc = "CRCBundle is a golden OpenShift Local (CRC) disk that ClusterInstances clone. It is either downloaded from a published .crcbundle (spec.version) or built in the cluster from an OpenShift release image (spec.build).",
+    // Upstream's columns first, in upstream's order (scripts read them by position); ours after.
     printcolumn(name = "Version", type_ = "string", json_path = ".spec.version"),
     printcolumn(name = "Arch", type_ = "string", json_path = ".spec.arch"),
-    printcolumn(name = "Source", type_ = "string", json_path = ".status.source"),
-    printcolumn(name = "Stage", type_ = "string", json_path = ".status.build.stage"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(
         name = "OCPVersion",
@@ -36,14 +35,16 @@ pub const DEFAULT_GOLDEN_VOLUME_SIZE: &str = "35Gi";
         json_path = ".status.ocpVersion"
     ),
     printcolumn(
-        name = "Disk SHA256",
-        type_ = "string",
-        json_path = ".status.diskSHA256Short"
-    ),
-    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(name = "Source", type_ = "string", json_path = ".status.source"),
+    printcolumn(name = "Stage", type_ = "string", json_path = ".status.build.stage"),
+    printcolumn(
+        name = "Disk SHA256",
+        type_ = "string",
+        json_path = ".status.diskSHA256Short"
     )
 )]
 #[x_kube(
@@ -116,6 +117,7 @@ pub struct BuildSpec {
 
     /// Secret in the operator namespace with a `.dockerconfigjson` key that can pull the release
     /// image and its payload. Its contents never appear in status, events, logs or the disk.
+    #[x_kube(validation = Rule::new("self.name != ''").message("build.pullSecretRef.name must name a Secret in the operator namespace"))]
     pub pull_secret_ref: LocalRef,
 
     /// The versioned, code-defined build recipe: VM shape, install-config, CRC manifests and guest

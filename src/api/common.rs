@@ -1,6 +1,5 @@
 //! Small types shared by several kinds.
 
-use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -51,16 +50,26 @@ impl ClusterType {
     }
 }
 
-/// A reference to an object by name, in a namespace implied by the referring field.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+/// A reference to an object by name, in a namespace implied by the referring field: Kubernetes'
+/// `LocalObjectReference`, declared the way the Go operator declares its references. `name` may be
+/// omitted or empty, which means the reference is not set: Go clients write an unset non-pointer
+/// reference as `{}`. Read it with [`LocalRef::name`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(extend("x-kubernetes-map-type" = "atomic"))]
 pub struct LocalRef {
-    /// Name of the referenced object.
+    /// Name of the referenced object; empty means the reference is not set.
+    #[serde(default)]
     pub name: String,
 }
 
 impl LocalRef {
     pub fn new(name: impl Into<String>) -> Self {
         Self { name: name.into() }
+    }
+
+    /// The name, or `None` when the reference is not set (empty name).
+    pub fn name(&self) -> Option<&str> {
+        Some(self.name.as_str()).filter(|n| !n.is_empty())
     }
 }
 
@@ -72,4 +81,18 @@ pub struct ObjectIdentity {
     /// UID of the object; empty until the object has been created.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub uid: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_reference_names_nothing() {
+        let unset: LocalRef = serde_json::from_str("{}").unwrap();
+        assert_eq!(unset, LocalRef::default());
+        assert_eq!(unset.name(), None);
+        assert_eq!(LocalRef::new("").name(), None);
+        assert_eq!(LocalRef::new("pool").name(), Some("pool"));
+    }
 }

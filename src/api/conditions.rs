@@ -84,6 +84,8 @@ pub mod reasons {
     // ClusterLease `Bound` (upstream §4.2); errors use `KubeconfigUnavailable`,
     // `ResourceOwnershipConflict` and the namespace reasons.
     pub const WAITING_FOR_CAPACITY: &str = "WaitingForCapacity";
+    /// `spec.poolRef.name` is empty (Go clients may write `poolRef: {}`).
+    pub const POOL_NOT_SET: &str = "PoolNotSet";
     pub const INSTANCE_BOUND: &str = "InstanceBound";
     // ClusterLease `Bound`: binding is asked of the pool's actor, which is missing.
     pub const POOL_NOT_FOUND: &str = "PoolNotFound";

@@ -67,6 +67,11 @@ pub struct ClusterInstanceStatus {
     /// CRC backing objects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crc: Option<CRCBackingStatus>,
+    /// HostedCluster and NodePools of an `hcp` instance, as the Go operator recorded them.
+    /// guestcluster does not provision `hcp` and never writes this; it is kept so that the
+    /// hosted cluster of a migrated instance can still be found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hyper_shift: Option<HyperShiftBackingStatus>,
     /// Durable record that provisioning was authorized by the namespace policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provisioning: Option<ProvisioningStatus>,
@@ -78,6 +83,20 @@ pub struct ClusterInstanceStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
+}
+
+impl ClusterInstanceStatus {
+    /// The status as guestcluster applies it: without the fields only the Go operator wrote
+    /// (`hyperShift`, `provisioning.legacy`). A server-side apply then never takes them over, so
+    /// they keep whatever their writer left, and a concurrent change to them is never undone.
+    pub fn as_applied(&self) -> Self {
+        let mut status = self.clone();
+        status.hyper_shift = None;
+        if let Some(provisioning) = &mut status.provisioning {
+            provisioning.legacy = None;
+        }
+        status
+    }
 }
 
 /// Lifecycle phase of a ClusterInstance.
@@ -169,4 +188,72 @@ pub struct ProvisioningStatus {
         description = "When the namespace policy first allowed provisioning this instance."
     )]
     pub started_at: Time,
+    /// Set by the Go operator when it adopted backing objects of its earlier versions.
+    /// guestcluster does not adopt such objects and never writes this; it is kept as recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub legacy: Option<bool>,
+}
+
+/// The HyperShift objects backing an `hcp` instance (written by the Go operator only).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HyperShiftBackingStatus {
+    /// Name of the `hypershift.openshift.io/v1beta1` HostedCluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosted_cluster_name: Option<String>,
+    /// Namespace of the HostedCluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosted_cluster_namespace: Option<String>,
+    /// The NodePools backing the instance's workers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_pool_names: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A status as the Go operator writes it: `kubeconfigSecretRef` is a non-pointer struct there,
+    /// so an unset one is `{}`.
+    fn upstream_status() -> serde_json::Value {
+        json!({
+            "phase": "Provisioning",
+            "kubeconfigSecretRef": {},
+            "hyperShift": {
+                "hostedClusterName": "hcp",
+                "hostedClusterNamespace": "clusters",
+                "nodePoolNames": ["hcp-a", "hcp-b"],
+            },
+            "provisioning": {"startedAt": "2026-01-02T03:04:05Z", "legacy": true},
+            "observedGeneration": 1,
+        })
+    }
+
+    #[test]
+    fn reads_the_go_operators_status() {
+        let status: ClusterInstanceStatus = serde_json::from_value(upstream_status()).unwrap();
+        assert_eq!(status.kubeconfig_secret_ref.as_ref().unwrap().name(), None);
+        let hs = status.hyper_shift.as_ref().unwrap();
+        assert_eq!(hs.hosted_cluster_name.as_deref(), Some("hcp"));
+        assert_eq!(hs.node_pool_names, ["hcp-a", "hcp-b"]);
+        assert_eq!(status.provisioning.as_ref().unwrap().legacy, Some(true));
+    }
+
+    #[test]
+    fn applied_status_leaves_the_go_operators_fields_alone() {
+        let status: ClusterInstanceStatus = serde_json::from_value(upstream_status()).unwrap();
+        let applied = serde_json::to_value(status.as_applied()).unwrap();
+        assert_eq!(applied.get("hyperShift"), None);
+        assert_eq!(
+            applied["provisioning"],
+            json!({"startedAt": "2026-01-02T03:04:05Z"})
+        );
+        // Everything we own is still applied.
+        assert_eq!(applied["phase"], "Provisioning");
+        assert_eq!(applied["observedGeneration"], 1);
+        // Absent stays absent.
+        let ours = serde_json::to_value(ClusterInstanceStatus::default().as_applied()).unwrap();
+        assert_eq!(ours, json!({}));
+    }
 }

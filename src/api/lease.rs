@@ -36,9 +36,13 @@ use super::common::{ClusterType, LocalRef};
 pub struct ClusterLeaseSpec {
     /// The pool (same namespace) to take an instance from.
     pub pool_ref: LocalRef,
-    /// How long the lease lasts once bound, a duration such as `2h`. Empty or zero: no limit.
+    /// How long the lease lasts once bound: a Go duration such as `2h`, `90m` or `1h30m`.
+    /// Omitted, zero (`0`, `0s`) or negative: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self == '' || self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$')").message("ttl must be a duration such as 2h or 90m"))]
+    // Exactly what Go's time.ParseDuration accepts: the pattern is its grammar (sign, fractions,
+    // units ns/us/µs/μs/ms/s/m/h, a lone 0) and gives the message; CEL's duration() is
+    // ParseDuration itself and rejects what overflows an int64 of nanoseconds.
+    #[x_kube(validation = Rule::new("self.matches('^[-+]?(0|(([0-9]+(\\\\.[0-9]*)?|\\\\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') && duration(self) == duration(self)").message("ttl must be a Go duration such as 2h, 90m or 1h30m; 0 means no TTL"))]
     pub ttl: Option<String>,
     /// Free text: who or what asked for the lease (a CI job URL, a person).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -33,6 +33,7 @@ pub struct ClusterTemplate {
     /// CRC only: an existing CRCBundle (downloaded or built) to run, by name. A pool with
     /// `crcBundleRef` never creates a bundle. Mutually exclusive with `crcVersion`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.name != ''").message("crcBundleRef.name must name a CRCBundle; remove crcBundleRef to use crcVersion or the manual path"))]
     pub crc_bundle_ref: Option<LocalRef>,
 
     /// CPU architecture of the CRC bundle. Empty means amd64.
@@ -125,5 +126,10 @@ impl ClusterTemplate {
     /// `crcVersion` when set to a non-empty value.
     pub fn crc_version(&self) -> Option<&str> {
         self.crc_version.as_deref().filter(|v| !v.is_empty())
+    }
+
+    /// The CRCBundle `crcBundleRef` names, when set.
+    pub fn crc_bundle_ref(&self) -> Option<&str> {
+        self.crc_bundle_ref.as_ref().and_then(LocalRef::name)
     }
 }

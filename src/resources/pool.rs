@@ -71,7 +71,7 @@ pub fn new_instance(pool: &ClusterPool, name: &str) -> ClusterInstance {
 /// The CRCBundle a pool with this template ensures: only for `crcVersion` (non-empty), never
 /// with `crcBundleRef`. Cluster-scoped, shared, no owner reference.
 pub fn bundle_for(template: &ClusterTemplate) -> Option<CRCBundle> {
-    if template.crc_bundle_ref.is_some() {
+    if template.crc_bundle_ref().is_some() {
         return None;
     }
     let version = template.crc_version()?;

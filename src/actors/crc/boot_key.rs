@@ -12,6 +12,7 @@ use kube::ResourceExt;
 use sha2::{Digest, Sha256};
 
 use crate::api::bundle::{BundlePhase, BundleSource, CRCBundle};
+use crate::api::common::LocalRef;
 use crate::api::instance::CRCBootKeyStatus;
 
 /// The key of the private key in the bundle's Secret and in the instance's copy.
@@ -104,7 +105,8 @@ pub fn bind(source: &Source<'_>) -> Result<CRCBootKeyStatus, Error> {
     let pvc_name = status
         .qcow2_pvc_ref
         .as_ref()
-        .map(|r| r.name.clone())
+        .and_then(LocalRef::name)
+        .map(str::to_owned)
         .ok_or_else(|| incomplete("golden PVC (qcow2PVCRef)"))?;
     let pvc_namespace = status
         .qcow2_pvc_namespace
@@ -113,7 +115,8 @@ pub fn bind(source: &Source<'_>) -> Result<CRCBootKeyStatus, Error> {
     let secret_name = status
         .ssh_key_secret_ref
         .as_ref()
-        .map(|r| r.name.clone())
+        .and_then(LocalRef::name)
+        .map(str::to_owned)
         .ok_or_else(|| incomplete("SSH key Secret (sshKeySecretRef)"))?;
     let pvc = source
         .pvc
@@ -210,7 +213,6 @@ pub fn check_copy(
 mod tests {
     use super::*;
     use crate::api::bundle::{CRCBundleSpec, CRCBundleStatus};
-    use crate::api::common::LocalRef;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
     use std::collections::BTreeMap;
 

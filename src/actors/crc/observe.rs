@@ -17,6 +17,7 @@ use serde::de::DeserializeOwned;
 use super::{Error, agent};
 use crate::actors::Context;
 use crate::api::bundle::CRCBundle;
+use crate::api::common::LocalRef;
 use crate::api::instance::{ClusterInstance, ClusterInstanceStatus};
 use crate::cdi::DataVolume;
 use crate::kubevirt::{VirtualMachine, VirtualMachineInstance};
@@ -106,8 +107,7 @@ pub async fn observe(
     if let Some(key_ref) = template
         .bundle_ssh_key_ref
         .as_ref()
-        .map(|r| r.name.as_str())
-        && !key_ref.is_empty()
+        .and_then(LocalRef::name)
         && super::is_manual(instance)
     {
         o.manual_key = reader.get(&reader.ns(), key_ref).await?;
@@ -130,12 +130,12 @@ pub async fn observe(
                 .clone()
                 .unwrap_or_else(|| ctx.namespace.clone());
             let at: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-            if let Some(r) = &bs.qcow2_pvc_ref {
-                o.bundle_pvc = reader.get(&at, &r.name).await?;
+            if let Some(name) = bs.qcow2_pvc_ref.as_ref().and_then(LocalRef::name) {
+                o.bundle_pvc = reader.get(&at, name).await?;
             }
             let at: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
-            if let Some(r) = &bs.ssh_key_secret_ref {
-                o.bundle_key = reader.get(&at, &r.name).await?;
+            if let Some(name) = bs.ssh_key_secret_ref.as_ref().and_then(LocalRef::name) {
+                o.bundle_key = reader.get(&at, name).await?;
             }
         }
         let cloning = o.data_volume.as_ref().is_some_and(|dv| {

@@ -205,7 +205,7 @@ pub fn bundle_name(instance: &ClusterInstance) -> String {
 /// The manual path: neither `crcVersion` nor `crcBundleRef`, the disk comes from `releaseImage`.
 pub fn is_manual(instance: &ClusterInstance) -> bool {
     let template = &instance.spec.template;
-    template.crc_version().is_none() && template.crc_bundle_ref.is_none()
+    template.crc_version().is_none() && template.crc_bundle_ref().is_none()
 }
 
 /// The pull secret the template names, or upstream's default.
@@ -215,8 +215,8 @@ pub fn pull_secret_name(instance: &ClusterInstance) -> String {
         .template
         .pull_secret_ref
         .as_ref()
-        .map(|r| r.name.clone())
-        .filter(|n| !n.is_empty())
+        .and_then(LocalRef::name)
+        .map(str::to_owned)
         .unwrap_or_else(|| crate::api::template::DEFAULT_PULL_SECRET.to_owned())
 }
 
@@ -523,8 +523,8 @@ impl<'a> Walk<'a> {
         let Some(secret_name) = template
             .bundle_ssh_key_ref
             .as_ref()
-            .map(|r| r.name.clone())
-            .filter(|n| !n.is_empty())
+            .and_then(LocalRef::name)
+            .map(str::to_owned)
         else {
             return Err(missing("bundleSSHKeyRef is not set".into()));
         };
