@@ -1,3 +1,12 @@
+// Pins the upstream API types the external CRDs of the test control plane are generated from
+// (see main.go), and the CRD parser that reads them:
+//   kubevirt.io/api v1.9.0 (the version guestcluster targets);
+//   kubevirt.io/containerized-data-importer-api v1.66.0 (the target v1.66.1 is not served by the
+//     Go module proxy; v1.66.0 is the nearest that is);
+//   github.com/openshift/api at the pseudo-version upstream guestcluster pins;
+//   sigs.k8s.io/controller-tools v0.23.0 (built against k8s.io 0.37, the control plane's release).
+// One module graph means one k8s.io/api: the core types KubeVirt and CDI embed (affinity,
+// tolerations, resource requirements) are v0.37's, not the v0.34 KubeVirt 1.9 was built with.
 module guestcluster.dev/tools/external-crds
 
 go 1.26.0
