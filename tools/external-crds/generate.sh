@@ -28,7 +28,7 @@ if [ ! -f "$out/crds/.complete" ]; then
   export CGO_ENABLED=0 GOFLAGS=-mod=readonly
   if [ ! -x "$out/bin/external-crds" ]; then
     start=$(date +%s)
-    echo "building the external CRD generator ($(grep -oE 'sigs.k8s.io/controller-tools v[0-9.]+' "$here/go.mod"))..." >&2
+    echo "building the external CRD generator (controller-tools $(awk '$1 == "sigs.k8s.io/controller-tools" {print $2}' "$here/go.mod"))..." >&2
     (cd "$here" && go build -trimpath -o "$tmp/external-crds" .)
     mkdir -p "$out/bin"
     mv "$tmp/external-crds" "$out/bin/external-crds"
