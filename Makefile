@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build test lint fmt crds controlplane deps demo dev-up clean-cache bench bench-scale
+.PHONY: all build test lint fmt crds external-crds controlplane deps demo dev-up clean-cache bench bench-scale
 
 all: build
 
@@ -21,6 +21,12 @@ deps:
 ## Regenerate the CRDs and the API reference from src/api (committed; tests fail on drift).
 crds:
 	$(CARGO) run --quiet -p guestcluster -- crdgen --out-dir crds --api-docs docs/api.md
+
+## Regenerate the test control plane's CRDs of the external kinds (KubeVirt, CDI, OpenShift, HCO)
+## from the upstream Go API types pinned in tools/external-crds/go.mod (committed; tests fail on
+## drift). The generator is built once per machine into ~/.cache/guestcluster.
+external-crds:
+	tools/external-crds/generate.sh
 
 fmt:
 	$(CARGO) fmt --all

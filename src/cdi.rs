@@ -3,7 +3,7 @@
 //!
 //! As with [`crate::kubevirt`], this is **not** the whole upstream API: deserializing drops the
 //! fields not modelled here, so never write back an object you read. The derive sets
-//! `schema = "disabled"` (CDI owns the CRD; tests install a stand-in from
+//! `schema = "disabled"` (CDI owns the CRD; tests install one generated from CDI's API types,
 //! `testenv/src/external-crds`). Enums read from the cluster carry an `Unknown` catch-all.
 
 use std::collections::BTreeMap;

@@ -5,7 +5,8 @@
 //! This is **not** the whole upstream API. Deserializing an object drops the fields not modelled
 //! here, so never write back an object you read (use server-side apply or a patch of the fields
 //! you own). The derives set `schema = "disabled"`: these kinds are KubeVirt's, never installed
-//! by us (tests install minimal stand-in CRDs from `testenv/src/external-crds`).
+//! by us (tests install CRDs generated from the upstream API types, `testenv/src/external-crds`,
+//! so a misspelled field is pruned there as on a real cluster).
 //!
 //! Enums read from the cluster carry an `Unknown` catch-all, so an unexpected value from a newer
 //! KubeVirt does not make the whole object unreadable; the catch-all is not meant to be written.
@@ -246,7 +247,12 @@ pub enum StateChangeAction {
 pub struct StartFailure {
     #[serde(default)]
     pub consecutive_fail_count: i64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// KubeVirt spells it `lastFailedVMIUID`, not camel case.
+    #[serde(
+        default,
+        rename = "lastFailedVMIUID",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub last_failed_vmi_uid: Option<String>,
     /// No new VMI is started before this time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -556,8 +562,13 @@ pub struct Network {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodNetwork {
-    /// The guest-side CIDR of masquerade binding (default `10.0.2.0/24`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The guest-side CIDR of masquerade binding (default `10.0.2.0/24`). KubeVirt spells it
+    /// `vmNetworkCIDR`, not camel case.
+    #[serde(
+        default,
+        rename = "vmNetworkCIDR",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub vm_network_cidr: Option<String>,
 }
 
@@ -1057,6 +1068,26 @@ mod tests {
         assert_eq!(
             spec.volume("rootdisk").unwrap().claim_name(),
             Some("demo-rootdisk")
+        );
+    }
+
+    #[test]
+    fn fields_kubevirt_does_not_spell_in_camel_case_keep_its_spelling() {
+        let failure = StartFailure {
+            consecutive_fail_count: 1,
+            last_failed_vmi_uid: Some("u".into()),
+            retry_after_timestamp: None,
+        };
+        assert_eq!(
+            serde_json::to_value(&failure).unwrap(),
+            json!({"consecutiveFailCount": 1, "lastFailedVMIUID": "u"})
+        );
+        let pod = PodNetwork {
+            vm_network_cidr: Some("10.0.2.0/24".into()),
+        };
+        assert_eq!(
+            serde_json::to_value(&pod).unwrap(),
+            json!({"vmNetworkCIDR": "10.0.2.0/24"})
         );
     }
 

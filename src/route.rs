@@ -3,8 +3,9 @@
 //!
 //! As with [`crate::kubevirt`], this is **not** the whole upstream API: deserializing drops the
 //! fields not modelled here, so never write back an object you read. The derive sets
-//! `schema = "disabled"` (OpenShift owns the CRD; tests install a stand-in from
-//! `testenv/src/external-crds`). Enums read from the cluster carry an `Unknown` catch-all.
+//! `schema = "disabled"` (OpenShift owns the CRD; tests install the one generated from
+//! openshift/api, `testenv/src/external-crds`). Enums read from the cluster carry an `Unknown`
+//! catch-all.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;

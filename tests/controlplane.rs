@@ -1,5 +1,6 @@
 //! The embedded test control plane behaves like a real cluster where the operator depends on
-//! it: RBAC is enforced, the CRDs (ours and the external stand-ins) are served, the controller
+//! it: RBAC is enforced, the CRDs (ours and the external ones generated from upstream types) are
+//! served with their schemas applied, the controller
 //! manager garbage-collects and finalizes namespaces, and the kubeconfig works with kubectl.
 //!
 //! All tests but one share the per-binary control plane and isolate themselves in namespaces
@@ -160,7 +161,7 @@ fn project_crd_names() -> Vec<String> {
 }
 
 #[tokio::test]
-async fn virtual_machine_stand_in_keeps_arbitrary_spec_and_status() {
+async fn virtual_machine_schema_prunes_unknown_fields_and_refuses_invalid_objects() {
     let cp = control_plane().await;
     let admin = client(cp);
     let ns = namespace(&admin, "testenv-vm").await;
@@ -172,15 +173,22 @@ async fn virtual_machine_stand_in_keeps_arbitrary_spec_and_status() {
     let vms: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &ns, &resource);
     let spec = json!({
         "runStrategy": "Halted",
-        "template": {"spec": {"domain": {"cpu": {"cores": 4}}, "volumes": [{"name": "root"}]}},
+        "template": {"spec": {
+            "domain": {"cpu": {"cores": 4}, "devices": {"disks": [{"name": "root", "disk": {"bus": "virtio"}}]}},
+            "volumes": [{"name": "root", "persistentVolumeClaim": {"claimName": "root"}}],
+        }},
     });
+    let mut sent = spec.clone();
+    // Misplaced: `cores` belongs under `domain.cpu`, and `notAField` exists nowhere.
+    sent["template"]["spec"]["domain"]["cores"] = json!(4);
+    sent["notAField"] = json!(true);
     let mut vm = DynamicObject::new("crc", &resource).within(&ns);
-    vm.data = json!({ "spec": spec });
+    vm.data = json!({ "spec": sent });
     vms.create(&PostParams::default(), &vm)
         .await
         .expect("create VirtualMachine");
 
-    let status = json!({"status": {"printableStatus": "Stopped", "ready": false}});
+    let status = json!({"status": {"printableStatus": "Stopped", "ready": false, "notAField": 1}});
     vms.patch_status(
         "crc",
         &Default::default(),
@@ -190,8 +198,23 @@ async fn virtual_machine_stand_in_keeps_arbitrary_spec_and_status() {
     .expect("patch VirtualMachine status subresource");
 
     let read = vms.get("crc").await.expect("read VirtualMachine back");
-    assert_eq!(read.data["spec"], spec);
+    assert_eq!(read.data["spec"], spec, "unknown spec fields are pruned");
     assert_eq!(read.data["status"]["printableStatus"], "Stopped");
+    assert_eq!(read.data["status"].get("notAField"), None);
+
+    // A template without devices is what KubeVirt's schema refuses outright.
+    let mut invalid = DynamicObject::new("no-devices", &resource).within(&ns);
+    invalid.data = json!({"spec": {"template": {"spec": {"domain": {}}}}});
+    match vms.create(&PostParams::default(), &invalid).await {
+        Err(kube::Error::Api(status)) if status.code == 422 => assert!(
+            status
+                .message
+                .contains("spec.template.spec.domain.devices: Required value"),
+            "{}",
+            status.message
+        ),
+        other => panic!("expected 422 Invalid for a domain without devices, got {other:?}"),
+    }
     delete_namespace(&admin, &ns).await;
 }
 

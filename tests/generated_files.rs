@@ -1,9 +1,11 @@
-//! The generated files committed in the repository (`crds/*.yaml`, `docs/api.md`) match what the
-//! code renders, so that a change to `src/api` cannot be merged without regenerating them.
+//! The generated files committed in the repository (`crds/*.yaml`, `docs/api.md`, the external
+//! CRDs of the test control plane) match what the code and the pinned generators render, so that a
+//! change to `src/api` or to a pin cannot be merged without regenerating them.
 // Tests act as users and other controllers: they write directly, not through the operator's write path.
 #![allow(clippy::disallowed_methods)]
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use guestcluster::{api, apidocs, crdgen};
 
@@ -53,4 +55,69 @@ fn api_reference_matches_the_api() {
             "generated docs/api.md drifted from src/api (first difference at line {line}); run `make crds`"
         );
     }
+}
+
+/// Where the test control plane embeds the external CRDs from.
+const EXTERNAL_CRDS: &str = "testenv/src/external-crds";
+
+/// Runs `tools/external-crds/generate.sh` into a temporary directory and compares. The first run
+/// on a machine builds the generator from the pinned Go modules (cached under
+/// `~/.cache/guestcluster`, like the control plane); later runs reuse its output.
+#[test]
+fn external_crds_match_the_generator() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let script = repo().join("tools/external-crds/generate.sh");
+    let run = Command::new("bash")
+        .arg(&script)
+        .arg(out.path())
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+    assert!(
+        run.status.success(),
+        "{} failed ({}):\n{}",
+        script.display(),
+        run.status,
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let committed = yaml_files(&repo().join(EXTERNAL_CRDS));
+    let generated = yaml_files(out.path());
+    let mut drifted: Vec<String> = Vec::new();
+    for (name, text) in &generated {
+        match committed.iter().find(|(n, _)| n == name) {
+            Some((_, committed)) if committed == text => {}
+            Some(_) => drifted.push(name.clone()),
+            None => drifted.push(format!("{name} (not committed)")),
+        }
+    }
+    for (name, _) in &committed {
+        if !generated.iter().any(|(n, _)| n == name) {
+            drifted.push(format!("{name} (not generated any more)"));
+        }
+    }
+    assert!(
+        drifted.is_empty(),
+        "{EXTERNAL_CRDS} drifted from tools/external-crds: {}; run `make external-crds`",
+        drifted.join(", ")
+    );
+}
+
+/// (file name, contents) of every `*.yaml` in `dir`, sorted by name.
+fn yaml_files(dir: &Path) -> Vec<(String, String)> {
+    let mut files: Vec<(String, String)> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .map(|entry| entry.expect("directory entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "yaml"))
+        .map(|path| {
+            let name = path
+                .file_name()
+                .expect("file name")
+                .to_string_lossy()
+                .into_owned();
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+            (name, text)
+        })
+        .collect();
+    files.sort();
+    files
 }

@@ -282,7 +282,8 @@ async fn a_clone_into_a_smaller_volume_fails_naming_both_sizes() {
     create_data_volume(&client, &ns, "golden", blank("64Mi")).await;
     wait_phase(&client, &ns, "golden", "Succeeded").await;
     let spec = json!({
-        "source": {"pvc": {"name": "golden"}},
+        // CDI's schema requires the namespace even for a clone within the same namespace.
+        "source": {"pvc": {"namespace": ns, "name": "golden"}},
         "storage": {"resources": {"requests": {"storage": "32Mi"}}},
     });
     create_data_volume(&client, &ns, "too-small", spec).await;
@@ -330,7 +331,8 @@ async fn a_clone_waits_while_its_source_is_in_use() {
     pod_using(&client, &ns, "builder", "golden").await;
 
     let spec = json!({
-        "source": {"pvc": {"name": "golden"}},
+        // CDI's schema requires the namespace even for a clone within the same namespace.
+        "source": {"pvc": {"namespace": ns, "name": "golden"}},
         "storage": {"resources": {"requests": {"storage": "64Mi"}}},
     });
     create_data_volume(&client, &ns, "copy", spec).await;

@@ -110,7 +110,13 @@ impl ObjectActor for InstanceActor {
             related_events(
                 Api::<ClusterLease>::all(ctx.client.clone()),
                 |lease: &ClusterLease| {
-                    let name = lease.status.as_ref()?.instance_ref.as_ref()?.name.clone();
+                    let name = lease
+                        .status
+                        .as_ref()?
+                        .instance_ref
+                        .as_ref()?
+                        .name()?
+                        .to_owned();
                     Some(Related::new(
                         lease.namespace()?,
                         move |i: &ClusterInstance| i.name_any() == name,

@@ -3,8 +3,9 @@
 //!
 //! It is a real apiserver with RBAC, admission and the controllers that matter to an operator
 //! (garbage collection, namespace deletion, Jobs, ServiceAccounts), but no scheduler or kubelet:
-//! pods stay `Pending`. Our CRDs and minimal stand-ins for the external kinds we touch (KubeVirt,
-//! CDI, OpenShift, HCO) are installed before [`ControlPlane::start`] returns.
+//! pods stay `Pending`. Our CRDs and those of the external kinds we touch (KubeVirt, CDI,
+//! OpenShift, HCO; generated from the upstream API types by `tools/external-crds`, so unknown
+//! fields are pruned and schemas enforced) are installed before [`ControlPlane::start`] returns.
 //!
 //! Tests share one control plane per test binary through [`ControlPlane::shared`] and isolate
 //! themselves by namespace and object name:
@@ -170,7 +171,7 @@ pub struct Options {
     /// Project root; `tools/controlplane/build.sh` is looked up under it.
     pub project_dir: PathBuf,
     /// Every `*.yaml` here is applied as CRDs. A missing directory installs only the external
-    /// stand-ins.
+    /// CRDs.
     pub crd_dir: PathBuf,
     /// Fixed state directory: created if missing, reused if it is a stale state directory,
     /// refused if it holds anything else. `None`: a fresh directory under `<cache>/runs/`.

@@ -345,12 +345,12 @@ impl<'a> Walk<'a> {
             self.turnkey_source(&vm_name, &dv_name)?
         };
         let Some(dv) = &o.data_volume else {
-            self.create_data_volume(source.disk, source.storage_class)?;
+            self.create_data_volume(&dv_name, source.disk, source.storage_class)?;
             return Err(Stop::recorded(format!("creating DataVolume {dv_name}")));
         };
         self.check_data_volume(dv)?;
         let Some(vm) = &o.vm else {
-            self.create_vm(&dv_name)?;
+            self.create_vm(&vm_name, &dv_name)?;
             return Err(Stop::recorded(format!("creating VirtualMachine {vm_name}")));
         };
         let (vmi_uid, vmi_ip) = self.running_vmi(vm, o.vmi.as_ref(), dv)?;
@@ -659,6 +659,7 @@ impl<'a> Walk<'a> {
 
     fn create_data_volume(
         &mut self,
+        dv_name: &str,
         source: RootDiskSource,
         storage_class: Option<String>,
     ) -> Flow<()> {
@@ -690,7 +691,10 @@ impl<'a> Walk<'a> {
                 message: raised.message(),
             });
         }
-        let dv = res::root_data_volume(self.instance, source, size, storage_class);
+        let mut dv = res::root_data_volume(self.instance, source, size, storage_class);
+        // The name recorded with the binding (upstream's instances record theirs) is the one the
+        // pass looks for.
+        dv.metadata.name = Some(dv_name.to_owned());
         self.create(New::DataVolume(Box::new(dv)));
         Ok(())
     }
@@ -736,7 +740,7 @@ impl<'a> Walk<'a> {
         Ok(())
     }
 
-    fn create_vm(&mut self, dv_name: &str) -> Flow<()> {
+    fn create_vm(&mut self, vm_name: &str, dv_name: &str) -> Flow<()> {
         let profile = match self.binding() {
             None => VmProfile::CrcDownloadV0,
             Some(binding) => {
@@ -754,7 +758,7 @@ impl<'a> Walk<'a> {
             }
         };
         let template = &self.instance.spec.template;
-        let vm = res::virtual_machine(
+        let mut vm = res::virtual_machine(
             self.instance,
             profile,
             dv_name,
@@ -762,6 +766,7 @@ impl<'a> Walk<'a> {
             template.cores,
             &template.vm_node_selector,
         );
+        vm.metadata.name = Some(vm_name.to_owned());
         self.create(New::VirtualMachine(Box::new(vm)));
         Ok(())
     }
