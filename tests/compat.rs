@@ -3,6 +3,8 @@
 //! (every non-pointer struct as `{}` when unset, zero values omitted, `ttl: "0s"` / `"0"`) and
 //! objects carrying the full status the Go operator wrote are accepted, reconciled without an
 //! error condition, and keep the status fields only the Go operator writes.
+// Tests act as users and other controllers: they write directly, not through the operator's write path.
+#![allow(clippy::disallowed_methods)]
 
 mod support;
 
