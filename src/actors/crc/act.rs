@@ -11,8 +11,8 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::Error;
 use super::plan::{Action, DeleteKind, New};
+use super::{Error, Scope};
 use crate::actors::Context;
 use crate::api::instance::ClusterInstance;
 use crate::events::Kind;
@@ -35,39 +35,14 @@ pub async fn act(
 
 struct Actor<'a> {
     instance: &'a ClusterInstance,
-    ctx: &'a Context,
-    name: String,
-    namespace: String,
+    scope: Scope<'a>,
 }
 
 impl<'a> Actor<'a> {
     fn new(instance: &'a ClusterInstance, ctx: &'a Context) -> Self {
         Self {
             instance,
-            ctx,
-            name: instance.name_any(),
-            namespace: instance.namespace().unwrap_or_default(),
-        }
-    }
-
-    fn ns<K>(&self) -> Api<K>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-    {
-        Api::namespaced(self.ctx.client.clone(), &self.namespace)
-    }
-
-    fn err(
-        &self,
-        action: &'static str,
-        what: impl Into<String>,
-    ) -> impl FnOnce(kube::Error) -> Error {
-        let (instance, what) = (self.name.clone(), what.into());
-        move |source| Error::Api {
-            instance,
-            action,
-            what,
-            source: Box::new(source),
+            scope: Scope::new(instance, ctx),
         }
     }
 
@@ -78,35 +53,35 @@ impl<'a> Actor<'a> {
         let what = format!("{} {}", K::kind(&()), obj.name_any());
         write::create(api, obj)
             .await
-            .map_err(self.err("creating", what.clone()))?;
-        tracing::info!(clusterinstance = %self.name, namespace = %self.namespace, "created {what}");
+            .map_err(self.scope.err("creating", what.clone()))?;
+        tracing::info!(clusterinstance = %self.scope.name, namespace = %self.scope.namespace, "created {what}");
         Ok(())
     }
 
     async fn perform(&self, action: &Action) -> Result<(), Error> {
         match action {
             Action::Create(new) => match new {
-                New::Secret(o) => self.create(&self.ns(), o.as_ref()).await,
-                New::DataVolume(o) => self.create(&self.ns(), o.as_ref()).await,
-                New::VirtualMachine(o) => self.create(&self.ns(), o.as_ref()).await,
-                New::ServiceAccount(o) => self.create(&self.ns(), o.as_ref()).await,
-                New::RoleBinding(o) => self.create(&self.ns(), o.as_ref()).await,
-                New::Service(o) => self.create(&self.ns(), o.as_ref()).await,
-                New::Route(o) => self.create(&self.ns(), o.as_ref()).await,
-                New::Job(o) => self.create(&self.ns(), o.as_ref()).await,
+                New::Secret(o) => self.create(&self.scope.ns(), o.as_ref()).await,
+                New::DataVolume(o) => self.create(&self.scope.ns(), o.as_ref()).await,
+                New::VirtualMachine(o) => self.create(&self.scope.ns(), o.as_ref()).await,
+                New::ServiceAccount(o) => self.create(&self.scope.ns(), o.as_ref()).await,
+                New::RoleBinding(o) => self.create(&self.scope.ns(), o.as_ref()).await,
+                New::Service(o) => self.create(&self.scope.ns(), o.as_ref()).await,
+                New::Route(o) => self.create(&self.scope.ns(), o.as_ref()).await,
+                New::Job(o) => self.create(&self.scope.ns(), o.as_ref()).await,
                 New::ClusterRole(o) => {
-                    let roles: Api<ClusterRole> = Api::all(self.ctx.client.clone());
+                    let roles: Api<ClusterRole> = Api::all(self.scope.ctx.client.clone());
                     self.create(&roles, o.as_ref()).await
                 }
             },
             Action::CreateIdentity { host } => {
                 let now = Timestamp::now().as_second();
                 let identity = identity::generate(host, now).map_err(|source| Error::Identity {
-                    instance: self.name.clone(),
+                    instance: self.scope.name.clone(),
                     source,
                 })?;
                 let secret = res::identity_secret(self.instance, identity.to_secret_data());
-                self.create(&self.ns(), &secret).await
+                self.create(&self.scope.ns(), &secret).await
             }
             Action::Delete(target) => {
                 let (kind, result) = match target.kind {
@@ -115,7 +90,7 @@ impl<'a> Actor<'a> {
                     DeleteKind::AgentJob => (
                         "Job",
                         write::delete_exact(
-                            &self.ns::<Job>(),
+                            &self.scope.ns::<Job>(),
                             &target.name,
                             &target.uid,
                             PropagationPolicy::Foreground,
@@ -125,7 +100,7 @@ impl<'a> Actor<'a> {
                     DeleteKind::Secret => (
                         "Secret",
                         write::delete_exact(
-                            &self.ns::<Secret>(),
+                            &self.scope.ns::<Secret>(),
                             &target.name,
                             &target.uid,
                             PropagationPolicy::Background,
@@ -133,15 +108,18 @@ impl<'a> Actor<'a> {
                         .await,
                     ),
                 };
-                result.map_err(self.err("deleting", format!("{kind} {}", target.name)))?;
-                tracing::info!(clusterinstance = %self.name, namespace = %self.namespace, "deleted {kind} {}", target.name);
+                result.map_err(
+                    self.scope
+                        .err("deleting", format!("{kind} {}", target.name)),
+                )?;
+                tracing::info!(clusterinstance = %self.scope.name, namespace = %self.scope.namespace, "deleted {kind} {}", target.name);
                 Ok(())
             }
             Action::RepairRoleBinding { name, subjects } => {
                 let patch = serde_json::json!({"subjects": subjects});
-                write::merge_patch(&self.ns::<RoleBinding>(), name, &patch)
+                write::merge_patch(&self.scope.ns::<RoleBinding>(), name, &patch)
                     .await
-                    .map_err(self.err("repairing", format!("RoleBinding {name}")))
+                    .map_err(self.scope.err("repairing", format!("RoleBinding {name}")))
             }
             Action::UpdateKubeconfig(wanted) => {
                 let name = wanted.name_any();
@@ -150,12 +128,13 @@ impl<'a> Actor<'a> {
                                  "labels": wanted.metadata.labels},
                     "data": wanted.data,
                 });
-                write::merge_patch(&self.ns::<Secret>(), &name, &patch)
+                write::merge_patch(&self.scope.ns::<Secret>(), &name, &patch)
                     .await
-                    .map_err(self.err("updating", format!("Secret {name}")))
+                    .map_err(self.scope.err("updating", format!("Secret {name}")))
             }
             Action::Warn { reason, message } => {
-                self.ctx
+                self.scope
+                    .ctx
                     .events
                     .publish(self.instance, Kind::Warning, reason, message)
                     .await;

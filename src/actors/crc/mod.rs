@@ -28,7 +28,11 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use super::Context;
+use k8s_openapi::NamespaceResourceScope;
+use kube::api::Api;
+use kube::{Resource, ResourceExt};
+
+use super::context::Context;
 use crate::api::instance::{ClusterInstance, ClusterInstanceStatus};
 pub use plan::{PROVISIONING_REQUEUE, bundle_name, is_manual, pull_secret_name};
 
@@ -53,6 +57,44 @@ pub enum Error {
         instance: String,
         source: crate::identity::Error,
     },
+}
+
+/// Where a pass reads and writes: the instance's namespace, and errors that name the instance.
+struct Scope<'a> {
+    ctx: &'a Context,
+    name: String,
+    namespace: String,
+}
+
+impl<'a> Scope<'a> {
+    fn new(instance: &ClusterInstance, ctx: &'a Context) -> Self {
+        Self {
+            ctx,
+            name: instance.name_any(),
+            namespace: instance.namespace().unwrap_or_default(),
+        }
+    }
+
+    fn ns<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.ctx.client.clone(), &self.namespace)
+    }
+
+    fn err(
+        &self,
+        action: &'static str,
+        what: impl Into<String>,
+    ) -> impl FnOnce(kube::Error) -> Error {
+        let (instance, what) = (self.name.clone(), what.into());
+        move |source| Error::Api {
+            instance,
+            action,
+            what,
+            source: Box::new(source),
+        }
+    }
 }
 
 /// Where a pass ended.

@@ -14,7 +14,7 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
-use super::{Error, agent};
+use super::{Error, Scope, agent};
 use crate::actors::Context;
 use crate::api::bundle::CRCBundle;
 use crate::api::common::LocalRef;
@@ -215,18 +215,14 @@ pub async fn observe(
 }
 
 struct Reader<'a> {
-    ctx: &'a Context,
-    name: String,
-    namespace: String,
+    scope: Scope<'a>,
     uid: String,
 }
 
 impl<'a> Reader<'a> {
     fn new(instance: &ClusterInstance, ctx: &'a Context) -> Self {
         Self {
-            ctx,
-            name: instance.name_any(),
-            namespace: instance.namespace().unwrap_or_default(),
+            scope: Scope::new(instance, ctx),
             uid: instance.uid().unwrap_or_default(),
         }
     }
@@ -235,21 +231,15 @@ impl<'a> Reader<'a> {
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
     {
-        Api::namespaced(self.ctx.client.clone(), &self.namespace)
+        self.scope.ns()
     }
 
     fn all<K: Resource<DynamicType = ()>>(&self) -> Api<K> {
-        Api::all(self.ctx.client.clone())
+        Api::all(self.scope.ctx.client.clone())
     }
 
     fn err(&self, what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-        let (instance, what) = (self.name.clone(), what.into());
-        move |source| Error::Api {
-            instance,
-            action: "reading",
-            what,
-            source: Box::new(source),
-        }
+        self.scope.err("reading", what)
     }
 
     async fn get<K>(&self, api: &Api<K>, name: &str) -> Result<Option<K>, Error>
@@ -266,7 +256,7 @@ impl<'a> Reader<'a> {
             &GroupVersionKind::gvk("config.openshift.io", "v1", "Ingress"),
             "ingresses",
         );
-        let api = Api::<DynamicObject>::all_with(self.ctx.client.clone(), &resource);
+        let api = Api::<DynamicObject>::all_with(self.scope.ctx.client.clone(), &resource);
         let ingress = match api.get_opt("cluster").await {
             Ok(i) => i,
             Err(kube::Error::Api(s)) if s.code == 404 => None,
