@@ -116,11 +116,15 @@ async fn bound_disk_path(sim: &SharedSim, client: &Client, ns: &str, name: &str)
     .await
 }
 
-/// A bound PVC holding a bootable guest disk.
+/// A bound PVC holding a bootable guest disk. The disk is written before the claim binds, as
+/// a pre-populated volume would be: a VMI waiting for this claim must never see it blank.
 async fn bootable_pvc(sim: &SharedSim, client: &Client, ns: &str, name: &str) -> PathBuf {
-    create_pvc(client, ns, name).await;
-    let path = bound_disk_path(sim, client, ns, name).await;
+    let pvc = create_pvc(client, ns, name).await;
+    let uid = pvc.uid().expect("a created PVC has a UID");
+    let path = sim.ctx().volumes.disk_path(&uid);
+    std::fs::create_dir_all(path.parent().unwrap()).expect("create the volume directory");
     write_bootable_disk(&path);
+    assert_eq!(bound_disk_path(sim, client, ns, name).await, path);
     path
 }
 

@@ -389,10 +389,24 @@ fn sweep_orphans(
         }
     };
     for uid in orphan_dirs(&uids, live_claims, pv_claims) {
+        // A claim created a moment ago may not have reached the store yet, and its directory
+        // may already hold data (a pre-populated volume): only a directory left alone for a
+        // whole resync period is an orphan.
+        if recently_modified(&volumes.dir(&uid)) {
+            continue;
+        }
         if let Err(err) = volumes.remove_dir(&uid) {
             tracing::warn!("sim volumes: removing orphan directory: {err}");
         }
     }
+}
+
+fn recently_modified(dir: &Path) -> bool {
+    std::fs::metadata(dir)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age < RESYNC)
 }
 
 #[cfg(test)]
