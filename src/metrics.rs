@@ -102,6 +102,11 @@ impl Metrics {
             "Retries of failed reconciles, by the delay they were scheduled with",
             self.retry_delays.clone(),
         );
+        registry.register(
+            "dropped_fields",
+            "Fields of the operator's writes that the API server did not store (see the warning log)",
+            crate::write::dropped_fields_counter(),
+        );
         registry
     }
 

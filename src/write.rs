@@ -8,16 +8,27 @@
 //!   same-named replacement is never removed; gone is fine;
 //! - [`merge_patch`] and [`finalizer`] for the few in-place changes.
 //!
+//! Creates, merge patches and status writes are read back: the stored object the server answers
+//! with is compared with what was sent ([`readback`]), and a field it dropped is logged as a
+//! warning and counted (`guestcluster_dropped_fields_total`), never silently lost.
+//!
 //! `clippy.toml` disallows `Api::create`, `Api::delete` and `Api::patch_status` everywhere else.
 #![allow(clippy::disallowed_methods)]
+
+pub mod readback;
+
+use std::sync::LazyLock;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{
     Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
 };
+use kube::core::Request;
 use kube::{Resource, ResourceExt};
+use prometheus_client::metrics::counter::Counter;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use crate::api::conditions::{self, types};
 use crate::api::labels::FIELD_MANAGER;
@@ -108,12 +119,13 @@ pub async fn record_status<K: Recorded>(
         patch["metadata"] = serde_json::json!({"resourceVersion": obj.resource_version()});
     }
     let name = obj.name_any();
-    api.patch_status(
+    let request = Request::new(api.resource_url()).patch_subresource(
+        "status",
         &name,
         &PatchParams::apply(FIELD_MANAGER).force(),
         &Patch::Apply(&patch),
-    )
-    .await?;
+    );
+    send_read_back(api, request, &patch, "status").await?;
     let before = obj.status().map(K::status_conditions).unwrap_or_default();
     let after = K::status_conditions(status);
     events
@@ -145,7 +157,10 @@ pub async fn create_new<K>(api: &Api<K>, obj: &K) -> Result<bool, kube::Error>
 where
     K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
 {
-    match api.create(&PostParams::default(), obj).await {
+    let sent = serde_json::to_value(obj).map_err(kube::Error::SerdeError)?;
+    let body = serde_json::to_vec(&sent).map_err(kube::Error::SerdeError)?;
+    let request = Request::new(api.resource_url()).create(&PostParams::default(), body);
+    match send_read_back(api, request, &sent, "").await {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
         Err(e) => Err(e),
@@ -187,10 +202,56 @@ pub async fn merge_patch<K>(
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
-    api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
-        .await
-        .map(drop)
+    let request =
+        Request::new(api.resource_url()).patch(name, &PatchParams::default(), &Patch::Merge(patch));
+    send_read_back(api, request, patch, "").await.map(drop)
 }
+
+/// Fields the API server dropped from our writes, since the process started.
+static DROPPED_FIELDS: LazyLock<Counter> = LazyLock::new(Counter::default);
+
+/// The counter behind `guestcluster_dropped_fields_total`, for the metrics registry.
+pub fn dropped_fields_counter() -> Counter {
+    DROPPED_FIELDS.clone()
+}
+
+/// Sends `request` (a create or patch of `sent` on `subresource`, "" for the object itself) and
+/// returns the stored object, after reporting every field of `sent` it lacks.
+async fn send_read_back<K>(
+    api: &Api<K>,
+    request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+    sent: &Value,
+    subresource: &str,
+) -> Result<Value, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let request = request.map_err(kube::Error::BuildRequest)?;
+    let stored: Value = api.clone().into_client().request(request).await?;
+    let api_version = stored["apiVersion"].as_str().unwrap_or_default();
+    let group = api_version.rsplit_once('/').map_or("", |(group, _)| group);
+    let write = readback::Write {
+        subresource,
+        built_in: readback::is_built_in(group),
+    };
+    let dropped = readback::dropped_paths(&write, sent, &stored);
+    if !dropped.is_empty() {
+        DROPPED_FIELDS.inc_by(dropped.len() as u64);
+        tracing::warn!(
+            kind = stored["kind"].as_str().unwrap_or_default(),
+            api_version,
+            namespace = stored["metadata"]["namespace"].as_str().unwrap_or_default(),
+            name = stored["metadata"]["name"].as_str().unwrap_or_default(),
+            fields = %dropped.join(", "),
+            "{DROPPED_MESSAGE}"
+        );
+    }
+    Ok(stored)
+}
+
+/// The log message of a dropped field: what the operator wanted is not on the cluster.
+pub const DROPPED_MESSAGE: &str = "the API server dropped fields it was sent (unknown to the \
+    installed version of this kind: upgrade it, or report the operator's builder as wrong)";
 
 /// Adds (`add`) or removes our finalizer `finalizer` on `obj`, guarded by the resourceVersion it
 /// was read at: a concurrent change fails with a conflict and is retried on the next trigger.

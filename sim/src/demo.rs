@@ -245,6 +245,13 @@ async fn drive(
         "waiting for ClusterPool {POOL_NAMESPACE}/{POOL_NAME} to have {POOL_SIZE} Ready instances (each: root disk cloned from the golden disk, VM started, crc-agent Job configures the guest, guest API probed through its Route)"
     ));
     let ready = wait_for_pool(&client, Duration::from_secs(900), progress).await?;
+    let dropped = guestcluster::write::dropped_fields_counter().get();
+    if dropped > 0 {
+        return Err(Error::Operator(format!(
+            "the API server dropped {dropped} field(s) the operator wrote; the operator's warnings name them"
+        )));
+    }
+    progress.step("every object the operator wrote was stored as sent (each write is read back)");
 
     println!();
     print_kubectl(

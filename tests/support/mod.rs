@@ -29,6 +29,37 @@ async fn control_plane() -> &'static ControlPlane {
     }
 }
 
+/// Log files of every operator this test process started.
+static OPERATOR_LOGS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// Fails the test when an operator of this process reported a field the API server dropped from
+/// one of its writes (its write path reads every write back): on a real cluster that setting
+/// would be silently lost. Every wait and the end of every operator run check it, so each
+/// scenario reads back what it caused to be written.
+pub fn assert_stored_as_sent() {
+    let logs = OPERATOR_LOGS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    let marker = guestcluster::write::DROPPED_MESSAGE;
+    let dropped: Vec<String> = logs
+        .iter()
+        .filter_map(|log| std::fs::read_to_string(log).ok())
+        .flat_map(|text| {
+            text.lines()
+                .filter(|line| line.contains(marker))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        dropped.is_empty(),
+        "the API server dropped fields the operator wrote (fix the builder, or the schema in \
+         testenv/src/external-crds if that is wrong):\n{}",
+        dropped.join("\n")
+    );
+}
+
 /// A client of the shared control plane, bound to the calling test's runtime.
 pub async fn client() -> kube::Client {
     control_plane()
@@ -108,9 +139,12 @@ where
             .saturating_sub(start.elapsed())
             .max(Duration::from_millis(100));
         if let Ok(Some(value)) = tokio::time::timeout(LOOK.min(left), check()).await {
+            assert_stored_as_sent();
             return value;
         }
         if start.elapsed() > deadline {
+            // A dropped field is a likelier cause of a hang than a slow machine.
+            assert_stored_as_sent();
             panic!("timed out after {deadline:?} waiting for: {what}");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -221,6 +255,10 @@ impl Operator {
             .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()
             .expect("spawn guestcluster operator");
+        OPERATOR_LOGS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(log.clone());
         Self {
             child,
             health,
@@ -286,6 +324,9 @@ impl Drop for Operator {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if !std::thread::panicking() {
+            assert_stored_as_sent();
+        }
     }
 }
 
