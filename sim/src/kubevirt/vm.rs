@@ -21,7 +21,7 @@ use super::decide::{
     StatusInputs, VmAction, VmInputs, VmiView, backoff_remaining, condition, decide_vm,
     next_start_failure, printable_status, set_condition, trim_requests, vm_conditions,
 };
-use super::{Shared, is_conflict, is_not_found, merge_status_patch, now, storage, vmi};
+use super::{Shared, defaults, is_conflict, is_not_found, merge_status_patch, now, storage, vmi};
 use crate::Error;
 use guestcluster::kubevirt::{
     RunStrategy, VirtualMachine, VirtualMachineInstance, VirtualMachineStatus, condition_types,
@@ -365,7 +365,7 @@ pub fn vmi_for(vm: &DynamicObject, vm_uid: &str) -> Value {
     if !spec.is_object() {
         spec = json!({});
     }
-    apply_defaults(&mut spec);
+    defaults::apply_spec_defaults(&mut spec);
     let mut vmi_labels: BTreeMap<String, Value> = template["metadata"]["labels"]
         .as_object()
         .map(|m| m.clone().into_iter().collect())
@@ -401,45 +401,6 @@ pub fn vmi_for(vm: &DynamicObject, vm_uid: &str) -> Value {
         },
         "spec": spec,
     })
-}
-
-/// KubeVirt's defaults applied to a VMI spec: a pod-network interface with masquerade binding
-/// when there are neither interfaces nor networks, and a disk for every volume without one.
-fn apply_defaults(spec: &mut Value) {
-    let domain = &mut spec["domain"];
-    if !domain.is_object() {
-        *domain = json!({});
-    }
-    let devices = &mut domain["devices"];
-    if !devices.is_object() {
-        *devices = json!({});
-    }
-    let no_interfaces = devices["interfaces"].as_array().is_none_or(Vec::is_empty);
-    let no_networks = spec["networks"].as_array().is_none_or(Vec::is_empty);
-    let autoattach = spec["domain"]["devices"]["autoattachPodInterface"]
-        .as_bool()
-        .unwrap_or(true);
-    if no_interfaces && no_networks && autoattach {
-        spec["domain"]["devices"]["interfaces"] = json!([{"name": "default", "masquerade": {}}]);
-        spec["networks"] = json!([{"name": "default", "pod": {}}]);
-    }
-    let volume_names: Vec<String> = spec["volumes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|v| v["name"].as_str().map(String::from))
-        .collect();
-    let disks = &mut spec["domain"]["devices"]["disks"];
-    if !disks.is_array() {
-        *disks = json!([]);
-    }
-    if let Some(disks) = disks.as_array_mut() {
-        for volume in volume_names {
-            if !disks.iter().any(|d| d["name"] == volume.as_str()) {
-                disks.push(json!({"name": volume, "disk": {}}));
-            }
-        }
-    }
 }
 
 #[cfg(test)]
