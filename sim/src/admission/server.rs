@@ -217,6 +217,13 @@ async fn respond(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, In
     };
     Ok(match review::answer(webhook, &body) {
         Ok(answer) => {
+            if answer["response"]["allowed"] == false {
+                tracing::info!(
+                    webhook = webhook.name(),
+                    "simulated admission denied: {}",
+                    answer["response"]["status"]["message"]
+                );
+            }
             let mut response = Response::new(Full::new(Bytes::from(answer.to_string())));
             response
                 .headers_mut()

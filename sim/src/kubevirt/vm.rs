@@ -19,7 +19,8 @@ use serde_json::{Value, json};
 
 use super::decide::{
     StatusInputs, VmAction, VmInputs, VmiView, backoff_remaining, condition, decide_vm,
-    next_start_failure, printable_status, set_condition, trim_requests, vm_conditions,
+    next_start_failure, pending_start_refusal, printable_status, set_condition, start_refused,
+    trim_requests, vm_conditions,
 };
 use super::{Shared, defaults, is_conflict, is_not_found, merge_status_patch, now, storage, vmi};
 use crate::Error;
@@ -30,6 +31,8 @@ use guestcluster::kubevirt::{
 
 /// Annotation on a VMI: the VM generation it was created from.
 pub const VM_GENERATION_ANNOTATION: &str = "kubevirt.io/vm-generation";
+/// A start the API server refused is tried again this much later (or when the VM changes).
+const START_REFUSED_RETRY: Duration = Duration::from_secs(5);
 
 pub(super) fn resource() -> ApiResource {
     ApiResource::erase::<VirtualMachine>(&())
@@ -202,6 +205,9 @@ async fn reconcile(object: Arc<DynamicObject>, shared: Arc<Shared>) -> Result<Ac
     let volumes = storage::summary(&client, &namespace, &vm.spec.template.spec.volumes).await?;
     let now = now();
     let mut conditions = vm_conditions(&previous.conditions, vmi.as_ref(), &now);
+    if let Some(refusal) = pending_start_refusal(&previous.conditions, &action, vmi.is_some()) {
+        set_condition(&mut conditions, refusal);
+    }
     if strategy == RunStrategy::Unknown || foreign {
         let message = if foreign {
             format!("VMI {name} exists and is controlled by another object")
@@ -296,6 +302,26 @@ async fn reconcile(object: Arc<DynamicObject>, shared: Arc<Shared>) -> Result<Ac
                     "simulated KubeVirt started a VMI"
                 ),
                 Err(err) if is_conflict(&err) => {}
+                // Refused (an admission webhook, the schema, a namespace being deleted): reported
+                // on the VM as KubeVirt reports it, and tried again.
+                Err(kube::Error::Api(refusal)) if is_refusal(&refusal) => {
+                    tracing::info!(
+                        %namespace, %name, "simulated KubeVirt could not start a VMI: {}",
+                        refusal.message
+                    );
+                    let mut conditions = status.conditions.clone();
+                    set_condition(&mut conditions, start_refused(&refusal.message, &now));
+                    let patch = json!({"status": {"conditions": conditions}});
+                    match vms
+                        .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
+                        .await
+                    {
+                        Ok(_) => {}
+                        Err(err) if is_not_found(&err) => {}
+                        Err(err) => return Err(err.into()),
+                    }
+                    return Ok(Action::requeue(START_REFUSED_RETRY));
+                }
                 Err(err) => return Err(err.into()),
             }
             Ok(Action::await_change())
@@ -307,6 +333,12 @@ async fn reconcile(object: Arc<DynamicObject>, shared: Arc<Shared>) -> Result<Ac
         VmAction::Backoff(left) => Ok(Action::requeue(left)),
         VmAction::Nothing => Ok(Action::requeue(Duration::from_secs(60))),
     }
+}
+
+/// An answer of the API server that retrying the same request cannot change by itself: a client
+/// error other than a conflict or throttling.
+fn is_refusal(status: &kube::core::Status) -> bool {
+    (400..500).contains(&status.code) && status.code != 409 && status.code != 429
 }
 
 async fn delete_vmi(vmis: &Api<DynamicObject>, name: &str, uid: &str) -> Result<(), Error> {
