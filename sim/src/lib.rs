@@ -109,13 +109,18 @@ impl Sim {
             source,
         })?;
         platform::ensure(&client).await?;
-        // Served and registered before any controller writes, as KubeVirt's and CDI's are
-        // before their operators report Deployed.
-        let admission = admission::server::AdmissionServer::start()?;
-        admission::server::install(&client, &admission).await?;
         // Before any controller allocates: pods and VMIs of an earlier run keep their addresses.
         let network = network::IpAllocator::default();
         network::reserve_existing(&client, &network).await?;
+        // Served and registered before any controller writes (as KubeVirt's and CDI's are before
+        // their operators report Deployed), and never left registered by a failed start.
+        let admission = admission::server::AdmissionServer::start()?;
+        if let Err(err) = admission::server::install(&client, &admission).await {
+            if let Err(cleanup) = admission::server::uninstall(&client).await {
+                tracing::warn!("simulation start: {cleanup}");
+            }
+            return Err(err.into());
+        }
         let ctx = Arc::new(SimContext {
             volumes: volumes::VolumeStore::new(options.root.join("volumes")),
             network,
