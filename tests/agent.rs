@@ -87,7 +87,8 @@ async fn create_running_vmi(client: &kube::Client, namespace: &str, name: &str) 
         "apiVersion": "kubevirt.io/v1",
         "kind": "VirtualMachineInstance",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"domain": {"devices": {}}},
+        // What KubeVirt's admission requires of a VMI (this binary runs no webhooks).
+        "spec": {"domain": {"devices": {}, "resources": {"requests": {"memory": "1Gi"}}}},
     }))
     .unwrap();
     let created = vmis

@@ -1,6 +1,7 @@
 //! The generated files committed in the repository (`crds/*.yaml`, `docs/api.md`, the external
 //! CRDs of the test control plane) match what the code and the pinned generators render, so that a
-//! change to `src/api` or to a pin cannot be merged without regenerating them.
+//! change to `src/api` or to a pin cannot be merged without regenerating them; and the objects the
+//! golden files of `src/resources` render pass KubeVirt's and CDI's admission rules.
 // Tests act as users and other controllers: they write directly, not through the operator's write path.
 #![allow(clippy::disallowed_methods)]
 
@@ -120,4 +121,45 @@ fn yaml_files(dir: &Path) -> Vec<(String, String)> {
         .collect();
     files.sort();
     files
+}
+
+/// Every VirtualMachine and DataVolume the operator's builders render (the golden files their
+/// unit tests keep in step) passes virt-api's and CDI's validating webhooks, and so does the VMI
+/// KubeVirt makes from each VirtualMachine.
+#[test]
+fn rendered_vms_and_data_volumes_pass_kubevirt_and_cdi_admission() {
+    use sim::admission::{cdi, kubevirt};
+    let dir = repo().join("src/resources/golden");
+    let mut checked = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("reading src/resources/golden") {
+        let path = entry.expect("reading src/resources/golden").path();
+        let text = std::fs::read_to_string(&path).expect("reading a golden file");
+        let objects: Vec<serde_json::Value> =
+            serde_saphyr::from_str(&text).expect("a golden file is a YAML list");
+        for object in objects {
+            let what = format!(
+                "{} {} ({})",
+                object["kind"].as_str().unwrap_or_default(),
+                object["metadata"]["name"].as_str().unwrap_or_default(),
+                path.display()
+            );
+            match object["kind"].as_str() {
+                Some("VirtualMachine") => {
+                    assert_eq!(kubevirt::validate_vm(&object), Ok(()), "{what}");
+                    let vm: kube::api::DynamicObject =
+                        serde_json::from_value(object.clone()).expect("a VM object");
+                    let vmi = sim::kubevirt::vm::vmi_for(&vm, "vm-uid");
+                    assert_eq!(kubevirt::validate_vmi_create(&vmi), Ok(()), "VMI of {what}");
+                }
+                Some("DataVolume") => assert_eq!(cdi::validate(&object, None), Ok(()), "{what}"),
+                _ => continue,
+            }
+            checked.push(what);
+        }
+    }
+    assert!(
+        checked.iter().any(|c| c.starts_with("VirtualMachine"))
+            && checked.iter().any(|c| c.starts_with("DataVolume")),
+        "the golden files render a VM and a DataVolume: {checked:?}"
+    );
 }

@@ -17,7 +17,7 @@ use guestcluster::kubevirt::{
     PrintableStatus, RunStrategy, VirtualMachine, VirtualMachineInstance, VmiPhase, labels,
 };
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use russh::keys::PrivateKey;
 use serde_json::{Value, json};
@@ -59,7 +59,7 @@ fn pods(client: &Client, ns: &str) -> Api<Pod> {
     Api::namespaced(client.clone(), ns)
 }
 
-/// A VirtualMachine with one virtio root disk from PVC `claim`.
+/// A VirtualMachine with 1 GiB of memory and one virtio root disk from PVC `claim`.
 fn vm_with_pvc(name: &str, strategy: &str, claim: &str) -> Value {
     json!({
         "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
@@ -69,7 +69,11 @@ fn vm_with_pvc(name: &str, strategy: &str, claim: &str) -> Value {
             "template": {
                 "metadata": {"labels": {"app": name}},
                 "spec": {
-                    "domain": {"devices": {"disks": [{"name": "root", "disk": {"bus": "virtio"}}]}},
+                    // KubeVirt refuses a VMI that asks for no memory.
+                    "domain": {
+                        "resources": {"requests": {"memory": "1Gi"}},
+                        "devices": {"disks": [{"name": "root", "disk": {"bus": "virtio"}}]},
+                    },
                     "volumes": [{"name": "root", "persistentVolumeClaim": {"claimName": claim}}],
                 },
             },
@@ -595,7 +599,10 @@ async fn a_missing_disk_image_fails_the_vmi_with_a_reason() {
         "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
         "metadata": {"name": "bare"},
         "spec": {
-            "domain": {"devices": {"disks": [{"name": "root", "disk": {}}]}},
+            "domain": {
+                "resources": {"requests": {"memory": "1Gi"}},
+                "devices": {"disks": [{"name": "root", "disk": {}}]},
+            },
             "volumes": [{"name": "root", "persistentVolumeClaim": {"claimName": "empty"}}],
         },
     }))
@@ -694,6 +701,15 @@ async fn a_restarted_simulation_fails_orphaned_vmis_and_restarts_per_run_strateg
         vm.printable_status() == Some(PrintableStatus::Stopped)
     })
     .await;
+    // The restarted simulation serves the admission webhooks again.
+    let bad: DynamicObject =
+        serde_json::from_value(vm_with_pvc("bad", "Sometimes", "always-root")).unwrap();
+    assert_refused(
+        raw(&client, &ns, &vm_resource())
+            .create(&PostParams::default(), &bad)
+            .await,
+        &format!("{VM_WEBHOOK}Invalid RunStrategy (Sometimes)"),
+    );
 }
 
 /// `sudo poweroff` in the guest of VM `name`; returns the VMI that was running.
@@ -925,6 +941,180 @@ async fn manual_follows_start_requests_and_keeps_an_ended_vmi() {
     start().await;
     wait_vmi(&client, &ns, "vm", "a new VMI Running", |v| {
         v.uid() != first.uid() && v.is_ready()
+    })
+    .await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Admission (virt-api's validating webhooks, served by the simulation)
+// ---------------------------------------------------------------------------------------------
+
+/// The VMs and VMIs of `ns`, untyped: an object is sent exactly as written.
+fn raw(client: &Client, ns: &str, resource: &kube::api::ApiResource) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), ns, resource)
+}
+
+fn vm_resource() -> kube::api::ApiResource {
+    kube::api::ApiResource::erase::<VirtualMachine>(&())
+}
+
+fn vmi_resource() -> kube::api::ApiResource {
+    kube::api::ApiResource::erase::<VirtualMachineInstance>(&())
+}
+
+/// The API server's refusal of `result`: 422 with exactly `message`.
+fn assert_refused<T: std::fmt::Debug>(result: Result<T, kube::Error>, message: &str) {
+    match result {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.message, message);
+            assert_eq!(status.code, 422, "{status:?}");
+        }
+        other => panic!("expected the refusal {message:?}, got {other:?}"),
+    }
+}
+
+const VM_WEBHOOK: &str =
+    "admission webhook \"virtualmachine-validator.kubevirt.io\" denied the request: ";
+const VMI_WEBHOOK: &str = "admission webhook \"virtualmachineinstances-create-validator.kubevirt.io\" denied the request: ";
+const NO_MEMORY: &str = "no memory requested, at least one of 'spec.domain.memory.guest', \
+    'spec.domain.memory.hugepages.pageSize' or 'spec.domain.resources.requests.memory' must be set";
+
+#[tokio::test]
+async fn kubevirts_admission_refuses_bad_vms_and_vmis_with_its_message() {
+    let _shared = sim().await.share().await;
+    let client = client().await;
+    let ns = namespace(&client, "kv-admission").await;
+    let vms = raw(&client, &ns, &vm_resource());
+    let object = |value: Value| -> DynamicObject { serde_json::from_value(value).unwrap() };
+    let post = PostParams::default();
+
+    // One boot order on two disks, a cdrom on the virtio bus, `running` next to `runStrategy`.
+    let mut vm = vm_with_pvc("vm", "Always", "root");
+    vm["spec"]["running"] = json!(true);
+    vm["spec"]["template"]["spec"]["domain"]["devices"]["disks"] = json!([
+        {"name": "root", "bootOrder": 1, "disk": {"bus": "virtio"}},
+        {"name": "iso", "bootOrder": 1, "cdrom": {"bus": "virtio"}},
+    ]);
+    vm["spec"]["template"]["spec"]["volumes"] = json!([
+        {"name": "root", "persistentVolumeClaim": {"claimName": "root"}},
+        {"name": "iso", "persistentVolumeClaim": {"claimName": "iso"}},
+    ]);
+    assert_refused(
+        vms.create(&post, &object(vm)).await,
+        &format!(
+            "{VM_WEBHOOK}Boot order for spec.template.spec.domain.devices.disks[1].bootOrder \
+             already set for a different device., Bus type virtio is invalid for CD-ROM device, \
+             Running and RunStrategy are mutually exclusive. Note that Running is deprecated, \
+             please use RunStrategy instead"
+        ),
+    );
+
+    // A disk without a volume; masquerade on a secondary network.
+    let mut vm = vm_with_pvc("vm", "Always", "root");
+    let template = &mut vm["spec"]["template"]["spec"];
+    template["domain"]["devices"]["disks"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "data", "disk": {"bus": "sata"}}));
+    template["domain"]["devices"]["interfaces"] = json!([{"name": "crc", "masquerade": {}}]);
+    template["networks"] = json!([{"name": "crc", "multus": {"networkName": "crc-net"}}]);
+    assert_refused(
+        vms.create(&post, &object(vm)).await,
+        &format!(
+            "{VM_WEBHOOK}Masquerade interface only implemented with pod network, \
+             spec.template.spec.domain.devices.disks[1].Name 'data' not found."
+        ),
+    );
+
+    // An unknown run strategy, on create and on update.
+    let mut vm = vm_with_pvc("vm", "always", "root");
+    assert_refused(
+        vms.create(&post, &object(vm.clone())).await,
+        &format!("{VM_WEBHOOK}Invalid RunStrategy (always)"),
+    );
+    vm["spec"]["runStrategy"] = json!("Halted");
+    vms.create(&post, &object(vm))
+        .await
+        .expect("a valid VM is admitted");
+    assert_refused(
+        vms.patch(
+            "vm",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"runStrategy": "WaitAsReceiver"}})),
+        )
+        .await,
+        &format!(
+            "{VM_WEBHOOK}Invalid RunStrategy (WaitAsReceiver), DecentralizedLiveMigration \
+             feature gate is not enabled in kubevirt resource"
+        ),
+    );
+
+    // A VMI created directly is checked as well: it asks for no memory.
+    let vmi = object(json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+        "metadata": {"name": "bare"},
+        "spec": {"domain": {"devices": {}}},
+    }));
+    assert_refused(
+        raw(&client, &ns, &vmi_resource()).create(&post, &vmi).await,
+        &format!("{VMI_WEBHOOK}{NO_MEMORY}"),
+    );
+    let names: Vec<String> = vms
+        .list(&ListParams::default())
+        .await
+        .expect("list VMs")
+        .items
+        .iter()
+        .map(|vm| vm.name_any())
+        .collect();
+    assert_eq!(names, ["vm"], "only the valid VM was stored");
+}
+
+#[tokio::test]
+async fn a_vm_whose_vmi_is_refused_reports_it_until_its_template_is_fixed() {
+    let sim = sim().await;
+    let _shared = sim.share().await;
+    let client = client().await;
+    let ns = namespace(&client, "kv-refused").await;
+    bootable_pvc(sim, &client, &ns, "root").await;
+    let mut vm = vm_with_pvc("vm", "Always", "root");
+    vm["spec"]["template"]["spec"]["domain"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resources");
+    // The VM itself is admitted: memory is a rule of the VMI.
+    create_vm(&client, &ns, vm).await;
+    let expected = format!("Failure while starting VMI: {VMI_WEBHOOK}{NO_MEMORY}");
+    let failing = wait_vm(&client, &ns, "vm", "Failure FailedCreate", |vm| {
+        let status = vm.status.clone().unwrap_or_default();
+        guestcluster::kubevirt::find_condition(&status.conditions, "Failure").is_some_and(|c| {
+            c.status == "True"
+                && c.reason.as_deref() == Some("FailedCreate")
+                && c.message.as_deref() == Some(expected.as_str())
+        })
+    })
+    .await;
+    assert!(!failing.status.unwrap().created, "no VMI was created");
+    assert!(
+        vmis(&client, &ns).get_opt("vm").await.unwrap().is_none(),
+        "the API server refused the VMI"
+    );
+
+    vms(&client, &ns)
+        .patch(
+            "vm",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"spec": {"domain": {
+                "memory": {"guest": "1Gi"},
+            }}}}})),
+        )
+        .await
+        .expect("give the template memory");
+    running_vmi(&client, &ns, "vm").await;
+    wait_vm(&client, &ns, "vm", "Ready without Failure", |vm| {
+        let status = vm.status.clone().unwrap_or_default();
+        status.ready
+            && guestcluster::kubevirt::find_condition(&status.conditions, "Failure").is_none()
     })
     .await;
 }

@@ -190,7 +190,8 @@ async fn the_route_reaches_the_guest_api_with_its_named_certificate() {
     create(&client, &ns, &resource("kubevirt.io", "v1", "VirtualMachine", "virtualmachines"), json!({
         "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "metadata": {"name": VM},
         "spec": {"runStrategy": "Always", "template": {"metadata": {"labels": {"app": "crc"}}, "spec": {
-            "domain": {"devices": {"disks": [{"name": "root", "disk": {"bus": "virtio"}}]}},
+            "domain": {"resources": {"requests": {"memory": "1Gi"}},
+                       "devices": {"disks": [{"name": "root", "disk": {"bus": "virtio"}}]}},
             "volumes": [{"name": "root", "persistentVolumeClaim": {"claimName": "crc-root"}}]}}}}))
     .await;
     let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), &ns);

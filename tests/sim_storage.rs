@@ -238,11 +238,13 @@ async fn a_clone_copies_content_also_across_namespaces() {
     write_pattern(&golden, 10 * MI);
 
     let clone = |namespace: &str, size: Option<&str>| {
-        let mut spec = json!({"source": {"pvc": {"namespace": namespace, "name": "golden"}}});
-        if let Some(size) = size {
-            spec["storage"] = json!({"resources": {"requests": {"storage": size}}});
-        }
-        spec
+        // CDI's admission wants the target storage and the source's namespace even when the
+        // size is left to the source.
+        let storage = match size {
+            Some(size) => json!({"resources": {"requests": {"storage": size}}}),
+            None => json!({}),
+        };
+        json!({"source": {"pvc": {"namespace": namespace, "name": "golden"}}, "storage": storage})
     };
     create_data_volume(
         &client,
@@ -252,7 +254,7 @@ async fn a_clone_copies_content_also_across_namespaces() {
     )
     .await;
     // No size: taken from the source, as CDI does.
-    create_data_volume(&client, &source_ns, "same-ns", clone("", None)).await;
+    create_data_volume(&client, &source_ns, "same-ns", clone(&source_ns, None)).await;
 
     for (ns, name, len) in [
         (&target_ns, "bigger", 128 * MI),
@@ -537,4 +539,103 @@ async fn deleting_a_data_volume_removes_its_claim_and_directory() {
     })
     .await;
     wait_gone("the DataVolume's directory removed", &dir).await;
+}
+
+/// The API server's refusal of `result`: 422 with exactly `message`.
+fn assert_refused<T: std::fmt::Debug>(result: Result<T, kube::Error>, message: &str) {
+    match result {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.message, message);
+            assert_eq!(status.code, 422, "{status:?}");
+        }
+        other => panic!("expected the refusal {message:?}, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn cdis_admission_refuses_bad_data_volumes_with_its_message() {
+    let (_, client) = setup().await;
+    let ns = namespace(&client, "sim-dv-admission").await;
+    let api = data_volumes(&client, &ns);
+    let dv = |name: &str, spec: Value| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+            "metadata": {"name": name}, "spec": spec,
+        }))
+        .unwrap()
+    };
+    let post = PostParams::default();
+    // CDI puts a space before each message.
+    let denied = "admission webhook \"datavolume-validate.cdi.kubevirt.io\" denied the request:  ";
+    let size = json!({"resources": {"requests": {"storage": "64Mi"}}});
+
+    assert_refused(
+        api.create(&post, &dv("none", json!({"storage": size})))
+            .await,
+        &format!(
+            "{denied}Data volume should have either Source or SourceRef, or be externally populated"
+        ),
+    );
+    let both = json!({
+        "source": {"blank": {}},
+        "sourceRef": {"kind": "DataSource", "name": "rhcos"},
+        "storage": size,
+    });
+    assert_refused(
+        api.create(&post, &dv("both", both)).await,
+        &format!(
+            "{denied}Data volume should have either Source or SourceRef, or be externally populated"
+        ),
+    );
+    let two = json!({"source": {"blank": {}, "http": {"url": "http://x/y"}}, "storage": size});
+    assert_refused(
+        api.create(&post, &dv("two", two)).await,
+        &format!("{denied}Multiple Data volume sources"),
+    );
+    let zero =
+        json!({"source": {"blank": {}}, "storage": {"resources": {"requests": {"storage": "0"}}}});
+    assert_refused(
+        api.create(&post, &dv("zero", zero)).await,
+        &format!("{denied}Storage size can't be equal or less than zero"),
+    );
+    let no_size = json!({"source": {"http": {"url": "http://x/disk.img"}}, "storage": {}});
+    assert_refused(
+        api.create(&post, &dv("no-size", no_size)).await,
+        &format!("{denied}Storage size is missing"),
+    );
+    assert_refused(
+        api.create(&post, &dv("no-target", json!({"source": {"blank": {}}})))
+            .await,
+        &format!("{denied}Missing Data volume PVC"),
+    );
+
+    // The spec of a DataVolume cannot change; its metadata can.
+    create_data_volume(&client, &ns, "kept", blank("64Mi")).await;
+    assert_refused(
+        api.patch(
+            "kept",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"storage": {"resources": {"requests": {"storage": "128Mi"}}}}}),
+            ),
+        )
+        .await,
+        &format!("{denied}Cannot update DataVolume Spec"),
+    );
+    api.patch(
+        "kept",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"kept": "yes"}}})),
+    )
+    .await
+    .expect("labels may change");
+    let names: Vec<String> = api
+        .list(&Default::default())
+        .await
+        .expect("list DataVolumes")
+        .items
+        .iter()
+        .map(|dv| dv.name_any())
+        .collect();
+    assert_eq!(names, ["kept"], "only the valid DataVolume was stored");
 }

@@ -15,6 +15,7 @@
 //! | [`network`] | pod IPs: one loopback address (127.0.0.0/8) per pod |
 //! | [`kubevirt`] | KubeVirt: VirtualMachines, VMIs, virt-launcher pods |
 //! | [`platform`] | the `KubeVirt` and `CDI` operator objects, Deployed |
+//! | [`admission`] | virt-api's and CDI's validating webhooks, served to the real API server |
 //! | [`guest`] | CRC guests: a state model stored in the disk image, an SSH server per running VMI |
 //! | [`openshift`] | each running guest's OpenShift API: a kube-apiserver plus simulated operators |
 //! | [`route_proxy`] | the router for passthrough Routes, as an HTTP `CONNECT` proxy |
@@ -25,6 +26,7 @@
 // and writes as they do, not through the operator's write path.
 #![allow(clippy::disallowed_methods)]
 
+pub mod admission;
 pub mod bundles;
 pub mod cdi;
 pub mod demo;
@@ -57,6 +59,8 @@ pub enum Error {
     #[error("simulation API call: {0}")]
     Kube(#[from] kube::Error),
     #[error("{0}")]
+    Admission(#[from] admission::server::Error),
+    #[error("{0}")]
     Other(String),
 }
 
@@ -87,10 +91,14 @@ pub struct SimContext {
 }
 
 /// A running simulation; dropping it (or [`Sim::shutdown`]) stops every simulated controller,
-/// Job process and guest.
+/// Job process and guest. Dropping it leaves the admission webhooks registered but no longer
+/// served, so creates of VMs, VMIs and DataVolumes fail until a new simulation starts (a
+/// real cluster with virt-api down does the same); [`Sim::shutdown`] unregisters them.
 pub struct Sim {
     pub ctx: Arc<SimContext>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Kept until the controllers are stopped; dropping it stops serving the webhooks.
+    admission: Option<admission::server::AdmissionServer>,
 }
 
 impl Sim {
@@ -104,6 +112,15 @@ impl Sim {
         // Before any controller allocates: pods and VMIs of an earlier run keep their addresses.
         let network = network::IpAllocator::default();
         network::reserve_existing(&client, &network).await?;
+        // Served and registered before any controller writes (as KubeVirt's and CDI's are before
+        // their operators report Deployed), and never left registered by a failed start.
+        let admission = admission::server::AdmissionServer::start()?;
+        if let Err(err) = admission::server::install(&client, &admission).await {
+            if let Err(cleanup) = admission::server::uninstall(&client).await {
+                tracing::warn!("simulation start: {cleanup}");
+            }
+            return Err(err.into());
+        }
         let ctx = Arc::new(SimContext {
             volumes: volumes::VolumeStore::new(options.root.join("volumes")),
             network,
@@ -117,7 +134,11 @@ impl Sim {
             spawn("kubelet", kubelet::run(ctx.clone())),
             spawn("kubevirt", kubevirt::run(ctx.clone())),
         ];
-        Ok(Sim { ctx, tasks })
+        Ok(Sim {
+            ctx,
+            tasks,
+            admission: Some(admission),
+        })
     }
 
     /// Serves each guest's OpenShift API while its kubelet runs, with API servers started by
@@ -129,10 +150,15 @@ impl Sim {
         ));
     }
 
-    /// Stops every simulated controller, Job process and guest.
+    /// Stops every simulated controller, Job process and guest, and unregisters the admission
+    /// webhooks (a control plane without a simulation admits everything, as before it started).
     pub async fn shutdown(mut self) {
         self.stop_tasks();
         self.ctx.guests.shutdown_all().await;
+        if let Err(err) = admission::server::uninstall(&self.ctx.client).await {
+            tracing::warn!("simulation shutdown: {err}");
+        }
+        self.admission = None;
     }
 
     fn stop_tasks(&mut self) {

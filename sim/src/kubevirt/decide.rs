@@ -417,6 +417,45 @@ pub fn set_condition(conditions: &mut Vec<KubevirtCondition>, new: KubevirtCondi
     }
 }
 
+/// Reason of the VM's `Failure` condition when a start was refused (KubeVirt's
+/// `failedCreateReason`).
+pub const FAILED_CREATE: &str = "FailedCreate";
+/// How KubeVirt words a start the API server refused, before the server's message.
+const START_REFUSED_PREFIX: &str = "Failure while starting VMI: ";
+
+/// The VM's `Failure` condition when the API server refused to create its VMI, as KubeVirt
+/// reports the sync error (`Failure while starting VMI: <error>`).
+pub fn start_refused(message: &str, now: &Time) -> KubevirtCondition {
+    condition(
+        condition_types::FAILURE,
+        true,
+        FAILED_CREATE,
+        &format!("{START_REFUSED_PREFIX}{message}"),
+        now,
+    )
+}
+
+/// The refusal reported in `previous`, kept while the VM is still to be started and has no VMI:
+/// the next attempt replaces it, a VMI that gets created clears it (KubeVirt drops the
+/// condition after a sync without error).
+pub fn pending_start_refusal(
+    previous: &[KubevirtCondition],
+    action: &VmAction,
+    vmi_exists: bool,
+) -> Option<KubevirtCondition> {
+    if *action != VmAction::Start || vmi_exists {
+        return None;
+    }
+    find_condition(previous, condition_types::FAILURE)
+        .filter(|c| c.status == "True" && c.reason.as_deref() == Some(FAILED_CREATE))
+        .filter(|c| {
+            c.message
+                .as_deref()
+                .is_some_and(|m| m.starts_with(START_REFUSED_PREFIX))
+        })
+        .cloned()
+}
+
 // ---------------------------------------------------------------------------------------------
 // VirtualMachineInstance
 // ---------------------------------------------------------------------------------------------
@@ -1303,6 +1342,49 @@ mod tests {
                 DiskBus::Scsi
             ]),
             vec!["vda", "sda", "vdb", "sdb"]
+        );
+    }
+
+    #[test]
+    fn a_refused_start_is_reported_until_a_vmi_exists_or_no_start_is_due() {
+        let now = Time(Timestamp::from_second(0).unwrap());
+        let refused = start_refused(
+            "admission webhook \"x\" denied the request: no memory requested",
+            &now,
+        );
+        assert_eq!(refused.type_, condition_types::FAILURE);
+        assert_eq!(refused.status, "True");
+        assert_eq!(refused.reason.as_deref(), Some(FAILED_CREATE));
+        assert_eq!(
+            refused.message.as_deref(),
+            Some(
+                "Failure while starting VMI: admission webhook \"x\" denied the request: no memory requested"
+            )
+        );
+        let previous = vec![refused.clone()];
+        assert_eq!(
+            pending_start_refusal(&previous, &VmAction::Start, false),
+            Some(refused)
+        );
+        assert_eq!(
+            pending_start_refusal(&previous, &VmAction::Start, true),
+            None
+        );
+        assert_eq!(
+            pending_start_refusal(&previous, &VmAction::Nothing, false),
+            None
+        );
+        // The unknown-run-strategy failure is not a refused start.
+        let other = condition(
+            condition_types::FAILURE,
+            true,
+            FAILED_CREATE,
+            "unknown spec.runStrategy",
+            &now,
+        );
+        assert_eq!(
+            pending_start_refusal(&[other], &VmAction::Start, false),
+            None
         );
     }
 }

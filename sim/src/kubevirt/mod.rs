@@ -17,6 +17,7 @@
 //! is adopted so that its deletion releases it.
 
 pub mod decide;
+pub mod defaults;
 pub mod guests;
 pub mod launcher;
 pub mod storage;

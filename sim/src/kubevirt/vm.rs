@@ -19,9 +19,10 @@ use serde_json::{Value, json};
 
 use super::decide::{
     StatusInputs, VmAction, VmInputs, VmiView, backoff_remaining, condition, decide_vm,
-    next_start_failure, printable_status, set_condition, trim_requests, vm_conditions,
+    next_start_failure, pending_start_refusal, printable_status, set_condition, start_refused,
+    trim_requests, vm_conditions,
 };
-use super::{Shared, is_conflict, is_not_found, merge_status_patch, now, storage, vmi};
+use super::{Shared, defaults, is_conflict, is_not_found, merge_status_patch, now, storage, vmi};
 use crate::Error;
 use guestcluster::kubevirt::{
     RunStrategy, VirtualMachine, VirtualMachineInstance, VirtualMachineStatus, condition_types,
@@ -30,6 +31,8 @@ use guestcluster::kubevirt::{
 
 /// Annotation on a VMI: the VM generation it was created from.
 pub const VM_GENERATION_ANNOTATION: &str = "kubevirt.io/vm-generation";
+/// A start the API server refused is tried again this much later (or when the VM changes).
+const START_REFUSED_RETRY: Duration = Duration::from_secs(5);
 
 pub(super) fn resource() -> ApiResource {
     ApiResource::erase::<VirtualMachine>(&())
@@ -202,6 +205,9 @@ async fn reconcile(object: Arc<DynamicObject>, shared: Arc<Shared>) -> Result<Ac
     let volumes = storage::summary(&client, &namespace, &vm.spec.template.spec.volumes).await?;
     let now = now();
     let mut conditions = vm_conditions(&previous.conditions, vmi.as_ref(), &now);
+    if let Some(refusal) = pending_start_refusal(&previous.conditions, &action, vmi.is_some()) {
+        set_condition(&mut conditions, refusal);
+    }
     if strategy == RunStrategy::Unknown || foreign {
         let message = if foreign {
             format!("VMI {name} exists and is controlled by another object")
@@ -296,6 +302,26 @@ async fn reconcile(object: Arc<DynamicObject>, shared: Arc<Shared>) -> Result<Ac
                     "simulated KubeVirt started a VMI"
                 ),
                 Err(err) if is_conflict(&err) => {}
+                // Refused (an admission webhook, the schema, a namespace being deleted): reported
+                // on the VM as KubeVirt reports it, and tried again.
+                Err(kube::Error::Api(refusal)) if is_refusal(&refusal) => {
+                    tracing::info!(
+                        %namespace, %name, "simulated KubeVirt could not start a VMI: {}",
+                        refusal.message
+                    );
+                    let mut conditions = status.conditions.clone();
+                    set_condition(&mut conditions, start_refused(&refusal.message, &now));
+                    let patch = json!({"status": {"conditions": conditions}});
+                    match vms
+                        .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
+                        .await
+                    {
+                        Ok(_) => {}
+                        Err(err) if is_not_found(&err) => {}
+                        Err(err) => return Err(err.into()),
+                    }
+                    return Ok(Action::requeue(START_REFUSED_RETRY));
+                }
                 Err(err) => return Err(err.into()),
             }
             Ok(Action::await_change())
@@ -307,6 +333,12 @@ async fn reconcile(object: Arc<DynamicObject>, shared: Arc<Shared>) -> Result<Ac
         VmAction::Backoff(left) => Ok(Action::requeue(left)),
         VmAction::Nothing => Ok(Action::requeue(Duration::from_secs(60))),
     }
+}
+
+/// An answer of the API server that retrying the same request cannot change by itself: a client
+/// error other than a conflict or throttling.
+fn is_refusal(status: &kube::core::Status) -> bool {
+    (400..500).contains(&status.code) && status.code != 409 && status.code != 429
 }
 
 async fn delete_vmi(vmis: &Api<DynamicObject>, name: &str, uid: &str) -> Result<(), Error> {
@@ -365,7 +397,7 @@ pub fn vmi_for(vm: &DynamicObject, vm_uid: &str) -> Value {
     if !spec.is_object() {
         spec = json!({});
     }
-    apply_defaults(&mut spec);
+    defaults::apply_spec_defaults(&mut spec);
     let mut vmi_labels: BTreeMap<String, Value> = template["metadata"]["labels"]
         .as_object()
         .map(|m| m.clone().into_iter().collect())
@@ -401,45 +433,6 @@ pub fn vmi_for(vm: &DynamicObject, vm_uid: &str) -> Value {
         },
         "spec": spec,
     })
-}
-
-/// KubeVirt's defaults applied to a VMI spec: a pod-network interface with masquerade binding
-/// when there are neither interfaces nor networks, and a disk for every volume without one.
-fn apply_defaults(spec: &mut Value) {
-    let domain = &mut spec["domain"];
-    if !domain.is_object() {
-        *domain = json!({});
-    }
-    let devices = &mut domain["devices"];
-    if !devices.is_object() {
-        *devices = json!({});
-    }
-    let no_interfaces = devices["interfaces"].as_array().is_none_or(Vec::is_empty);
-    let no_networks = spec["networks"].as_array().is_none_or(Vec::is_empty);
-    let autoattach = spec["domain"]["devices"]["autoattachPodInterface"]
-        .as_bool()
-        .unwrap_or(true);
-    if no_interfaces && no_networks && autoattach {
-        spec["domain"]["devices"]["interfaces"] = json!([{"name": "default", "masquerade": {}}]);
-        spec["networks"] = json!([{"name": "default", "pod": {}}]);
-    }
-    let volume_names: Vec<String> = spec["volumes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|v| v["name"].as_str().map(String::from))
-        .collect();
-    let disks = &mut spec["domain"]["devices"]["disks"];
-    if !disks.is_array() {
-        *disks = json!([]);
-    }
-    if let Some(disks) = disks.as_array_mut() {
-        for volume in volume_names {
-            if !disks.iter().any(|d| d["name"] == volume.as_str()) {
-                disks.push(json!({"name": volume, "disk": {}}));
-            }
-        }
-    }
 }
 
 #[cfg(test)]

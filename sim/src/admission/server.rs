@@ -1,0 +1,480 @@
+//! The webhooks served over HTTPS on loopback and registered with the API server, the way
+//! virt-operator and cdi-operator register virt-api's and CDI's: `failurePolicy: Fail`,
+//! `sideEffects: None`, the upstream webhook names, a URL instead of a Service (the API server
+//! runs on this host) and a CA of our own in `caBundle`.
+//!
+//! The server has a thread and runtime of its own, so a busy simulation (disk copies, guests)
+//! never delays the API server's calls. [`install`] returns once the API server calls every
+//! webhook (a dry-run create of a bad object is refused by it), so an object created after the
+//! simulation started is always checked. [`uninstall`] removes the registrations, so a control
+//! plane without a simulation accepts everything again; while registered and not served
+//! (between a simulation's stop and its restart), creates fail as on a cluster whose virt-api is
+//! down.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::header::CONTENT_TYPE;
+use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper_util::rt::TokioIo;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::{
+    RuleWithOperations, ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose,
+};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio_rustls::TlsAcceptor;
+
+use super::review::{self, Webhook};
+
+/// Field manager of the registrations.
+pub const FIELD_MANAGER: &str = "guestcluster-sim";
+/// virt-operator's configuration of virt-api's validating webhooks.
+pub const KUBEVIRT_CONFIGURATION: &str = "virt-api-validator";
+/// cdi-operator's configuration of the DataVolume webhook.
+pub const CDI_CONFIGURATION: &str = "cdi-api-datavolume-validate";
+/// Label marking the registrations as the simulation's.
+const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "guestcluster-sim");
+
+/// How long the API server may take to start calling a new registration.
+const EFFECTIVE_WITHIN: Duration = Duration::from_secs(60);
+const PROBE_INTERVAL: Duration = Duration::from_millis(100);
+/// A TLS handshake that takes longer is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest AdmissionReview read (an object and its old version, each within etcd's limit).
+const MAX_BODY: usize = 16 << 20;
+/// Namespace of the dry-run probes (every API server has it).
+const PROBE_NAMESPACE: &str = "default";
+
+/// Errors of serving and registering the webhooks.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("admission webhook certificates: {0}")]
+    Certificates(#[from] rcgen::Error),
+    #[error("admission webhook TLS: {0}")]
+    Tls(#[from] rustls::Error),
+    #[error("admission webhook server: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("registering the admission webhooks: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("the API server did not call webhook {webhook} within {waited:?} (last probe: {last})")]
+    NotEffective {
+        webhook: &'static str,
+        waited: Duration,
+        last: String,
+    },
+}
+
+/// The running HTTPS server; dropping it stops it.
+pub struct AdmissionServer {
+    addr: SocketAddr,
+    ca_pem: String,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl AdmissionServer {
+    /// Serves every [`Webhook`] on a free loopback port with a fresh CA.
+    pub fn start() -> Result<Self, Error> {
+        let (ca_pem, cert, key) = certificates()?;
+        let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(vec![cert], key)?;
+        let acceptor = TlsAcceptor::from(Arc::new(tls));
+        let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (stop, stopped) = oneshot::channel();
+        std::thread::Builder::new()
+            .name("sim-admission".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    match TcpListener::from_std(listener) {
+                        Ok(listener) => tokio::select! {
+                            _ = stopped => {}
+                            () = serve(listener, acceptor) => {}
+                        },
+                        Err(err) => tracing::error!("admission webhook server: {err}"),
+                    }
+                });
+            })?;
+        Ok(Self {
+            addr,
+            ca_pem,
+            stop: Some(stop),
+        })
+    }
+
+    /// `https://127.0.0.1:<port>`.
+    pub fn base_url(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+
+    /// The CA the serving certificate chains to, for `caBundle`.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+}
+
+impl Drop for AdmissionServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// A fresh CA and a serving certificate for `127.0.0.1` signed by it: (CA PEM, chain, key).
+fn certificates() -> Result<(String, CertificateDer<'static>, PrivateKeyDer<'static>), rcgen::Error>
+{
+    let mut ca_params = CertificateParams::default();
+    ca_params.distinguished_name = common_name("guestcluster-sim admission CA");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca_key = KeyPair::generate()?;
+    let ca_pem = ca_params.self_signed(&ca_key)?.pem();
+    let issuer = Issuer::new(ca_params, ca_key);
+
+    let mut params = CertificateParams::new(vec!["127.0.0.1".to_owned()])?;
+    params.distinguished_name = common_name("guestcluster-sim admission");
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    params.use_authority_key_identifier_extension = true;
+    let key = KeyPair::generate()?;
+    let cert = params.signed_by(&key, &issuer)?;
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+    Ok((ca_pem, cert.der().clone(), key))
+}
+
+fn common_name(cn: &str) -> DistinguishedName {
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, cn);
+    dn
+}
+
+async fn serve(listener: TcpListener, acceptor: TlsAcceptor) {
+    loop {
+        let tcp = match listener.accept().await {
+            Ok((tcp, _)) => tcp,
+            Err(err) => {
+                tracing::debug!("admission webhook server: accept: {err}");
+                continue;
+            }
+        };
+        let acceptor = acceptor.clone();
+        tokio::spawn(async move {
+            let Ok(Ok(tls)) = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
+            else {
+                return;
+            };
+            let served = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tls), hyper::service::service_fn(respond))
+                .await;
+            if let Err(err) = served {
+                tracing::debug!("admission webhook server: connection: {err}");
+            }
+        });
+    }
+}
+
+async fn respond(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let Some(webhook) = Webhook::from_path(request.uri().path()) else {
+        return Ok(plain(
+            StatusCode::NOT_FOUND,
+            "no webhook at this path".into(),
+        ));
+    };
+    if request.method() != Method::POST {
+        return Ok(plain(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "webhooks take POST".into(),
+        ));
+    }
+    let body = match Limited::new(request.into_body(), MAX_BODY).collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(err) => return Ok(plain(StatusCode::BAD_REQUEST, err.to_string())),
+    };
+    Ok(match review::answer(webhook, &body) {
+        Ok(answer) => {
+            if answer["response"]["allowed"] == false {
+                tracing::info!(
+                    webhook = webhook.name(),
+                    "simulated admission denied: {}",
+                    answer["response"]["status"]["message"]
+                );
+            }
+            let mut response = Response::new(Full::new(Bytes::from(answer.to_string())));
+            response
+                .headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            response
+        }
+        Err(err) => plain(StatusCode::BAD_REQUEST, err.to_string()),
+    })
+}
+
+fn plain(status: StatusCode, text: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(text)));
+    *response.status_mut() = status;
+    response
+}
+
+/// The two registrations, pointing at `base_url` and trusting `ca_pem`.
+pub fn configurations(base_url: &str, ca_pem: &str) -> [ValidatingWebhookConfiguration; 2] {
+    let hook = |webhook: Webhook, operations: &[&str], rule: (&str, &str, &str), timeout| {
+        let (group, version, resource) = rule;
+        let strings = |list: &[&str]| Some(list.iter().map(|s| s.to_string()).collect());
+        ValidatingWebhook {
+            name: webhook.name().to_owned(),
+            admission_review_versions: vec!["v1".to_owned()],
+            client_config: WebhookClientConfig {
+                url: Some(format!("{base_url}{}", webhook.path())),
+                ca_bundle: Some(ByteString(ca_pem.as_bytes().to_vec())),
+                service: None,
+            },
+            failure_policy: Some("Fail".to_owned()),
+            side_effects: "None".to_owned(),
+            timeout_seconds: Some(timeout),
+            rules: Some(vec![RuleWithOperations {
+                operations: strings(operations),
+                api_groups: strings(&[group]),
+                api_versions: strings(&[version]),
+                resources: strings(&[resource]),
+                scope: None,
+            }]),
+            ..Default::default()
+        }
+    };
+    let meta = |name: &str| ObjectMeta {
+        name: Some(name.to_owned()),
+        labels: Some([(MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned())].into()),
+        ..Default::default()
+    };
+    [
+        ValidatingWebhookConfiguration {
+            metadata: meta(KUBEVIRT_CONFIGURATION),
+            webhooks: Some(vec![
+                hook(
+                    Webhook::VirtualMachineInstanceCreate,
+                    &["CREATE"],
+                    ("kubevirt.io", "v1", "virtualmachineinstances"),
+                    10,
+                ),
+                hook(
+                    Webhook::VirtualMachine,
+                    &["CREATE", "UPDATE"],
+                    ("kubevirt.io", "v1", "virtualmachines"),
+                    10,
+                ),
+            ]),
+        },
+        ValidatingWebhookConfiguration {
+            metadata: meta(CDI_CONFIGURATION),
+            webhooks: Some(vec![hook(
+                Webhook::DataVolume,
+                &["CREATE", "UPDATE"],
+                ("cdi.kubevirt.io", "v1beta1", "datavolumes"),
+                30,
+            )]),
+        },
+    ]
+}
+
+/// Registers the webhooks of `server` and waits until the API server calls each of them.
+pub async fn install(client: &kube::Client, server: &AdmissionServer) -> Result<(), Error> {
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    for config in configurations(&server.base_url(), server.ca_pem()) {
+        let name = config.metadata.name.clone().unwrap_or_default();
+        api.patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&config),
+        )
+        .await?;
+    }
+    for webhook in Webhook::ALL {
+        wait_effective(client, webhook).await?;
+    }
+    Ok(())
+}
+
+/// Removes the registrations (those already gone are fine).
+pub async fn uninstall(client: &kube::Client) -> Result<(), Error> {
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    for name in [KUBEVIRT_CONFIGURATION, CDI_CONFIGURATION] {
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Waits until a dry-run create of an object `webhook` refuses is refused by it: the API server
+/// picks registrations up asynchronously.
+async fn wait_effective(client: &kube::Client, webhook: Webhook) -> Result<(), Error> {
+    let (resource, object) = probe(webhook);
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), PROBE_NAMESPACE, &resource);
+    let denied_by = format!(
+        "admission webhook \"{}\" denied the request",
+        webhook.name()
+    );
+    let params = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let started = Instant::now();
+    loop {
+        let last = match api.create(&params, &object).await {
+            Err(kube::Error::Api(status)) if status.message.starts_with(&denied_by) => {
+                return Ok(());
+            }
+            Err(err) => err.to_string(),
+            Ok(_) => "admitted".to_owned(),
+        };
+        if started.elapsed() > EFFECTIVE_WITHIN {
+            return Err(Error::NotEffective {
+                webhook: webhook.name(),
+                waited: started.elapsed(),
+                last,
+            });
+        }
+        tokio::time::sleep(PROBE_INTERVAL).await;
+    }
+}
+
+/// An object `webhook` refuses (and the schema accepts).
+fn probe(webhook: Webhook) -> (ApiResource, DynamicObject) {
+    let (resource, body) = match webhook {
+        Webhook::VirtualMachine => (
+            ApiResource::erase::<guestcluster::kubevirt::VirtualMachine>(&()),
+            // Neither `running` nor `runStrategy`.
+            json!({"spec": {"template": {"spec": {"domain": {"devices": {}}}}}}),
+        ),
+        Webhook::VirtualMachineInstanceCreate => (
+            ApiResource::erase::<guestcluster::kubevirt::VirtualMachineInstance>(&()),
+            // No memory.
+            json!({"spec": {"domain": {"devices": {}}}}),
+        ),
+        Webhook::DataVolume => (
+            ApiResource::erase::<guestcluster::cdi::DataVolume>(&()),
+            // Neither `pvc` nor `storage`.
+            json!({"spec": {"source": {"blank": {}}}}),
+        ),
+    };
+    let mut object = DynamicObject::new("sim-admission-probe", &resource);
+    object.data = body;
+    (resource, object)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registrations_are_upstreams_pointing_here() {
+        let [kubevirt, cdi] = configurations("https://127.0.0.1:4443", "PEM");
+        assert_eq!(
+            kubevirt.metadata.name.as_deref(),
+            Some("virt-api-validator")
+        );
+        assert_eq!(
+            cdi.metadata.name.as_deref(),
+            Some("cdi-api-datavolume-validate")
+        );
+        let hooks: Vec<&ValidatingWebhook> = kubevirt
+            .webhooks
+            .iter()
+            .chain(cdi.webhooks.iter())
+            .flatten()
+            .collect();
+        let names: Vec<&str> = hooks.iter().map(|h| h.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "virtualmachineinstances-create-validator.kubevirt.io",
+                "virtualmachine-validator.kubevirt.io",
+                "datavolume-validate.cdi.kubevirt.io",
+            ]
+        );
+        for hook in &hooks {
+            assert_eq!(hook.failure_policy.as_deref(), Some("Fail"));
+            assert_eq!(hook.side_effects, "None");
+            assert_eq!(
+                hook.client_config.ca_bundle,
+                Some(ByteString(b"PEM".to_vec()))
+            );
+            let url = hook.client_config.url.as_deref().unwrap();
+            let path = url.strip_prefix("https://127.0.0.1:4443").unwrap();
+            assert_eq!(
+                Webhook::from_path(path).map(Webhook::name),
+                Some(hook.name.as_str())
+            );
+        }
+        let rule = |h: &ValidatingWebhook| h.rules.as_ref().unwrap()[0].clone();
+        assert_eq!(rule(hooks[0]).operations, Some(vec!["CREATE".to_owned()]));
+        assert_eq!(
+            rule(hooks[1]).operations,
+            Some(vec!["CREATE".to_owned(), "UPDATE".to_owned()])
+        );
+        assert_eq!(
+            rule(hooks[2]).api_versions,
+            Some(vec!["v1beta1".to_owned()])
+        );
+    }
+
+    #[test]
+    fn every_probe_is_refused_by_its_webhook() {
+        for webhook in Webhook::ALL {
+            let (_, object) = probe(webhook);
+            let review = serde_json::to_vec(&json!({
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "request": {"uid": "u", "operation": "CREATE",
+                            "object": serde_json::to_value(&object).unwrap()},
+            }))
+            .unwrap();
+            let answer = review::answer(webhook, &review).unwrap();
+            assert_eq!(answer["response"]["allowed"], false, "{webhook:?}");
+        }
+    }
+
+    #[test]
+    fn the_serving_certificate_chains_to_the_ca() {
+        let (ca_pem, cert, _key) = certificates().unwrap();
+        let (_, ca) = x509_parser::pem::parse_x509_pem(ca_pem.as_bytes()).unwrap();
+        let ca = ca.parse_x509().unwrap();
+        let (_, leaf) = x509_parser::parse_x509_certificate(&cert).unwrap();
+        leaf.verify_signature(Some(ca.public_key())).unwrap();
+        let san = leaf.subject_alternative_name().unwrap().unwrap();
+        assert!(
+            san.value
+                .general_names
+                .iter()
+                .any(|n| matches!(n, x509_parser::extensions::GeneralName::IPAddress(ip) if *ip == [127, 0, 0, 1])),
+            "{san:?}"
+        );
+    }
+}
