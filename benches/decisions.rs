@@ -275,11 +275,12 @@ fn instance_gates_decision(c: &mut Criterion) {
     .expect("valid HyperConverged");
     let observed = instance_gates::Observed {
         namespace: NamespaceState::Enabled,
-        platform: Some(Platform {
+        // The platform view computes the gate once per platform change, not per pass.
+        platform: Some(instance_gates::platform_gate(&Platform {
             kubevirt: vec![operand("KubeVirt")],
             cdi: vec![operand("CDI")],
             hyperconverged: vec![hco],
-        }),
+        })),
     };
     let now = Time(at(NOW));
     assert!(instance_gates::decide(&instance, &observed, now.clone()).open);

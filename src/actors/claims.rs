@@ -13,7 +13,7 @@
 //! trigger. A lost request or reply leaves nothing half-done (the lease asks again on its next
 //! trigger), and a crash between the kubeconfig copy and the status write leaves no claim.
 
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, PostParams};
@@ -21,7 +21,6 @@ use kube::{Api, ResourceExt};
 use ractor::RpcReplyPort;
 
 use super::context::Context;
-use super::instance_gates::NamespaceState;
 use super::lease_decide::{self, BindDecision, CopyAction};
 use crate::api::conditions::reasons;
 use crate::api::{ClusterInstance, ClusterLease, ClusterLeaseStatus, ClusterPool};
@@ -85,6 +84,8 @@ pub enum Error {
         pool: String,
         why: String,
     },
+    #[error(transparent)]
+    View(#[from] super::views::Error),
     #[error("reading {what} for ClusterLease {name}: {source}")]
     Observe {
         name: String,
@@ -114,9 +115,10 @@ impl Error {
             Error::PoolNotFound { .. } => reasons::POOL_NOT_FOUND,
             Error::PoolUnavailable { .. } => reasons::POOL_UNAVAILABLE,
             Error::Kubeconfig { reason, .. } => reason,
-            Error::Observe { .. } | Error::WriteStatus { .. } | Error::WriteSecret { .. } => {
-                reasons::RECONCILE_ERROR
-            }
+            Error::View(_)
+            | Error::Observe { .. }
+            | Error::WriteStatus { .. }
+            | Error::WriteSecret { .. } => reasons::RECONCILE_ERROR,
         }
     }
 
@@ -176,10 +178,7 @@ async fn bind(pool: &ClusterPool, ctx: &Context, key: &LeaseKey) -> Result<BindO
     if live.spec.pool_ref.name != pool_name || pool.namespace().as_ref() != Some(&key.namespace) {
         return Ok(BindOutcome::Skipped);
     }
-    let namespace = Api::<Namespace>::all(ctx.client.clone())
-        .get_opt(&key.namespace)
-        .await
-        .map_err(err("namespace"))?;
+    let namespace = ctx.views.namespace(&key.namespace).await?;
     let members = Api::<ClusterInstance>::namespaced(ctx.client.clone(), &key.namespace)
         .list(&ListParams::default().labels(&member_selector(&pool_name)))
         .await
@@ -191,13 +190,7 @@ async fn bind(pool: &ClusterPool, ctx: &Context, key: &LeaseKey) -> Result<BindO
         .map_err(err("leases"))?
         .items;
     let now = Time(Timestamp::now());
-    match lease_decide::decide_bind(
-        &live,
-        NamespaceState::of(namespace.as_ref()),
-        &members,
-        &all_leases,
-        now.clone(),
-    ) {
+    match lease_decide::decide_bind(&live, namespace, &members, &all_leases, now.clone()) {
         BindDecision::NotPending => Ok(BindOutcome::Skipped),
         BindDecision::Wait(status) => {
             write_status(ctx, &leases, &live, &status).await?;

@@ -4,6 +4,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::views::Views;
 use crate::events::Events;
 use crate::guest::route::RouteAccess;
 use crate::metrics::Metrics;
@@ -25,6 +26,9 @@ pub struct Context {
     pub guests: GuestSettings,
     /// Kubernetes Events about our objects.
     pub events: Events,
+    /// Watch-fed views of what many objects read (platform, Namespaces, bundles, Route hosts),
+    /// started with the supervision tree.
+    pub views: Views,
 }
 
 impl Context {
@@ -74,6 +78,7 @@ impl Context {
             readiness: Readiness::default(),
             jobs,
             tuning,
+            views: Views::default(),
         })
     }
 }

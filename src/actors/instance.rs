@@ -9,10 +9,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
 use k8s_openapi::api::batch::v1::Job;
@@ -20,23 +19,19 @@ use k8s_openapi::api::core::v1::Secret;
 
 use super::context::Context;
 use super::crc;
-use super::instance_gates::{self, NamespaceState, Observed, Platform};
+use super::instance_gates::{self, NamespaceState, Observed};
 use super::kind_supervisor::{
     Next, ObjectActor, OwnerEvents, ReconcileError, Related, RelatedEvents, labelled_owner_events,
-    owner_events, related_events,
+    owner_events, related_events, view_owner_events,
 };
+use super::views::{self, Change};
 use crate::api::conditions::{self, reasons, types};
 use crate::api::instance::{ClusterInstance, ClusterInstanceStatus, InstancePhase};
 use crate::api::labels::{CLUSTER_INSTANCE, FINALIZER_CLEANUP};
 use crate::api::lease::ClusterLease;
 use crate::cdi::DataVolume;
 use crate::kubevirt::{VirtualMachine, VirtualMachineInstance};
-use crate::route::Route;
 use crate::write::{self, Guard};
-
-/// How soon an instance blocked by a gate looks again (upstream: 20 s). Namespace changes
-/// trigger at once; this covers the platform operands, which have no watch of their own.
-pub const PROVISIONING_REQUEUE: Duration = crc::PROVISIONING_REQUEUE;
 
 /// Errors of an instance reconcile.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +46,8 @@ pub enum Error {
         what: String,
         source: kube::Error,
     },
+    #[error(transparent)]
+    View(#[from] views::Error),
     #[error(transparent)]
     Backing(#[from] crc::Error),
     #[error(transparent)]
@@ -91,8 +88,32 @@ impl ObjectActor for InstanceActor {
             labelled_owner_events(Api::<Secret>::all(c.clone()), "ClusterInstance", ours),
             owner_events(Api::<VirtualMachine>::all(c.clone()), "ClusterInstance"),
             owner_events(Api::<DataVolume>::all(c.clone()), "ClusterInstance"),
-            owner_events(Api::<Route>::all(c.clone()), "ClusterInstance"),
+            // From the shared Route view's watch, which also serves the host-uniqueness check.
+            view_owner_events(ctx, |change| match change {
+                Change::Route { owner } => owner.clone(),
+                _ => None,
+            }),
         ]
+    }
+
+    /// An instance waiting for (or built from) a CRCBundle wakes when that bundle changes; one
+    /// whose recorded platform gate is no longer the platform's wakes when the platform changes.
+    fn woken_by(change: &Change) -> Option<Related<ClusterInstance>> {
+        match change {
+            Change::Bundle(name) => {
+                let name = name.clone();
+                Some(Related::anywhere(move |i: &ClusterInstance| {
+                    !crc::is_manual(i) && crc::bundle_name(i) == name
+                }))
+            }
+            Change::Platform(gate) => {
+                let gate = gate.clone();
+                Some(Related::anywhere(move |i: &ClusterInstance| {
+                    instance_gates::platform_outdated(i, &gate)
+                }))
+            }
+            Change::Namespace(_) | Change::Route { .. } => None,
+        }
     }
 
     fn related_events(ctx: &Arc<Context>) -> Vec<RelatedEvents<ClusterInstance>> {
@@ -174,11 +195,8 @@ async fn reconcile(instance: &ClusterInstance, ctx: &Arc<Context>) -> Result<Nex
     let observed = observe(ctx, instance).await?;
     let decision = instance_gates::decide(instance, &observed, Time(Timestamp::now()));
     let mut status = decision.status;
-    let mut next = if decision.requeue {
-        Next::Requeue(PROVISIONING_REQUEUE)
-    } else {
-        Next::Done
-    };
+    // A blocked gate waits for its view to change (`woken_by`), not for a timer.
+    let mut next = Next::Done;
     if decision.open {
         // Record what the pass learned even when it ends in an error: write-ahead fields
         // (binding, endpoint) must not be lost to a later failing call.
@@ -186,7 +204,8 @@ async fn reconcile(instance: &ClusterInstance, ctx: &Arc<Context>) -> Result<Nex
         status.lease_ref = lease_projection(ctx, instance).await?;
         next = match &outcome {
             Ok(crc::Outcome::Ready) => Next::Requeue(crc::READY_RECHECK),
-            Ok(crc::Outcome::Wait(after)) => Next::Requeue(*after),
+            Ok(crc::Outcome::Wait(Some(after))) => Next::Requeue(*after),
+            Ok(crc::Outcome::Wait(None)) => Next::Done,
             Err(_) => next,
         };
         record(ctx, &api, instance, &status).await?;
@@ -304,19 +323,11 @@ async fn set_finalizer(
         })
 }
 
-/// Live reads: the namespace always, the platform only once the namespace policy allows work.
+/// Reads from the shared views: the namespace always, the platform only once the namespace
+/// policy allows work.
 async fn observe(ctx: &Context, instance: &ClusterInstance) -> Result<Observed, Error> {
-    let name = instance.name_any();
-    let err = |what: &str| {
-        let (name, what) = (name.clone(), what.to_owned());
-        move |source| Error::Observe { name, what, source }
-    };
     let ns_name = instance.namespace().unwrap_or_default();
-    let ns = Api::<Namespace>::all(ctx.client.clone())
-        .get_opt(&ns_name)
-        .await
-        .map_err(err("namespace"))?;
-    let namespace = NamespaceState::of(ns.as_ref());
+    let namespace = ctx.views.namespace(&ns_name).await?;
     let authorized = instance
         .status
         .as_ref()
@@ -332,46 +343,8 @@ async fn observe(ctx: &Context, instance: &ClusterInstance) -> Result<Observed, 
             platform: None,
         });
     }
-    let client = &ctx.client;
-    let platform = Platform {
-        kubevirt: list_all(client, "kubevirt.io", "v1", "KubeVirt", "kubevirts")
-            .await
-            .map_err(err("KubeVirt"))?,
-        cdi: list_all(client, "cdi.kubevirt.io", "v1beta1", "CDI", "cdis")
-            .await
-            .map_err(err("CDI"))?,
-        hyperconverged: list_all(
-            client,
-            "hco.kubevirt.io",
-            "v1beta1",
-            "HyperConverged",
-            "hyperconvergeds",
-        )
-        .await
-        .map_err(err("HyperConverged"))?,
-    };
     Ok(Observed {
         namespace,
-        platform: Some(platform),
+        platform: Some(ctx.views.platform().await?),
     })
-}
-
-/// Every object of a kind in all namespaces; a kind the API server does not serve has none.
-async fn list_all(
-    client: &kube::Client,
-    group: &str,
-    version: &str,
-    kind: &str,
-    plural: &str,
-) -> Result<Vec<DynamicObject>, kube::Error> {
-    let resource =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
-    match Api::<DynamicObject>::all_with(client.clone(), &resource)
-        .list(&ListParams::default())
-        .await
-    {
-        Ok(list) => Ok(list.items),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(Vec::new()),
-        Err(e) => Err(e),
-    }
 }

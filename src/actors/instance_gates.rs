@@ -3,7 +3,7 @@
 //! observes, these functions decide the next status, the actor records it.
 
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::DynamicObject;
 use serde_json::Value;
 
@@ -24,7 +24,7 @@ pub enum NamespaceState {
 }
 
 impl NamespaceState {
-    /// Classifies a live read of the namespace (`None`: it does not exist).
+    /// Classifies a read of the namespace (`None`: it does not exist).
     pub fn of(ns: Option<&Namespace>) -> Self {
         let Some(ns) = ns else {
             return Self::Missing;
@@ -34,11 +34,22 @@ impl NamespaceState {
             .as_ref()
             .and_then(|s| s.phase.as_deref())
             .is_some_and(|p| p == "Terminating");
-        if ns.metadata.deletion_timestamp.is_some() || phase_terminating {
+        match Self::of_meta(Some(&ns.metadata)) {
+            Self::Enabled | Self::Disabled if phase_terminating => Self::Terminating,
+            state => state,
+        }
+    }
+
+    /// Classifies the namespace's metadata, as the shared Namespace view holds it: a
+    /// terminating namespace always carries its deletion timestamp.
+    pub fn of_meta(meta: Option<&ObjectMeta>) -> Self {
+        let Some(meta) = meta else {
+            return Self::Missing;
+        };
+        if meta.deletion_timestamp.is_some() {
             return Self::Terminating;
         }
-        let enabled = ns
-            .metadata
+        let enabled = meta
             .labels
             .as_ref()
             .and_then(|l| l.get(NAMESPACE_ENABLED))
@@ -100,20 +111,19 @@ impl PlatformGate {
     }
 }
 
-/// What the actor observed for one reconcile; `platform` is only read once the namespace policy
-/// allows provisioning.
+/// What the actor observed for one reconcile (from the shared views); the platform gate is only
+/// read once the namespace policy allows provisioning.
 #[derive(Clone, Debug)]
 pub struct Observed {
     pub namespace: NamespaceState,
-    pub platform: Option<Platform>,
+    pub platform: Option<PlatformGate>,
 }
 
-/// The next status, and whether to look again after the provisioning requeue interval (a gate
-/// blocks on something that has no watch of its own).
+/// The next status. A blocked gate needs no timer: the namespace and the platform are watched,
+/// and a change of either wakes the instances it concerns ([`super::views`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decision {
     pub status: ClusterInstanceStatus,
-    pub requeue: bool,
     /// Every gate passed: the CRC backing may proceed.
     pub open: bool,
 }
@@ -237,6 +247,22 @@ fn hyperconverged_gate(hco: &DynamicObject) -> PlatformGate {
     }
 }
 
+/// Whether the platform gate `gate` would change what `instance` recorded: its
+/// `HyperConvergedReady` condition differs. An instance without that condition has not reached
+/// the platform gate (its first pass, or the namespace policy, comes first) and does not depend on
+/// the platform yet.
+pub fn platform_outdated(instance: &ClusterInstance, gate: &PlatformGate) -> bool {
+    let Some(recorded) = instance
+        .status
+        .as_ref()
+        .and_then(|s| conditions::find(&s.conditions, types::HYPER_CONVERGED_READY))
+    else {
+        return false;
+    };
+    let status = if gate.ready { "True" } else { "False" };
+    recorded.status != status || recorded.reason != gate.reason || recorded.message != gate.message
+}
+
 /// The next status of an instance that exists, is not being deleted and carries our finalizer.
 pub fn decide(instance: &ClusterInstance, observed: &Observed, now: Time) -> Decision {
     let mut status = instance.status.clone().unwrap_or_default();
@@ -261,7 +287,6 @@ pub fn decide(instance: &ClusterInstance, observed: &Observed, now: Time) -> Dec
         );
         return Decision {
             status,
-            requeue: false,
             open: false,
         };
     }
@@ -277,7 +302,6 @@ pub fn decide(instance: &ClusterInstance, observed: &Observed, now: Time) -> Dec
         }
         return Decision {
             status,
-            requeue: true,
             open: false,
         };
     }
@@ -298,15 +322,13 @@ pub fn decide(instance: &ClusterInstance, observed: &Observed, now: Time) -> Dec
         ),
     );
 
-    let Some(platform) = &observed.platform else {
-        // Not observed yet: record the authorization, look again.
+    let Some(gate) = observed.platform.clone() else {
+        // Not observed (the caller reads the platform only once provisioning is allowed).
         return Decision {
             status,
-            requeue: true,
             open: false,
         };
     };
-    let gate = platform_gate(platform);
     conditions::set(
         &mut status.conditions,
         cond(
@@ -328,17 +350,12 @@ pub fn decide(instance: &ClusterInstance, observed: &Observed, now: Time) -> Dec
         );
         return Decision {
             status,
-            requeue: true,
             open: false,
         };
     }
     // The gates are open: the CRC backing decides the phase and `Ready` from here.
     status.phase = previous_phase.or(Some(InstancePhase::Provisioning));
-    Decision {
-        status,
-        requeue: false,
-        open: true,
-    }
+    Decision { status, open: true }
 }
 
 #[cfg(test)]
@@ -407,7 +424,7 @@ mod tests {
     fn observed(namespace: NamespaceState, platform: Option<Platform>) -> Observed {
         Observed {
             namespace,
-            platform,
+            platform: platform.as_ref().map(platform_gate),
         }
     }
 
@@ -460,7 +477,6 @@ mod tests {
             (NamespaceState::Disabled, reasons::NAMESPACE_DISABLED),
         ] {
             let d = decide(&instance("crc"), &observed(state, None), at(10));
-            assert!(d.requeue);
             assert_eq!(d.status.phase, Some(InstancePhase::Provisioning));
             assert_eq!(d.status.observed_generation, Some(3));
             assert_eq!(d.status.provisioning, None, "{state:?}");
@@ -544,7 +560,6 @@ mod tests {
                     legacy: None,
                 })
             );
-            assert!(d.requeue);
         }
     }
 
@@ -552,7 +567,6 @@ mod tests {
     fn hcp_is_unsupported_and_nothing_else() {
         for state in [NamespaceState::Disabled, NamespaceState::Enabled] {
             let d = decide(&instance("hcp"), &observed(state, None), at(10));
-            assert!(!d.requeue);
             assert_eq!(d.status.phase, Some(InstancePhase::Provisioning));
             assert_eq!(d.status.observed_generation, Some(3));
             assert_eq!(d.status.provisioning, None);
@@ -572,7 +586,7 @@ mod tests {
             &observed(NamespaceState::Enabled, Some(healthy_platform())),
             at(10),
         );
-        assert!(d.open && !d.requeue);
+        assert!(d.open);
         assert_eq!(d.status.phase, Some(InstancePhase::Provisioning));
         assert_eq!(
             reason_of(&d.status, types::HYPER_CONVERGED_READY),
@@ -610,7 +624,6 @@ mod tests {
             &observed(NamespaceState::Enabled, Some(p)),
             at(10),
         );
-        assert!(d.requeue);
         assert_eq!(
             reason_of(&d.status, types::HYPER_CONVERGED_READY),
             pair("False", reasons::OPERAND_NOT_FOUND)

@@ -9,17 +9,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Namespace;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use serde::de::DeserializeOwned;
+use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use super::backoff::{Backoff, Failures};
 use super::context::Context;
 use super::names::{object_actor_name, supervisor_name};
+use super::views::Change;
 
 /// How long a stopping supervisor waits for its children.
 pub const CHILD_STOP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -77,9 +78,15 @@ pub trait ObjectActor: Default + Send + Sync + 'static {
     /// Lower-case kind, used in actor names, logs and metrics.
     const KIND: &'static str;
 
-    /// Whether a change of a Namespace (labels, deletion) triggers the actors of every object in
-    /// it, for kinds whose decisions depend on their namespace (the namespace policy).
+    /// Whether a change of a Namespace's policy (label, deletion) triggers the actors of every
+    /// object in it, for kinds whose decisions depend on their namespace (the namespace
+    /// policy). Fed by the shared Namespace view ([`super::views`]).
     const WATCHES_NAMESPACES: bool = false;
+
+    /// The objects of this kind that a change of a shared view concerns (`None`: none).
+    fn woken_by(_change: &Change) -> Option<Related<Self::Object>> {
+        None
+    }
 
     /// Watches of the objects these actors own, as owner UIDs; each event triggers the owner's
     /// actor, so a finished Job or a deleted PVC is noticed without polling.
@@ -292,17 +299,26 @@ where
         .boxed()
 }
 
-/// "These objects of kind `K` care about a change": the objects in `namespace` for which
-/// `matches` holds (as the supervisor's watch cache has them).
+/// "These objects of kind `K` care about a change": the objects in `namespace` (every
+/// namespace when `None`) for which `matches` holds (as the supervisor's watch cache has them).
 pub struct Related<K> {
-    pub namespace: String,
+    pub namespace: Option<String>,
     pub matches: Box<dyn Fn(&K) -> bool + Send + Sync>,
 }
 
 impl<K> Related<K> {
     pub fn new(namespace: String, matches: impl Fn(&K) -> bool + Send + Sync + 'static) -> Self {
         Self {
-            namespace,
+            namespace: Some(namespace),
+            matches: Box::new(matches),
+        }
+    }
+
+    /// The objects in any namespace for which `matches` holds (for cluster-scoped causes, such
+    /// as a CRCBundle or the platform).
+    pub fn anywhere(matches: impl Fn(&K) -> bool + Send + Sync + 'static) -> Self {
+        Self {
+            namespace: None,
             matches: Box::new(matches),
         }
     }
@@ -435,12 +451,10 @@ where
                 .into_iter()
                 .map(|events| tokio::spawn(forward_related::<A>(events, myself.clone()))),
         );
-        if A::WATCHES_NAMESPACES {
-            owned.push(tokio::spawn(forward_namespaces::<A>(
-                args.ctx.client.clone(),
-                myself.clone(),
-            )));
-        }
+        owned.push(tokio::spawn(forward_views::<A>(
+            args.ctx.views.subscribe(),
+            myself.clone(),
+        )));
         args.ctx.metrics.init_kind(A::KIND);
         args.ctx.metrics.init_kind("supervisor");
         Ok(SupervisorState {
@@ -531,10 +545,14 @@ where
             }
             SupervisorMsg::Related(related) => {
                 for child in state.children.values() {
-                    let (Some(actor), Some(ns)) = (&child.actor, &child.key.namespace) else {
+                    let Some(actor) = &child.actor else {
                         continue;
                     };
-                    if *ns != related.namespace {
+                    if related
+                        .namespace
+                        .as_ref()
+                        .is_some_and(|ns| child.key.namespace.as_ref() != Some(ns))
+                    {
                         continue;
                     }
                     if state
@@ -713,29 +731,63 @@ async fn forward_related<A: ObjectActor>(
     }
 }
 
-/// Watches Namespaces and tells the supervisor the name of each one that changed.
-async fn forward_namespaces<A: ObjectActor>(
-    client: kube::Client,
+/// Turns changes of the shared views into triggers of the objects they concern; a subscriber
+/// that fell behind has lost changes, and triggers every object instead.
+async fn forward_views<A: ObjectActor>(
+    mut changes: broadcast::Receiver<Change>,
     supervisor: ActorRef<SupervisorMsg<A::Object>>,
 ) {
-    let events = watcher(Api::<Namespace>::all(client), watcher::Config::default())
-        .default_backoff()
-        .filter_map(|event| {
-            futures::future::ready(match event {
-                Ok(
-                    watcher::Event::Apply(ns)
-                    | watcher::Event::Delete(ns)
-                    | watcher::Event::InitApply(ns),
-                ) => Some(ns.name_any()),
-                _ => None,
-            })
-        });
-    futures::pin_mut!(events);
-    while let Some(name) = events.next().await {
-        if supervisor.cast(SupervisorMsg::Namespace { name }).is_err() {
-            return;
+    loop {
+        let msgs = match changes.recv().await {
+            Ok(change) => view_messages::<A>(&change),
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                tracing::warn!(
+                    kind = A::KIND,
+                    missed,
+                    "view changes missed; triggering every object"
+                );
+                vec![SupervisorMsg::Resync]
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        for msg in msgs {
+            if supervisor.cast(msg).is_err() {
+                return;
+            }
         }
     }
+}
+
+fn view_messages<A: ObjectActor>(change: &Change) -> Vec<SupervisorMsg<A::Object>> {
+    let mut msgs = Vec::new();
+    if let Change::Namespace(name) = change
+        && A::WATCHES_NAMESPACES
+    {
+        msgs.push(SupervisorMsg::Namespace { name: name.clone() });
+    }
+    msgs.extend(A::woken_by(change).map(SupervisorMsg::Related));
+    msgs
+}
+
+/// Owner UIDs that `owner` finds in the changes of the shared views (e.g. the ClusterInstance
+/// controlling a changed Route), as [`OwnerEvents`]: the owners are woken from the one shared
+/// watch of that kind rather than a watch of their own.
+pub fn view_owner_events(ctx: &Context, owner: fn(&Change) -> Option<String>) -> OwnerEvents {
+    futures::stream::unfold(ctx.views.subscribe(), move |mut changes| async move {
+        loop {
+            match changes.recv().await {
+                Ok(change) => {
+                    if let Some(uid) = owner(&change) {
+                        return Some((uid, changes));
+                    }
+                }
+                // Lost triggers are covered by the periodic resync.
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
+    .boxed()
 }
 
 fn applied<K: Resource<DynamicType = ()>>(obj: &K) -> Option<SupervisorMsg<K>> {

@@ -20,7 +20,6 @@
 //! ([`ObjectActor::related_events`]).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::api::PropagationPolicy;
@@ -37,10 +36,6 @@ use crate::api::conditions::reasons;
 use crate::api::labels::{FINALIZER_RELEASE, MANAGED_BY, MANAGED_BY_OPERATOR, POOL};
 use crate::api::{ClusterInstance, ClusterLease, ClusterPool};
 use crate::write;
-
-/// How soon a lease that waits (no capacity, terminating namespace) looks again (upstream: 10 s).
-/// Instance changes of its pool trigger it at once; this covers anything missed.
-pub const LEASE_REQUEUE: Duration = Duration::from_secs(10);
 
 /// Errors of a lease reconcile.
 #[derive(Debug, thiserror::Error)]
@@ -188,13 +183,16 @@ async fn release(
 /// Pending: ask the pool's actor to bind the lease. A missing pool is waited for; a pool
 /// actor that cannot answer is recorded and retried with backoff.
 async fn bind(lease: &ClusterLease, ctx: &Context) -> Result<Next, Error> {
+    // Waiting needs no timer (upstream polls every 10 s): what it waits for is watched. A
+    // change of a pool instance or of the pool wakes the pool's Pending leases
+    // (`related_events`), a change of the namespace policy those in the namespace.
     match pool::request_bind(ctx, lease).await {
-        Ok(BindOutcome::Waiting) => Ok(Next::Requeue(LEASE_REQUEUE)),
+        Ok(BindOutcome::Waiting) => Ok(Next::Done),
         // A new binding's status event brings us back for the TTL.
         Ok(BindOutcome::Bound { .. } | BindOutcome::Skipped) => Ok(Next::Done),
         Err(err @ claims::Error::PoolNotFound { .. }) => {
             claims::record_wait(ctx, lease, &err).await?;
-            Ok(Next::Requeue(LEASE_REQUEUE))
+            Ok(Next::Done)
         }
         Err(err @ claims::Error::PoolUnavailable { .. }) => {
             claims::record_wait(ctx, lease, &err).await?;

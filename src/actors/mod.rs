@@ -36,6 +36,7 @@ pub mod pool;
 pub mod pool_decide;
 pub mod resolve;
 pub mod root;
+pub mod views;
 
 pub use context::{Context, Tuning};
 pub use kind_supervisor::{ObjectActor, ObjectArgs, ObjectMsg};

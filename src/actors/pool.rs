@@ -14,7 +14,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, PropagationPolicy};
 use kube::{Api, ResourceExt};
@@ -22,15 +21,15 @@ use ractor::rpc::CallResult;
 
 use super::claims::{self, BindOutcome, ClaimRequest, LeaseKey};
 use super::context::Context;
-use super::instance_gates::NamespaceState;
 use super::kind_supervisor::{
     Next, ObjectActor, ObjectMsg, OwnerEvents, ReconcileError, Related, RelatedEvents,
     object_actor, owner_events, related_events,
 };
 use super::pool_decide;
+use super::views::{self, Change};
 use crate::api::conditions::reasons;
 use crate::api::{CRCBundle, ClusterInstance, ClusterLease, ClusterPool};
-use crate::resources::pool::member_selector;
+use crate::resources::pool::{bundle_for, member_selector};
 use crate::write::{self, Guard};
 
 /// Errors of a pool reconcile.
@@ -44,6 +43,8 @@ pub enum Error {
         what: String,
         source: kube::Error,
     },
+    #[error(transparent)]
+    View(#[from] views::Error),
     #[error("creating CRCBundle {bundle} for ClusterPool {name}: {source}")]
     CreateBundle {
         name: String,
@@ -87,6 +88,17 @@ impl ObjectActor for PoolActor {
             Api::<ClusterInstance>::all(ctx.client.clone()),
             "ClusterPool",
         )]
+    }
+
+    /// A change of the pool's CRCBundle (e.g. deleted) wakes it, to ensure it again.
+    fn woken_by(change: &Change) -> Option<Related<ClusterPool>> {
+        let Change::Bundle(name) = change else {
+            return None;
+        };
+        let name = name.clone();
+        Some(Related::anywhere(move |p: &ClusterPool| {
+            bundle_for(&p.spec.template).is_some_and(|b| b.name_any() == name)
+        }))
     }
 
     /// Leases naming the pool trigger it (demand and claims change with them).
@@ -182,14 +194,11 @@ async fn reconcile(pool: &ClusterPool, ctx: &Context) -> Result<Next, Error> {
         move |source| Error::Observe { name, what, source }
     };
 
-    // On live reads: a watch cache may not show the instance this actor created a moment ago
+    // The namespace policy from the shared view (its changes wake us). Members and leases on
+    // live reads: a watch cache may not show the instance this actor created a moment ago
     // (acting on it would create one too many), nor a lease it bound a moment ago (acting on it
     // would trim a leased instance). Bindings are made by this actor too, between reconciles.
-    let namespace = Api::<Namespace>::all(ctx.client.clone())
-        .get_opt(&ns)
-        .await
-        .map_err(err("namespace"))?;
-    let namespace = NamespaceState::of(namespace.as_ref());
+    let namespace = ctx.views.namespace(&ns).await?;
     let instances: Api<ClusterInstance> = Api::namespaced(ctx.client.clone(), &ns);
     let members = instances
         .list(&ListParams::default().labels(&member_selector(&name)))
@@ -252,7 +261,8 @@ async fn reconcile(pool: &ClusterPool, ctx: &Context) -> Result<Next, Error> {
 }
 
 /// Creates the pool's CRCBundle unless one of that name exists; an existing one is reused
-/// untouched, even if its spec differs.
+/// untouched, even if its spec differs. Existence is read from the shared bundle view; a bundle
+/// it has not seen yet makes the create find it (`AlreadyExists` is success).
 async fn ensure_bundle(ctx: &Context, pool: &str, bundle: &CRCBundle) -> Result<(), Error> {
     let api: Api<CRCBundle> = Api::all(ctx.client.clone());
     let bundle_name = bundle.name_any();
@@ -261,8 +271,7 @@ async fn ensure_bundle(ctx: &Context, pool: &str, bundle: &CRCBundle) -> Result<
         bundle: bundle_name.clone(),
         source,
     };
-    let existing = api.get_opt(&bundle_name).await.map_err(create_err)?;
-    if existing.is_some() {
+    if ctx.views.bundle(&bundle_name).await?.is_some() {
         return Ok(());
     }
     if write::create_new(&api, bundle).await.map_err(create_err)? {

@@ -58,13 +58,11 @@ pub struct Decision {
     pub create: Option<ClusterInstance>,
     /// Delete this idle instance (name, UID), scaling down.
     pub delete: Option<(String, String)>,
-    /// Look again after this long (namespace policy blocks, or an instance is not idle long
-    /// enough to be trimmed yet).
+    /// Look again after this long: an instance is not idle long enough to be trimmed yet (a
+    /// deadline). A pool blocked by the namespace policy has no timer: the shared Namespace view
+    /// wakes it when the policy changes.
     pub requeue: Option<Duration>,
 }
-
-/// How soon a pool blocked by the namespace policy looks again (upstream: 20 s).
-pub const NAMESPACE_REQUEUE: Duration = Duration::from_secs(20);
 
 /// Lease accounting of a pool (upstream §4.1 step 4).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -286,7 +284,6 @@ pub fn decide(pool: &ClusterPool, observed: Observed<'_>) -> Decision {
 
     if refusal.is_some() {
         // Status only: no bundle, no creation, no trimming.
-        decision.requeue = Some(NAMESPACE_REQUEUE);
         return decision;
     }
     decision.bundle = bundle_for(&spec.template);
@@ -743,7 +740,7 @@ mod tests {
             );
             assert!(d.create.is_none());
             assert!(d.bundle.is_none(), "no bundle while {reason}");
-            assert_eq!(d.requeue, Some(NAMESPACE_REQUEUE));
+            assert_eq!(d.requeue, None, "the Namespace view wakes the pool");
             assert_eq!(allowed(&d), ("False", reason));
             assert_eq!(capacity(&d), ("True", reasons::CAPACITY_SUFFICIENT));
             assert_eq!(d.status.total_instances, Some(1));

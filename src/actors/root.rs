@@ -127,6 +127,7 @@ impl Actor for Root {
         myself
             .stop_children_and_wait(Some("operator stopping".into()), Some(CHILD_STOP_TIMEOUT))
             .await;
+        state.ctx.views.stop();
         Ok(())
     }
 
@@ -203,11 +204,12 @@ fn schedule_restart(myself: &ActorRef<RootMsg>, state: &mut RootState, kind: Kin
     myself.send_after(delay, move || RootMsg::Start(kind));
 }
 
-/// Starts the supervision tree and returns the root.
+/// Starts the shared views and the supervision tree and returns the root.
 pub async fn start(
     ctx: Arc<Context>,
     config: TreeConfig,
 ) -> Result<ActorRef<RootMsg>, ractor::SpawnErr> {
+    ctx.views.start(&ctx.client);
     let (root, _) = Actor::spawn(Some(ROOT_NAME.to_owned()), Root, (ctx, config)).await?;
     Ok(root)
 }

@@ -34,9 +34,10 @@ use kube::{Resource, ResourceExt};
 
 use super::context::Context;
 use crate::api::instance::{ClusterInstance, ClusterInstanceStatus};
-pub use plan::{PROVISIONING_REQUEUE, bundle_name, is_manual, pull_secret_name};
+pub use plan::{UNWATCHED_RECHECK, bundle_name, is_manual, pull_secret_name};
 
-/// How often a Ready instance re-checks its guest (upstream: 60 s).
+/// How often a Ready instance re-checks its guest (upstream: 60 s): the guest API's health is
+/// not visible to any watch.
 pub const READY_RECHECK: Duration = Duration::from_secs(60);
 /// Readiness probe budget (upstream: 10 s).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -51,6 +52,11 @@ pub enum Error {
         action: &'static str,
         what: String,
         source: Box<kube::Error>,
+    },
+    #[error("reading a shared view for ClusterInstance {instance}: {source}")]
+    View {
+        instance: String,
+        source: crate::actors::views::Error,
     },
     #[error("generating the identity of ClusterInstance {instance}: {source}")]
     Identity {
@@ -101,8 +107,9 @@ impl<'a> Scope<'a> {
 pub enum Outcome {
     /// Ready; look again after [`READY_RECHECK`].
     Ready,
-    /// Stopped at a step; look again after the duration (watches usually come first).
-    Wait(Duration),
+    /// Stopped at a step; look again after the duration, or (`None`) when a watch event says
+    /// what it waits for changed.
+    Wait(Option<Duration>),
 }
 
 /// One pass over the CRC backing of `instance`; `status` arrives with the gate conditions set
@@ -148,6 +155,6 @@ pub async fn reconcile(
         plan::End::Ready => Outcome::Ready,
         plan::End::Stop(stop) => Outcome::Wait(stop.requeue),
         // Not returned once the probe was observed.
-        plan::End::Probe { .. } => Outcome::Wait(plan::PROBE_RETRY),
+        plan::End::Probe { .. } => Outcome::Wait(Some(plan::PROBE_RETRY)),
     })
 }

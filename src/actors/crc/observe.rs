@@ -2,8 +2,9 @@
 //!
 //! Objects are read by name; what a pass cannot use at this point is not read (the bundle's disk
 //! and key once the instance holds its own copy and its clone finished, the agent's pods and
-//! Events once a handoff is accepted, the cluster's Routes once ours exists), so a settled
-//! instance costs a handful of GETs.
+//! Events once a handoff is accepted, the cluster's Route hosts once ours exists), so a settled
+//! instance costs a handful of GETs. The bundle and the cluster's Route hosts come from the shared
+//! views ([`crate::actors::views`]), never from a list.
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
@@ -114,7 +115,13 @@ pub async fn observe(
     }
     if !super::is_manual(instance) {
         let bundle_name = super::bundle_name(instance);
-        o.bundle = reader.get(&reader.all(), &bundle_name).await?;
+        // From the shared bundle view: a change of the bundle wakes the instance anyway.
+        o.bundle = ctx
+            .views
+            .bundle(&bundle_name)
+            .await
+            .map_err(reader.view_err())?
+            .map(|b| b.as_ref().clone());
         o.boot_key_copy = reader
             .get(&reader.ns(), &res::boot_key_secret_name(&name))
             .await?;
@@ -182,7 +189,7 @@ pub async fn observe(
             .await?;
         if o.route.is_none() {
             o.ingress_domain = reader.ingress_domain().await?;
-            o.route_hosts = reader.route_hosts().await?;
+            o.route_hosts = ctx.views.route_hosts().await.map_err(reader.view_err())?;
         }
     }
 
@@ -242,6 +249,11 @@ impl<'a> Reader<'a> {
         self.scope.err("reading", what)
     }
 
+    fn view_err(&self) -> impl FnOnce(crate::actors::views::Error) -> Error {
+        let instance = self.scope.name.clone();
+        move |source| Error::View { instance, source }
+    }
+
     async fn get<K>(&self, api: &Api<K>, name: &str) -> Result<Option<K>, Error>
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
@@ -265,24 +277,6 @@ impl<'a> Reader<'a> {
         Ok(ingress
             .and_then(|i| i.data.pointer("/spec/domain")?.as_str().map(str::to_owned))
             .filter(|d| !d.is_empty()))
-    }
-
-    async fn route_hosts(&self) -> Result<Vec<RouteHost>, Error> {
-        Ok(self
-            .all::<Route>()
-            .list(&ListParams::default())
-            .await
-            .map_err(self.err("Routes"))?
-            .items
-            .into_iter()
-            .filter_map(|r| {
-                Some(RouteHost {
-                    namespace: r.namespace().unwrap_or_default(),
-                    name: r.name_any(),
-                    host: r.spec.host.clone().filter(|h| !h.is_empty())?,
-                })
-            })
-            .collect())
     }
 
     async fn agent_pods(&self, job: &str) -> Result<Vec<Pod>, Error> {

@@ -38,9 +38,14 @@ use crate::resources::common::is_controlled_by;
 use crate::resources::instance::{self as res, AgentJobInputs, RootDiskSource, VmProfile};
 use crate::route::Route;
 
-/// How soon a provisioning instance looks again when nothing it waits for has a watch.
-pub const PROVISIONING_REQUEUE: Duration = Duration::from_secs(20);
-/// After a write-ahead status change: look again as soon as it has landed.
+/// How soon a provisioning instance looks again when what it waits for is not watched (20 s, as
+/// upstream polls): a user's pull secret or `bundleSSHKeyRef` Secret, the bundle's golden PVC and
+/// key Secret, the cluster ingress config, another owner's conflicting object, the agent's pods
+/// and Events. Waits for what is watched (the bundle, the DataVolume, VM, VMI, the agent Job and
+/// handoff Secret) have no timer: their watch events wake the instance.
+pub const UNWATCHED_RECHECK: Duration = Duration::from_secs(20);
+/// After a write-ahead status change: look again as soon as it has landed (200 ms; the status
+/// write's own watch event usually comes first).
 pub const AFTER_RECORD: Duration = Duration::from_millis(200);
 /// How soon a failed readiness probe is repeated: the guest API restarts once more for its
 /// named certificate right around the handoff.
@@ -91,25 +96,37 @@ pub enum End {
 }
 
 /// Why a walk stopped before Ready: the `Ready=False` reason and message, whether the instance
-/// is `Failed` (still retried: Failed is not terminal upstream), and when to look again.
+/// is `Failed` (still retried: Failed is not terminal upstream), and when to look again (`None`:
+/// when a watch event says what it waits for changed).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stop {
     pub reason: &'static str,
     pub message: String,
     pub failed: bool,
-    pub requeue: Duration,
+    pub requeue: Option<Duration>,
 }
 
 impl Stop {
+    /// Waiting for something that is not watched: look again after [`UNWATCHED_RECHECK`].
     fn pending(reason: &'static str, message: impl Into<String>) -> Self {
         Self {
             reason,
             message: message.into(),
             failed: false,
-            requeue: PROVISIONING_REQUEUE,
+            requeue: Some(UNWATCHED_RECHECK),
         }
     }
 
+    /// Waiting for something watched (the bundle, an owned object, the VMI): no timer.
+    fn watched(reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            requeue: None,
+            ..Self::pending(reason, message)
+        }
+    }
+
+    /// Failed: upstream retries, and the cause (a Secret, a conflicting object) is mostly not
+    /// watched, so after [`UNWATCHED_RECHECK`].
     fn failed(reason: &'static str, message: impl Into<String>) -> Self {
         Self {
             failed: true,
@@ -120,7 +137,7 @@ impl Stop {
     /// A write-ahead status change that must land before the next create.
     fn recorded(message: impl Into<String>) -> Self {
         Self {
-            requeue: AFTER_RECORD,
+            requeue: Some(AFTER_RECORD),
             ..Self::pending(reasons::CRC_BACKING_PENDING, message)
         }
     }
@@ -402,7 +419,7 @@ impl<'a> Walk<'a> {
                     &message,
                 );
                 return Err(Stop {
-                    requeue: PROBE_RETRY,
+                    requeue: Some(PROBE_RETRY),
                     ..Stop::pending(reasons::GUEST_API_UNAVAILABLE, message)
                 });
             }
@@ -472,7 +489,7 @@ impl<'a> Walk<'a> {
         self.status.kubeconfig_secret_ref = None;
         conditions::remove(&mut self.status.conditions, types::CRC_AGENT);
         Err(Stop {
-            requeue: AFTER_RECORD,
+            requeue: Some(AFTER_RECORD),
             ..Stop::pending(reason, message)
         })
     }
@@ -601,7 +618,8 @@ impl<'a> Walk<'a> {
                     .is_some_and(|s| s.phase == Some(BundlePhase::Ready))
             });
             let Some(bundle) = ready else {
-                return Err(Stop::pending(
+                // The bundle view wakes the instance when the bundle changes.
+                return Err(Stop::watched(
                     reasons::CRC_BACKING_PENDING,
                     format!("waiting for CRCBundle {name} to become Ready"),
                 ));
@@ -779,8 +797,9 @@ impl<'a> Walk<'a> {
         dv: &DataVolume,
     ) -> Flow<(String, String)> {
         let ready = vm.status.as_ref().is_some_and(|s| s.ready);
+        // The VM and DataVolume (owned) and the VMI (labelled) wake the instance.
         let Some(vmi) = vmi.filter(|v| ready && is_running(Some(v))) else {
-            return Err(Stop::pending(
+            return Err(Stop::watched(
                 reasons::CRC_BACKING_PENDING,
                 format!(
                     "waiting for VirtualMachine {} to run ({}; root disk {}: {})",
@@ -802,7 +821,7 @@ impl<'a> Walk<'a> {
             .and_then(|s| s.interfaces.iter().find_map(|i| i.ip_address.clone()))
             .filter(|ip| !ip.is_empty());
         let Some(ip) = ip else {
-            return Err(Stop::pending(
+            return Err(Stop::watched(
                 reasons::CRC_BACKING_PENDING,
                 format!(
                     "waiting for VirtualMachineInstance {} to report an IP",
@@ -994,7 +1013,8 @@ impl<'a> Walk<'a> {
                 reasons::AGENT_POD_PENDING,
                 &message,
             );
-            return Stop::pending(reasons::AGENT_POD_PENDING, message);
+            // The Job's events (owned) wake the instance.
+            return Stop::watched(reasons::AGENT_POD_PENDING, message);
         };
         if !self.controlled(job) {
             return self.conflict(job);
@@ -1010,7 +1030,9 @@ impl<'a> Walk<'a> {
             reason: diagnosis.reason,
             message: diagnosis.message,
             failed: diagnosis.failed,
-            requeue: PROVISIONING_REQUEUE,
+            // The Job and the handoff Secret are watched, but the diagnosis also reads the
+            // agent's pods and Events, which are not.
+            requeue: Some(UNWATCHED_RECHECK),
         }
     }
 

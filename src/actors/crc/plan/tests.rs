@@ -418,7 +418,7 @@ fn a_turnkey_instance_walks_every_step_in_order_to_ready() {
     w.o.bundle = Some(ready_bundle("bundle-uid"));
     let p = w.pass();
     assert!(p.actions.is_empty(), "{:?}", p.actions);
-    assert_eq!(stop(&p).requeue, AFTER_RECORD);
+    assert_eq!(stop(&p).requeue, Some(AFTER_RECORD));
     let binding = w.status.crc.as_ref().unwrap().boot_key.clone().unwrap();
     assert_eq!(binding.pvc_uid, "golden-uid");
     assert_eq!(binding.key_sha256, boot_key::key_sha256(KEY));
@@ -512,7 +512,7 @@ fn a_turnkey_instance_walks_every_step_in_order_to_ready() {
     w.o.probe = Some(Err("connection refused".into()));
     let p = w.pass();
     assert_eq!(stop(&p).reason, reasons::GUEST_API_UNAVAILABLE);
-    assert_eq!(stop(&p).requeue, PROBE_RETRY);
+    assert_eq!(stop(&p).requeue, Some(PROBE_RETRY));
     assert!(stop(&p).message.contains("connection refused"));
 
     // It answers: the kubeconfig is published and the instance is Ready.
