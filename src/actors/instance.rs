@@ -348,3 +348,42 @@ async fn observe(ctx: &Context, instance: &ClusterInstance) -> Result<Observed, 
         platform: Some(ctx.views.platform().await?),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn instance(ns: &str, template: serde_json::Value) -> ClusterInstance {
+        let mut t = json!({"ocpVersion": "4.22.7", "memory": "16Gi", "cores": 4});
+        t.as_object_mut()
+            .unwrap()
+            .extend(template.as_object().unwrap().clone());
+        serde_json::from_value(json!({
+            "apiVersion": "guestcluster.opdev.io/v1alpha1",
+            "kind": "ClusterInstance",
+            "metadata": {"name": "one", "namespace": ns},
+            "spec": {"type": "crc", "template": t},
+        }))
+        .unwrap()
+    }
+
+    /// A bundle change wakes the instances of every namespace that select that bundle (by
+    /// version or by reference), and no others; namespace and Route changes are not mapped here.
+    #[test]
+    fn a_bundle_change_wakes_exactly_the_instances_selecting_it() {
+        let by_version = instance("a", json!({"crcVersion": "4.22.7"}));
+        let by_ref = instance("b", json!({"crcBundleRef": {"name": "crc-4.22.7-amd64"}}));
+        let other = instance("a", json!({"crcVersion": "4.21.0"}));
+        let manual = instance("a", json!({"releaseImage": "https://example/disk"}));
+        let related = InstanceActor::woken_by(&Change::Bundle("crc-4.22.7-amd64".into()))
+            .expect("bundle changes are mapped");
+        assert_eq!(related.namespace, None, "every namespace");
+        assert!((related.matches)(&by_version));
+        assert!((related.matches)(&by_ref));
+        assert!(!(related.matches)(&other));
+        assert!(!(related.matches)(&manual));
+        assert!(InstanceActor::woken_by(&Change::Namespace("a".into())).is_none());
+        assert!(InstanceActor::woken_by(&Change::Route { owner: None }).is_none());
+    }
+}

@@ -740,4 +740,63 @@ mod tests {
         let ready = conditions::find(&d.status.conditions, types::READY).unwrap();
         assert_eq!(ready.last_transition_time, at(10));
     }
+
+    /// A platform change wakes exactly the instances whose recorded gate it changes: not those
+    /// that have not reached the gate, nor those that recorded this very outcome.
+    #[test]
+    fn a_platform_change_concerns_instances_whose_recorded_gate_differs() {
+        let healthy = platform_gate(&healthy_platform());
+        let missing = platform_gate(&Platform::default());
+        let mut fresh = instance("crc");
+        assert!(!platform_outdated(&fresh, &healthy), "no status yet");
+        fresh.status =
+            Some(decide(&fresh, &observed(NamespaceState::Disabled, None), at(10)).status);
+        assert!(
+            !platform_outdated(&fresh, &healthy),
+            "blocked by the namespace"
+        );
+
+        let mut blocked = instance("crc");
+        blocked.status = Some(
+            decide(
+                &blocked,
+                &observed(NamespaceState::Enabled, Some(Platform::default())),
+                at(10),
+            )
+            .status,
+        );
+        assert!(!platform_outdated(&blocked, &missing));
+        assert!(platform_outdated(&blocked, &healthy));
+
+        let mut open = instance("crc");
+        open.status = Some(
+            decide(
+                &open,
+                &observed(NamespaceState::Enabled, Some(healthy_platform())),
+                at(10),
+            )
+            .status,
+        );
+        assert!(!platform_outdated(&open, &healthy));
+        assert!(
+            platform_outdated(&open, &missing),
+            "a Ready instance sees the loss"
+        );
+    }
+
+    #[test]
+    fn namespace_metadata_alone_classifies_the_policy() {
+        let enabled = ns(json!({NAMESPACE_ENABLED: "true"}), false);
+        assert_eq!(
+            NamespaceState::of_meta(Some(&enabled.metadata)),
+            NamespaceState::Enabled
+        );
+        let mut deleting = enabled.clone();
+        deleting.metadata.deletion_timestamp = Some(at(5));
+        assert_eq!(
+            NamespaceState::of_meta(Some(&deleting.metadata)),
+            NamespaceState::Terminating
+        );
+        assert_eq!(NamespaceState::of_meta(None), NamespaceState::Missing);
+    }
 }

@@ -25,7 +25,9 @@ use crate::resources::instance as res;
 use crate::route::Route;
 use crate::write;
 
-/// How soon teardown looks again after a step (watches on the owned kinds usually come first).
+/// How soon teardown looks again after a step (2 s). Watches on the owned kinds usually come
+/// first; the timer stays because teardown also waits for deletions that are not watched (the
+/// VM's virt-launcher pods, unlabelled handoff Secrets).
 pub const STEP_REQUEUE: Duration = Duration::from_secs(2);
 
 /// Errors of a teardown pass; reported as `Terminating=True reason=CleanupError`.
