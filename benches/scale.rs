@@ -11,6 +11,8 @@
 //! - the requests by verb and resource during convergence (the benchmark's own polling
 //!   subtracted).
 //!
+//! `GUESTCLUSTER_BIN=<path>` runs another operator binary (an earlier build, for a before/after).
+//!
 //! Numbers are measurements on a shared machine, not assertions: see `docs/performance.md`.
 #![allow(clippy::disallowed_methods)] // the benchmark writes its objects as a user would
 
@@ -121,7 +123,10 @@ struct Report {
 }
 
 async fn run(n: usize, args: &Args) -> Report {
-    eprintln!("[scale] {n} instances: starting a control plane");
+    eprintln!(
+        "[scale] {n} instances, operator {}: starting a control plane",
+        operator_binary().display()
+    );
     let cp = testenv::ControlPlane::start(Default::default())
         .await
         .unwrap_or_else(|e| {
@@ -317,9 +322,17 @@ fn total(after: &BTreeMap<(String, String), f64>, before: &BTreeMap<(String, Str
 
 struct Operator(Child);
 
+/// The operator under test: this build's, or `$GUESTCLUSTER_BIN` (e.g. an earlier release
+/// build kept aside, to measure before and after a change in the same session).
+fn operator_binary() -> std::path::PathBuf {
+    std::env::var_os("GUESTCLUSTER_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_guestcluster").into())
+}
+
 impl Operator {
     fn start(cp: &testenv::ControlPlane, log: &std::path::Path) -> Self {
-        let child = Command::new(env!("CARGO_BIN_EXE_guestcluster"))
+        let child = Command::new(operator_binary())
             .args(["operator", "--namespace", "default", "--leader-elect=false"])
             .args(["--health-probe-bind-address=0", "--metrics-bind-address=0"])
             .env("KUBECONFIG", cp.kubeconfig_path())

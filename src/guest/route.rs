@@ -123,11 +123,26 @@ impl RouteAccess {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(Error::Probe {
                 url,
-                message: e.to_string(),
+                message: probe_failure(&e.to_string()),
             }),
             Err(_) => Err(Error::ProbeTimeout { url, timeout }),
         }
     }
+}
+
+/// A failing `/readyz` answers with a line per check (`[+]ping ok`, `[-]etcd failed: …`). A
+/// condition message stays one line and names what is failing: the failed checks when there
+/// are such lines, else the error itself on one line.
+fn probe_failure(error: &str) -> String {
+    let failed: Vec<&str> = error
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("[-]"))
+        .map(|check| check.split_once(' ').map_or(check, |(name, _)| name))
+        .collect();
+    if failed.is_empty() {
+        return error.split_whitespace().collect::<Vec<_>>().join(" ");
+    }
+    format!("not ready, failing checks: {}", failed.join(", "))
 }
 
 fn strip_scheme(addr: &str) -> String {
@@ -393,6 +408,23 @@ impl Dial for RouteDial {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failing_readyz_is_summarised_by_its_failed_checks() {
+        let body = "ApiError: [+]ping ok\n[+]etcd ok\n\
+            [-]poststarthook/rbac/bootstrap-roles failed: reason withheld\n\
+            [-]poststarthook/scheduling/bootstrap-system-priority-classes failed: reason withheld\n\
+            [+]shutdown ok\nreadyz check failed";
+        assert_eq!(
+            probe_failure(body),
+            "not ready, failing checks: poststarthook/rbac/bootstrap-roles, \
+             poststarthook/scheduling/bootstrap-system-priority-classes"
+        );
+        assert_eq!(
+            probe_failure("ServiceError: client error\n (Connect)"),
+            "ServiceError: client error (Connect)"
+        );
+    }
 
     #[test]
     fn no_proxy_matches_hosts_and_suffixes() {
