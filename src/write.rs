@@ -6,9 +6,10 @@
 //! - [`create`]: an existing object of that name is fine (the next pass looks at it);
 //! - [`delete_exact`]: only the object with the UID that was observed (a UID precondition), so a
 //!   same-named replacement is never removed; gone is fine;
-//! - [`merge_patch`] and [`finalizer`] for the few in-place changes.
+//! - [`merge_patch`] and [`finalizer`] for the few in-place changes;
+//! - [`apply`]: an object a Job publishes whole (server-side apply, forced).
 //!
-//! Creates, merge patches and status writes are read back: the stored object the server answers
+//! Creates, applies, merge patches and status writes are read back: the stored object the server answers
 //! with is compared with what was sent ([`readback`]), and a field it dropped is logged as a
 //! warning and counted (`guestcluster_dropped_fields_total`), never silently lost.
 //!
@@ -205,6 +206,26 @@ where
     let request =
         Request::new(api.resource_url()).patch(name, &PatchParams::default(), &Patch::Merge(patch));
     send_read_back(api, request, patch, "").await.map(drop)
+}
+
+/// Server-side applies `obj` as `name` with `field_manager`, forced: the fields in `obj` become
+/// that manager's, whoever held them. For objects a Job publishes as a whole.
+pub async fn apply<K>(
+    api: &Api<K>,
+    name: &str,
+    obj: &K,
+    field_manager: &str,
+) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+{
+    let sent = serde_json::to_value(obj).map_err(kube::Error::SerdeError)?;
+    let request = Request::new(api.resource_url()).patch(
+        name,
+        &PatchParams::apply(field_manager).force(),
+        &Patch::Apply(&sent),
+    );
+    send_read_back(api, request, &sent, "").await.map(drop)
 }
 
 /// Fields the API server dropped from our writes, since the process started.

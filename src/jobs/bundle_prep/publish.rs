@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 
 use super::{FIELD_MANAGER, PrepError, PrivateKey};
 use crate::api::labels;
@@ -92,9 +92,8 @@ pub async fn publish(p: &Publication<'_>) -> Result<(), PrepError> {
     let client = kube::Client::try_default().await.map_err(|e| {
         PrepError::PublishFailed(format!("no Kubernetes client configuration: {e}"))
     })?;
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    Api::<Secret>::namespaced(client.clone(), p.namespace)
-        .patch(p.secret_name, &params, &Patch::Apply(&secret(p)))
+    let secrets = Api::<Secret>::namespaced(client.clone(), p.namespace);
+    crate::write::apply(&secrets, p.secret_name, &secret(p), FIELD_MANAGER)
         .await
         .map_err(|e| {
             PrepError::PublishFailed(format!(
@@ -102,15 +101,20 @@ pub async fn publish(p: &Publication<'_>) -> Result<(), PrepError> {
                 p.namespace, p.secret_name
             ))
         })?;
-    Api::<ConfigMap>::namespaced(client, p.namespace)
-        .patch(p.configmap_name, &params, &Patch::Apply(&config_map(p)))
-        .await
-        .map_err(|e| {
-            PrepError::PublishFailed(format!(
-                "applying ConfigMap {}/{}: {e}",
-                p.namespace, p.configmap_name
-            ))
-        })?;
+    let config_maps = Api::<ConfigMap>::namespaced(client, p.namespace);
+    crate::write::apply(
+        &config_maps,
+        p.configmap_name,
+        &config_map(p),
+        FIELD_MANAGER,
+    )
+    .await
+    .map_err(|e| {
+        PrepError::PublishFailed(format!(
+            "applying ConfigMap {}/{}: {e}",
+            p.namespace, p.configmap_name
+        ))
+    })?;
     tracing::info!(
         "published Secret {}/{} and ConfigMap {}/{}",
         p.namespace,
