@@ -19,12 +19,10 @@ use guestcluster::kubevirt::VirtualMachine;
 use guestcluster::metrics::Metrics;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
-use support::wait_for;
+use support::{deployed, platform_resource as resource, wait_for};
 
 /// The CRCBundle a template with `crcVersion: 4.16.0` selects.
 const BUNDLE: &str = "crc-4.16.0-amd64";
@@ -140,23 +138,6 @@ fn owned_status_fields(meta: &kube::api::ObjectMeta, manager: &str) -> Value {
         .map(|f| f.0.pointer("/f:status").cloned().unwrap_or(Value::Null))
         .next()
         .unwrap_or(Value::Null)
-}
-
-fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
-}
-
-/// Creates a platform operand and marks it deployed through the status subresource.
-async fn deployed(api: &Api<DynamicObject>, ar: &ApiResource, name: &str) {
-    let obj = DynamicObject::new(name, ar).data(json!({"spec": {}}));
-    api.create(&PostParams::default(), &obj)
-        .await
-        .unwrap_or_else(|e| panic!("create {} {name}: {e}", ar.kind));
-    let status = json!({"status": {"phase": "Deployed",
-        "conditions": [{"type": "Available", "status": "True"}]}});
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .unwrap_or_else(|e| panic!("status of {} {name}: {e}", ar.kind));
 }
 
 /// The bundle's golden PVC, SSH key Secret and metadata ConfigMap as the Go operator and its prep

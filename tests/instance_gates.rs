@@ -14,11 +14,10 @@ use guestcluster::api::labels::{FINALIZER_CLEANUP, NAMESPACE_ENABLED};
 use guestcluster::metrics::Metrics;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::wait_for;
+use support::{deployed, platform_resource as resource};
 
 fn instance(name: &str, type_: &str) -> ClusterInstance {
     serde_json::from_value(json!({
@@ -29,23 +28,6 @@ fn instance(name: &str, type_: &str) -> ClusterInstance {
             "crcVersion": "4.22.7", "ocpVersion": "4.22.7", "memory": "16Gi", "cores": 4}},
     }))
     .unwrap()
-}
-
-fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
-}
-
-/// Creates an operand and marks it deployed through the status subresource.
-async fn deployed(api: &Api<DynamicObject>, ar: &ApiResource, name: &str) {
-    let obj = DynamicObject::new(name, ar).data(json!({"spec": {}}));
-    api.create(&PostParams::default(), &obj)
-        .await
-        .unwrap_or_else(|e| panic!("create {} {name}: {e}", ar.kind));
-    let status = json!({"status": {"phase": "Deployed",
-        "conditions": [{"type": "Available", "status": "True"}]}});
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .unwrap_or_else(|e| panic!("status of {} {name}: {e}", ar.kind));
 }
 
 /// One tree per test process (actor names are global), so every scenario is in this one test.

@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use guestcluster::manifests;
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
 use testenv::ControlPlane;
 
 /// How long any single wait in a test may take before it fails with what it observed.
@@ -354,4 +356,22 @@ async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     })
     .await
     .expect("http task")
+}
+
+/// The `ApiResource` of a platform kind (KubeVirt, CDI, HyperConverged), read untyped.
+pub fn platform_resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+/// Creates a platform operand and marks it deployed through the status subresource.
+pub async fn deployed(api: &Api<DynamicObject>, ar: &ApiResource, name: &str) {
+    let obj = DynamicObject::new(name, ar).data(serde_json::json!({"spec": {}}));
+    api.create(&PostParams::default(), &obj)
+        .await
+        .unwrap_or_else(|e| panic!("create {} {name}: {e}", ar.kind));
+    let status = serde_json::json!({"status": {"phase": "Deployed",
+        "conditions": [{"type": "Available", "status": "True"}]}});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap_or_else(|e| panic!("status of {} {name}: {e}", ar.kind));
 }
