@@ -9,7 +9,10 @@
 //! - API requests per second while idle, minus the same cluster's rate without the operator
 //!   (measured first, in the same run), from the API server's `apiserver_request_total`;
 //! - the requests by verb and resource during convergence (the benchmark's own polling
-//!   subtracted).
+//!   subtracted);
+//! - then, with the simulation, the demo's pool of two: the median and worst hand-off (a watched
+//!   step finished → the operator's next write for that object; `sim::handoffs`).
+//!   `--no-handoffs` skips it.
 //!
 //! `GUESTCLUSTER_BIN=<path>` runs another operator binary (an earlier build, for a before/after).
 //!
@@ -32,6 +35,8 @@ struct Args {
     pools: usize,
     bundles: usize,
     idle: Duration,
+    /// Also run the pool-of-two flow with the simulation and report the hand-offs.
+    handoffs: bool,
 }
 
 fn args() -> Args {
@@ -40,6 +45,7 @@ fn args() -> Args {
         pools: 20,
         bundles: 20,
         idle: Duration::from_secs(30),
+        handoffs: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -56,6 +62,7 @@ fn args() -> Args {
             "--idle-seconds" => {
                 args.idle = Duration::from_secs(value().parse().expect("--idle-seconds: a number"))
             }
+            "--no-handoffs" => args.handoffs = false,
             // cargo bench passes `--bench`; filters are not meaningful here.
             _ => {}
         }
@@ -70,6 +77,7 @@ fn main() {
     for &n in &args.sizes {
         reports.push(runtime.block_on(run(n, &args)));
     }
+    let handoffs = args.handoffs.then(|| runtime.block_on(handoffs()));
     println!();
     println!(
         "## Scale benchmark ({} pools, {} bundles)",
@@ -109,6 +117,34 @@ fn main() {
             println!("  {verb:>7} {resource:<40} {count:>8.0}");
         }
     }
+    if let Some(summary) = handoffs {
+        println!();
+        println!(
+            "Hand-offs over a pool of two (the demo's flow with the simulation; a watched step finished → the operator's next write for that object):"
+        );
+        match summary {
+            Some(summary) => println!("{summary}"),
+            None => println!("none seen"),
+        }
+    }
+}
+
+/// The demo's flow (a downloaded bundle, a pool of two Ready instances) with the simulation, the
+/// operator under test as a process; its hand-offs as the recorder saw them.
+async fn handoffs() -> Option<sim::handoffs::Summary> {
+    eprintln!(
+        "[scale] hand-offs: the demo's flow with operator {}",
+        operator_binary().display()
+    );
+    let report = sim::demo::run(sim::demo::Options {
+        keep_running: Some(false),
+        guestcluster_bin: Some(env!("CARGO_BIN_EXE_guestcluster").into()),
+        operator_bin: Some(operator_binary()),
+        ..Default::default()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("the demo's flow failed: {e}"));
+    report.handoffs
 }
 
 struct Report {

@@ -67,6 +67,16 @@ struct OperatorArgs {
     /// Address of `/metrics`; `0` disables it.
     #[arg(long, default_value = "0.0.0.0:8080")]
     metrics_bind_address: String,
+    /// Sustained API requests per second the operator sends at most (watches included);
+    /// `0` turns the client-side limit off.
+    #[arg(long, default_value_t = guestcluster::operator::api_limits::ApiLimits::DEFAULT_QPS)]
+    kube_api_qps: f64,
+    /// API requests the operator may send at once after a quiet period.
+    #[arg(long, default_value_t = guestcluster::operator::api_limits::ApiLimits::DEFAULT_BURST)]
+    kube_api_burst: u32,
+    /// Reconciles running at once across all kinds; the others queue in arrival order.
+    #[arg(long, default_value_t = guestcluster::actors::root::DEFAULT_MAX_CONCURRENT_RECONCILES)]
+    max_concurrent_reconciles: usize,
     #[command(flatten)]
     log: LogArgs,
 }
@@ -124,7 +134,10 @@ fn operator(args: OperatorArgs) -> Result<(), Box<dyn std::error::Error>> {
         identity: guestcluster::operator::default_identity(),
         health_addr: listen_addr(&args.health_probe_bind_address)?,
         metrics_addr: listen_addr(&args.metrics_bind_address)?,
-        tree: Default::default(),
+        tree: guestcluster::actors::root::TreeConfig {
+            max_concurrent_reconciles: args.max_concurrent_reconciles,
+            ..Default::default()
+        },
         jobs: guestcluster::resources::bundle::JobSettings {
             image: args.job_image,
             prep_service_account: args.bundle_prep_service_account,
@@ -132,7 +145,12 @@ fn operator(args: OperatorArgs) -> Result<(), Box<dyn std::error::Error>> {
         guests: guestcluster::actors::context::GuestSettings::from_env(),
     };
     tokio::runtime::Runtime::new()?.block_on(async {
-        let client = kube::Client::try_default().await?;
+        let limits = guestcluster::operator::api_limits::ApiLimits {
+            qps: args.kube_api_qps,
+            burst: args.kube_api_burst,
+        };
+        let client =
+            guestcluster::operator::api_limits::client(kube::Config::infer().await?, limits)?;
         tracing::info!(namespace = %options.namespace, leader_elect = options.leader_elect, "starting operator");
         guestcluster::operator::run(
             client,

@@ -100,16 +100,17 @@ pub enum Guard {
 
 /// Records `status` for `obj` (as it was read) when it differs from what `obj` has: one
 /// server-side apply owning every field in it, an Event when the main condition's reason or
-/// status changed, one log line. Returns whether anything was written.
+/// status changed, one log line. Returns what was written: `None` when nothing needed writing,
+/// else the resourceVersion the write left the object at (when the server said).
 pub async fn record_status<K: Recorded>(
     api: &Api<K>,
     obj: &K,
     status: &K::Status,
     guard: Guard,
     events: &Events,
-) -> Result<bool, kube::Error> {
+) -> Result<Option<Written>, kube::Error> {
     if obj.status() == Some(status) {
-        return Ok(false);
+        return Ok(None);
     }
     let mut patch = serde_json::json!({
         "apiVersion": K::api_version(&()),
@@ -126,7 +127,12 @@ pub async fn record_status<K: Recorded>(
         &PatchParams::apply(FIELD_MANAGER).force(),
         &Patch::Apply(&patch),
     );
-    send_read_back(api, request, &patch, "status").await?;
+    let stored = send_read_back(api, request, &patch, "status").await?;
+    let written = Written {
+        resource_version: stored["metadata"]["resourceVersion"]
+            .as_str()
+            .map(str::to_owned),
+    };
     let before = obj.status().map(K::status_conditions).unwrap_or_default();
     let after = K::status_conditions(status);
     events
@@ -142,7 +148,14 @@ pub async fn record_status<K: Recorded>(
         reason = main.map(|c| c.reason.as_str()).unwrap_or_default(),
         "status recorded"
     );
-    Ok(true)
+    Ok(Some(written))
+}
+
+/// A status write that was sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Written {
+    /// The object's resourceVersion after the write.
+    pub resource_version: Option<String>,
 }
 
 /// Creates `obj`; an existing one is fine (the next reconcile looks at it).

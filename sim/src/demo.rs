@@ -95,6 +95,9 @@ pub struct Options {
     /// The product binary that runs our Jobs' pods; `None`: the one next to this program (see
     /// [`product_bin`]).
     pub guestcluster_bin: Option<PathBuf>,
+    /// Run the operator as a process of this binary (`<bin> operator`) instead of in this
+    /// process: the scale benchmark measures an earlier build's hand-offs this way.
+    pub operator_bin: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -103,6 +106,7 @@ impl Default for Options {
             keep_running: None,
             samples_dir: testenv::project_dir().join("samples"),
             guestcluster_bin: None,
+            operator_bin: None,
         }
     }
 }
@@ -115,8 +119,16 @@ impl Progress {
     }
 }
 
+/// What a demo run measured.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// The operator's hand-offs from the bundle's download to the two Ready instances
+    /// ([`crate::handoffs`]).
+    pub handoffs: Option<crate::handoffs::Summary>,
+}
+
 /// Runs the demo end to end.
-pub async fn run(opts: Options) -> Result<(), Error> {
+pub async fn run(opts: Options) -> Result<Report, Error> {
     // Before anything starts: without the product binary no Job could run.
     let guestcluster_bin = product_bin::locate(opts.guestcluster_bin.as_deref())?;
     let progress = Progress(Instant::now());
@@ -135,7 +147,9 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     let result = drive(&cp, &opts, &guestcluster_bin, &progress).await;
     progress.step("stopping the control plane");
     let stopped = cp.shutdown().await;
-    result.and(stopped.map_err(Error::from))
+    let report = result?;
+    stopped?;
+    Ok(report)
 }
 
 async fn drive(
@@ -143,7 +157,7 @@ async fn drive(
     opts: &Options,
     guestcluster_bin: &Path,
     progress: &Progress,
-) -> Result<(), Error> {
+) -> Result<Report, Error> {
     let client = cp.client()?;
     ensure_namespace(&client, OPERATOR_NAMESPACE).await?;
 
@@ -190,7 +204,11 @@ async fn drive(
         route_access: RouteAccess::via_proxy(&router.url()),
         ..GuestSettings::from_env()
     };
-    let op = RunningOperator::start(&client, metrics.clone(), guests).await?;
+    let op = match &opts.operator_bin {
+        None => RunningOperator::start(&client, metrics.clone(), guests).await?,
+        Some(bin) => RunningOperator::spawn(bin, cp, &router.url())?,
+    };
+    let recorder = crate::handoffs::Recorder::start(&client);
 
     let name = guestcluster::actors::resolve::published_bundle_name(
         DEMO_VERSION,
@@ -246,12 +264,25 @@ async fn drive(
     ));
     let ready = wait_for_pool(&client, Duration::from_secs(900), progress).await?;
     let dropped = guestcluster::write::dropped_fields_counter().get();
-    if dropped > 0 {
+    if opts.operator_bin.is_some() {
+        progress.step("the operator runs as a process: its log (stderr) names any field the API server dropped");
+    } else if dropped > 0 {
         return Err(Error::Operator(format!(
             "the API server dropped {dropped} field(s) the operator wrote; the operator's warnings name them"
         )));
     }
-    progress.step("every object the operator wrote was stored as sent (each write is read back)");
+    if opts.operator_bin.is_none() {
+        progress
+            .step("every object the operator wrote was stored as sent (each write is read back)");
+    }
+    let handoffs = crate::handoffs::Summary::of(&recorder.handoffs());
+    drop(recorder);
+    match &handoffs {
+        Some(summary) => progress.step(format!(
+            "the operator's hand-offs (a watched step finished → its next write for that object): {summary}"
+        )),
+        None => progress.step("no hand-offs were seen (no step finished while the recorder watched)"),
+    }
 
     println!();
     print_kubectl(
@@ -270,14 +301,21 @@ async fn drive(
         ],
     )?;
     println!();
-    println!(
-        "operator: {} bundle, {} pool and {} instance actor(s); probes at http://{}/readyz, metrics at http://{}/metrics",
-        metrics.live_actors(BundleActor::KIND),
-        metrics.live_actors(PoolActor::KIND),
-        metrics.live_actors(InstanceActor::KIND),
-        op.health,
-        op.metrics,
-    );
+    if opts.operator_bin.is_none() {
+        println!(
+            "operator: {} bundle, {} pool and {} instance actor(s); probes at http://{}/readyz, metrics at http://{}/metrics",
+            metrics.live_actors(BundleActor::KIND),
+            metrics.live_actors(PoolActor::KIND),
+            metrics.live_actors(InstanceActor::KIND),
+            op.health,
+            op.metrics,
+        );
+    } else {
+        println!(
+            "operator (a process): probes at http://{}/readyz, metrics at http://{}/metrics",
+            op.health, op.metrics,
+        );
+    }
 
     let first = &ready[0];
     let (secret_name, kubeconfig_file) =
@@ -340,7 +378,7 @@ async fn drive(
     let stopped = op.stop().await;
     sim.shutdown().await;
     drop(router);
-    stopped
+    stopped.map(|()| Report { handoffs })
 }
 
 /// The operator as `guestcluster operator` runs it (`operator::run`: probes, metrics, leader
@@ -348,8 +386,15 @@ async fn drive(
 struct RunningOperator {
     health: SocketAddr,
     metrics: SocketAddr,
-    stop: oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<Result<(), Error>>,
+    running: Running,
+}
+
+enum Running {
+    InProcess {
+        stop: oneshot::Sender<()>,
+        task: tokio::task::JoinHandle<Result<(), Error>>,
+    },
+    Process(std::process::Child),
 }
 
 impl RunningOperator {
@@ -403,16 +448,64 @@ impl RunningOperator {
         Ok(RunningOperator {
             health: bound.health.ok_or_else(missing)?,
             metrics: bound.metrics.ok_or_else(missing)?,
-            stop,
-            task,
+            running: Running::InProcess { stop, task },
+        })
+    }
+
+    /// `bin operator` as a process, with the same settings as [`RunningOperator::start`].
+    fn spawn(bin: &Path, cp: &ControlPlane, router: &str) -> Result<RunningOperator, Error> {
+        let free = || -> Result<SocketAddr, Error> {
+            let listener = std::net::TcpListener::bind(("127.0.0.1", 0))
+                .map_err(|e| Error::Operator(format!("finding a free port: {e}")))?;
+            listener
+                .local_addr()
+                .map_err(|e| Error::Operator(format!("finding a free port: {e}")))
+        };
+        let (health, metrics) = (free()?, free()?);
+        let child = std::process::Command::new(bin)
+            .arg("operator")
+            .args(["--namespace", OPERATOR_NAMESPACE])
+            .arg(format!("--health-probe-bind-address={health}"))
+            .arg(format!("--metrics-bind-address={metrics}"))
+            .arg(format!("--job-image={JOB_IMAGE_REPO}:demo"))
+            .arg("--bundle-prep-service-account=default")
+            .env("KUBECONFIG", cp.kubeconfig_path())
+            .env(guestcluster::guest::route::ROUTE_PROXY_ENV, router)
+            .env("RUST_LOG", "warn,kube_client::client::builder=off")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| Error::Operator(format!("starting {}: {e}", bin.display())))?;
+        Ok(RunningOperator {
+            health,
+            metrics,
+            running: Running::Process(child),
         })
     }
 
     async fn stop(self) -> Result<(), Error> {
-        let _ = self.stop.send(());
-        match self.task.await {
-            Ok(result) => result,
-            Err(err) => Err(Error::Operator(err.to_string())),
+        match self.running {
+            Running::InProcess { stop, task } => {
+                let _ = stop.send(());
+                match task.await {
+                    Ok(result) => result,
+                    Err(err) => Err(Error::Operator(err.to_string())),
+                }
+            }
+            Running::Process(mut child) => {
+                // SIGTERM: the operator's graceful shutdown, as a Deployment's rollout would.
+                unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+                let status = tokio::task::spawn_blocking(move || child.wait())
+                    .await
+                    .map_err(|e| Error::Operator(e.to_string()))?
+                    .map_err(|e| Error::Operator(e.to_string()))?;
+                if status.success() {
+                    Ok(())
+                } else {
+                    Err(Error::Operator(format!(
+                        "the operator exited with {status}"
+                    )))
+                }
+            }
         }
     }
 }

@@ -20,6 +20,7 @@
 //! | [`openshift`] | each running guest's OpenShift API: a kube-apiserver plus simulated operators |
 //! | [`route_proxy`] | the router for passthrough Routes, as an HTTP `CONNECT` proxy |
 //! | [`bundles`], [`file_server`] | `.crcbundle` archives and an HTTP server for downloads |
+//! | [`handoffs`] | measures (not simulates): the operator's delay from a finished step to its next write |
 //! | [`demo`] | `guestcluster-sim demo`: control plane + simulation + operator, end to end |
 //! | [`product_bin`] | finds the product binary the demo's Job pods run |
 // The simulation plays other controllers (KubeVirt, CDI, the kubelet, the guests' API servers)
@@ -32,6 +33,7 @@ pub mod cdi;
 pub mod demo;
 pub mod file_server;
 pub mod guest;
+pub mod handoffs;
 pub mod kubelet;
 pub mod kubevirt;
 pub mod network;

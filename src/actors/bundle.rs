@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret};
-use kube::api::{ListParams, PropagationPolicy};
+use kube::api::{ListParams, PartialObjectMeta, PropagationPolicy};
 
 use super::context::Context;
 use super::download::{self, Action};
@@ -67,14 +67,20 @@ impl ObjectActor for BundleActor {
         let client = &ctx.client;
         let ns = ctx.namespace.as_str();
         vec![
-            owner_events(Api::<Job>::namespaced(client.clone(), ns), "CRCBundle"),
             owner_events(
-                Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns),
+                Api::<PartialObjectMeta<Job>>::namespaced(client.clone(), ns),
                 "CRCBundle",
             ),
-            owner_events(Api::<Secret>::namespaced(client.clone(), ns), "CRCBundle"),
             owner_events(
-                Api::<ConfigMap>::namespaced(client.clone(), ns),
+                Api::<PartialObjectMeta<PersistentVolumeClaim>>::namespaced(client.clone(), ns),
+                "CRCBundle",
+            ),
+            owner_events(
+                Api::<PartialObjectMeta<Secret>>::namespaced(client.clone(), ns),
+                "CRCBundle",
+            ),
+            owner_events(
+                Api::<PartialObjectMeta<ConfigMap>>::namespaced(client.clone(), ns),
                 "CRCBundle",
             ),
         ]

@@ -4,6 +4,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::own_writes::OwnWrites;
 use super::views::Views;
 use crate::events::Events;
 use crate::guest::route::RouteAccess;
@@ -29,6 +30,9 @@ pub struct Context {
     /// Watch-fed views of what many objects read (platform, Namespaces, bundles, Route hosts),
     /// started with the supervision tree.
     pub views: Views,
+    /// The resourceVersion of each object's last status write by this process, so reconciles
+    /// decide on the watch cache once it shows that write.
+    pub own_writes: OwnWrites,
 }
 
 impl Context {
@@ -79,6 +83,7 @@ impl Context {
             jobs,
             tuning,
             views: Views::default(),
+            own_writes: OwnWrites::default(),
         })
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::ListParams;
+use kube::api::PartialObjectMeta;
 use kube::{Api, ResourceExt};
 
 use k8s_openapi::api::batch::v1::Job;
@@ -28,7 +28,6 @@ use super::views::{self, Change};
 use crate::api::conditions::{self, reasons, types};
 use crate::api::instance::{ClusterInstance, ClusterInstanceStatus, InstancePhase};
 use crate::api::labels::{CLUSTER_INSTANCE, FINALIZER_CLEANUP};
-use crate::api::lease::ClusterLease;
 use crate::cdi::DataVolume;
 use crate::kubevirt::{VirtualMachine, VirtualMachineInstance};
 use crate::write::{self, Guard};
@@ -84,10 +83,24 @@ impl ObjectActor for InstanceActor {
         // Everything the instance (or its agent) creates carries its name label.
         let ours = Some(CLUSTER_INSTANCE);
         vec![
-            labelled_owner_events(Api::<Job>::all(c.clone()), "ClusterInstance", ours),
-            labelled_owner_events(Api::<Secret>::all(c.clone()), "ClusterInstance", ours),
-            owner_events(Api::<VirtualMachine>::all(c.clone()), "ClusterInstance"),
-            owner_events(Api::<DataVolume>::all(c.clone()), "ClusterInstance"),
+            labelled_owner_events(
+                Api::<PartialObjectMeta<Job>>::all(c.clone()),
+                "ClusterInstance",
+                ours,
+            ),
+            labelled_owner_events(
+                Api::<PartialObjectMeta<Secret>>::all(c.clone()),
+                "ClusterInstance",
+                ours,
+            ),
+            owner_events(
+                Api::<PartialObjectMeta<VirtualMachine>>::all(c.clone()),
+                "ClusterInstance",
+            ),
+            owner_events(
+                Api::<PartialObjectMeta<DataVolume>>::all(c.clone()),
+                "ClusterInstance",
+            ),
             // From the shared Route view's watch, which also serves the host-uniqueness check.
             view_owner_events(ctx, |change| match change {
                 Change::Route { owner } => owner.clone(),
@@ -112,39 +125,32 @@ impl ObjectActor for InstanceActor {
                     instance_gates::platform_outdated(i, &gate)
                 }))
             }
+            // The lease view: `status.leaseRef` follows the leases that claim the instance.
+            Change::Lease {
+                namespace,
+                instances,
+            } => {
+                let instances = instances.clone();
+                Some(Related::new(
+                    namespace.clone(),
+                    move |i: &ClusterInstance| instances.contains(&i.name_any()),
+                ))
+            }
             Change::Namespace(_) | Change::Route { .. } => None,
         }
     }
 
     fn related_events(ctx: &Arc<Context>) -> Vec<RelatedEvents<ClusterInstance>> {
-        vec![
-            related_events(
-                Api::<VirtualMachineInstance>::all(ctx.client.clone()),
-                |vmi: &VirtualMachineInstance| {
-                    let name = vmi.labels().get(CLUSTER_INSTANCE)?.clone();
-                    Some(Related::new(
-                        vmi.namespace()?,
-                        move |i: &ClusterInstance| i.name_any() == name,
-                    ))
-                },
-            ),
-            related_events(
-                Api::<ClusterLease>::all(ctx.client.clone()),
-                |lease: &ClusterLease| {
-                    let name = lease
-                        .status
-                        .as_ref()?
-                        .instance_ref
-                        .as_ref()?
-                        .name()?
-                        .to_owned();
-                    Some(Related::new(
-                        lease.namespace()?,
-                        move |i: &ClusterInstance| i.name_any() == name,
-                    ))
-                },
-            ),
-        ]
+        vec![related_events(
+            Api::<VirtualMachineInstance>::all(ctx.client.clone()),
+            |vmi: &VirtualMachineInstance| {
+                let name = vmi.labels().get(CLUSTER_INSTANCE)?.clone();
+                Some(Related::new(
+                    vmi.namespace()?,
+                    move |i: &ClusterInstance| i.name_any() == name,
+                ))
+            },
+        )]
     }
 
     async fn reconcile(instance: &ClusterInstance, ctx: &Arc<Context>) -> Result<Next, Error> {
@@ -176,21 +182,28 @@ async fn reconcile(instance: &ClusterInstance, ctx: &Arc<Context>) -> Result<Nex
         return Ok(Next::Done);
     }
 
-    // Decide on a live read, never on a watch cache that may not have seen our own last write:
-    // `startedAt`, the boot-key binding and the API endpoint are written once, ahead of what
-    // they guard, and the status is applied whole — a stale copy would erase them.
-    let live = api
-        .get_opt(&name)
-        .await
-        .map_err(|source| Error::Observe {
-            name: name.clone(),
-            what: "the instance".into(),
-            source,
-        })?
-        .filter(|i| i.uid() == instance.uid());
-    let Some(instance) = &live else {
-        // Gone or replaced: the supervisor stops or retriggers us.
-        return Ok(Next::Done);
+    // Never decide on a watch cache that may not have seen our own last write: `startedAt`,
+    // the boot-key binding and the API endpoint are written once, ahead of what they guard, and
+    // the status is applied whole — a stale copy would erase them. Once the cache shows our
+    // last write (or we never wrote), it is as good as a live read and costs no request.
+    let live;
+    let instance = if ctx.own_writes.may_be_stale(instance) {
+        live = api
+            .get_opt(&name)
+            .await
+            .map_err(|source| Error::Observe {
+                name: name.clone(),
+                what: "the instance".into(),
+                source,
+            })?
+            .filter(|i| i.uid() == instance.uid());
+        let Some(instance) = &live else {
+            // Gone or replaced: the supervisor stops or retriggers us.
+            return Ok(Next::Done);
+        };
+        instance
+    } else {
+        instance
     };
     let observed = observe(ctx, instance).await?;
     let decision = instance_gates::decide(instance, &observed, Time(Timestamp::now()));
@@ -223,34 +236,27 @@ async fn record(
     instance: &ClusterInstance,
     status: &ClusterInstanceStatus,
 ) -> Result<(), Error> {
-    write::record_status(api, instance, status, Guard::None, &ctx.events)
+    let written = write::record_status(api, instance, status, Guard::None, &ctx.events)
         .await
-        .map(drop)
         .map_err(|source| Error::WriteStatus {
             name: instance.name_any(),
             source,
-        })
+        })?;
+    if let (Some(written), Some(uid)) = (written, instance.uid()) {
+        ctx.own_writes
+            .wrote(&uid, written.resource_version.as_deref());
+    }
+    Ok(())
 }
 
-/// `status.leaseRef`: the lease that claims this instance (informational, upstream §4.3).
+/// `status.leaseRef`: the lease that claims this instance (informational, upstream §4.3), from
+/// the shared lease view.
 async fn lease_projection(
     ctx: &Context,
     instance: &ClusterInstance,
 ) -> Result<Option<crate::api::common::LocalRef>, Error> {
     let ns = instance.namespace().unwrap_or_default();
-    let leases = Api::<ClusterLease>::namespaced(ctx.client.clone(), &ns)
-        .list(&ListParams::default())
-        .await
-        .map_err(|source| Error::Observe {
-            name: instance.name_any(),
-            what: "leases".into(),
-            source,
-        })?
-        .items;
-    Ok(super::lease_decide::lease_projection(
-        &leases,
-        &instance.name_any(),
-    ))
+    Ok(ctx.views.lease_of(&ns, &instance.name_any()).await?)
 }
 
 /// One teardown pass. `Some(next)` while backing objects remain; `None` once the finalizer may

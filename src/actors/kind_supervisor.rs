@@ -9,12 +9,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use kube::api::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use serde::de::DeserializeOwned;
-use tokio::sync::broadcast;
+use tokio::sync::{Semaphore, broadcast};
 use tokio::task::JoinHandle;
 
 use super::backoff::{Backoff, Failures};
@@ -44,6 +45,8 @@ pub struct ObjectArgs<K: Resource<DynamicType = ()> + Clone + 'static> {
     pub store: Store<K>,
     pub ctx: Arc<Context>,
     pub retry: Backoff,
+    /// Reconcile permits shared by every object actor ([`SupervisorArgs::permits`]).
+    pub permits: Arc<Semaphore>,
 }
 
 /// What a reconcile asks for afterwards.
@@ -82,6 +85,11 @@ pub trait ObjectActor: Default + Send + Sync + 'static {
     /// object in it, for kinds whose decisions depend on their namespace (the namespace
     /// policy). Fed by the shared Namespace view ([`super::views`]).
     const WATCHES_NAMESPACES: bool = false;
+
+    /// Whether a reconcile takes one of the tree's shared permits while it runs (bounded,
+    /// FIFO-fair concurrency). A kind whose reconcile waits for another actor's answer opts out,
+    /// so it never holds a permit the actor it waits for needs.
+    const HOLDS_PERMIT: bool = true;
 
     /// The objects of this kind that a change of a shared view concerns (`None`: none).
     fn woken_by(_change: &Change) -> Option<Related<Self::Object>> {
@@ -225,7 +233,17 @@ async fn reconcile<A: ObjectActor>(
         return;
     };
     let args = &state.args;
+    let permit = if A::HOLDS_PERMIT {
+        // Closed only if the tree is gone, and then nothing is left to reconcile for.
+        let Ok(permit) = args.permits.acquire().await else {
+            return;
+        };
+        Some(permit)
+    } else {
+        None
+    };
     let result = A::reconcile(&object, &args.ctx).await;
+    drop(permit);
     let outcome = match &result {
         Ok(_) => "ok",
         Err(err) => err.reason(),
@@ -258,7 +276,7 @@ pub type OwnerEvents = futures::stream::BoxStream<'static, String>;
 
 /// Owner UIDs of the objects of kind `K` that `api` sees change (created, updated or deleted),
 /// for owners of kind `owner_kind` (by controller owner reference).
-pub fn owner_events<K>(api: Api<K>, owner_kind: &'static str) -> OwnerEvents
+pub fn owner_events<K>(api: Api<PartialObjectMeta<K>>, owner_kind: &'static str) -> OwnerEvents
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
@@ -267,8 +285,11 @@ where
 
 /// [`owner_events`] for only the objects matching the label selector `labels`, so a watch of a
 /// busy kind (Secrets, Jobs) carries only what we label rather than the whole cluster's traffic.
+///
+/// Metadata only: an owner event needs the owner references, so neither a Secret's data nor a
+/// Job's pod template is ever decoded or held.
 pub fn labelled_owner_events<K>(
-    api: Api<K>,
+    api: Api<PartialObjectMeta<K>>,
     owner_kind: &'static str,
     labels: Option<&str>,
 ) -> OwnerEvents
@@ -399,6 +420,9 @@ pub struct SupervisorArgs {
     /// Retries of failed reconciles, per object.
     pub retry: Backoff,
     pub resync: Duration,
+    /// Bounds the reconciles running at once across all kinds (a fair, FIFO semaphore), so
+    /// the first passes of a thousand new actors queue rather than stampede.
+    pub permits: Arc<Semaphore>,
 }
 
 pub struct SupervisorState<A: ObjectActor> {
@@ -406,6 +430,7 @@ pub struct SupervisorState<A: ObjectActor> {
     store: Store<A::Object>,
     backoff: Backoff,
     retry: Backoff,
+    permits: Arc<Semaphore>,
     children: HashMap<String, Child<A>>,
     by_actor: HashMap<ActorId, String>,
     watch: JoinHandle<()>,
@@ -462,6 +487,7 @@ where
             store,
             backoff: args.backoff,
             retry: args.retry,
+            permits: args.permits,
             children: HashMap::new(),
             by_actor: HashMap::new(),
             watch,
@@ -626,6 +652,7 @@ async fn spawn_child<A>(
         store: state.store.clone(),
         ctx: state.ctx.clone(),
         retry: state.retry.clone(),
+        permits: state.permits.clone(),
     };
     let name = object_actor_name(A::KIND, uid);
     match Actor::spawn_linked(
@@ -656,6 +683,7 @@ async fn spawn_child<A>(
 fn stop_child<A: ObjectActor>(state: &mut SupervisorState<A>, uid: &str) {
     // Also when the child is dead and skipped its own cleanup: the object is gone.
     state.ctx.metrics.not_backing_off(A::KIND, uid);
+    state.ctx.own_writes.forget(uid);
     if let Some(child) = state.children.remove(uid)
         && let Some(actor) = child.actor
     {
@@ -907,6 +935,7 @@ mod tests {
             store,
             ctx,
             retry: retry.clone(),
+            permits: Arc::new(Semaphore::new(1)),
         };
         let (actor, handle) = Actor::spawn(None, ObjectWorker::<Flaky>::default(), args)
             .await

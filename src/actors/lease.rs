@@ -79,6 +79,9 @@ impl ObjectActor for LeaseActor {
     const KIND: &'static str = "clusterlease";
     /// A terminating namespace blocks binding.
     const WATCHES_NAMESPACES: bool = true;
+    /// A lease waits for its pool's actor to answer a bind request (up to `BIND_TIMEOUT`); it
+    /// must not hold a permit that pool's reconcile may be queued for.
+    const HOLDS_PERMIT: bool = false;
 
     /// Any change of a pool instance, or of a pool (created, its actor about to start), wakes
     /// the Pending leases of that pool.

@@ -32,6 +32,7 @@ pub mod kind_supervisor;
 pub mod lease;
 pub mod lease_decide;
 pub mod names;
+pub mod own_writes;
 pub mod pool;
 pub mod pool_decide;
 pub mod resolve;

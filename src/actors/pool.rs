@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ListParams, PropagationPolicy};
+use kube::api::{ListParams, PartialObjectMeta, PropagationPolicy};
 use kube::{Api, ResourceExt};
 use ractor::rpc::CallResult;
 
@@ -85,7 +85,7 @@ impl ObjectActor for PoolActor {
     /// The pool's instances (controller owner reference) trigger it.
     fn owned_events(ctx: &Arc<Context>) -> Vec<OwnerEvents> {
         vec![owner_events(
-            Api::<ClusterInstance>::all(ctx.client.clone()),
+            Api::<PartialObjectMeta<ClusterInstance>>::all(ctx.client.clone()),
             "ClusterPool",
         )]
     }

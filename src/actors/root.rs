@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
+use tokio::sync::Semaphore;
 
 use super::backoff::{Backoff, Failures};
 use super::bundle::BundleActor;
@@ -62,7 +63,15 @@ pub struct TreeConfig {
     /// The kinds whose supervisors run (default: all of [`KINDS`]); tests leave out controllers
     /// that would interfere with what they drive by hand.
     pub kinds: Vec<Kind>,
+    /// Reconciles running at once across every kind ([`DEFAULT_MAX_CONCURRENT_RECONCILES`]);
+    /// the others wait their turn in arrival order.
+    pub max_concurrent_reconciles: usize,
 }
+
+/// What `--max-concurrent-reconciles` defaults to: enough to keep a busy API server's
+/// round trips overlapped, few enough that a restart in front of a thousand objects queues
+/// its first passes instead of sending them all at once.
+pub const DEFAULT_MAX_CONCURRENT_RECONCILES: usize = 32;
 
 impl Default for TreeConfig {
     fn default() -> Self {
@@ -71,6 +80,7 @@ impl Default for TreeConfig {
             retry: Backoff::reconcile(),
             resync: Duration::from_secs(300),
             kinds: KINDS.to_vec(),
+            max_concurrent_reconciles: DEFAULT_MAX_CONCURRENT_RECONCILES,
         }
     }
 }
@@ -80,6 +90,8 @@ pub struct Root;
 pub struct RootState {
     ctx: Arc<Context>,
     config: TreeConfig,
+    /// Shared by every object actor of every kind.
+    permits: Arc<Semaphore>,
     running: HashMap<ActorId, Kind>,
     failures: HashMap<Kind, Failures>,
 }
@@ -99,6 +111,7 @@ impl Actor for Root {
         }
         Ok(RootState {
             ctx,
+            permits: Arc::new(Semaphore::new(config.max_concurrent_reconciles.max(1))),
             config,
             running: HashMap::new(),
             failures: HashMap::new(),
@@ -142,6 +155,7 @@ impl Actor for Root {
             backoff: state.config.backoff.clone(),
             retry: state.config.retry.clone(),
             resync: state.config.resync,
+            permits: state.permits.clone(),
         };
         let cell = match kind {
             Kind::CrcBundle => spawn::<BundleActor>(args, myself.get_cell()).await,

@@ -1,6 +1,7 @@
 //! Shared, watch-fed views of what many objects read: the platform operands (KubeVirt, CDI,
 //! HyperConverged, as the outcome of the platform gate), Namespaces (metadata only: the policy
-//! label and deletion), CRCBundles by name and by version, and Route hosts.
+//! label and deletion), CRCBundles by name and by version, Route hosts, and which lease claims
+//! which instance.
 //!
 //! One watch per kind for the whole process, started with the supervision tree
 //! ([`super::root::start`]); reconciles read from memory instead of GETting or listing on every
@@ -30,8 +31,10 @@ use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
 use super::instance_gates::{NamespaceState, Platform, PlatformGate, platform_gate};
+use super::lease_decide::{instance_of, lease_projection};
 use crate::api::bundle::CRCBundle;
 use crate::api::common::Arch;
+use crate::api::lease::ClusterLease;
 use crate::resources::bundle::published_bundle_name;
 use crate::route::Route;
 
@@ -63,6 +66,12 @@ pub enum Change {
     Platform(PlatformGate),
     /// A Route changed; `owner` is the UID of the ClusterInstance that controls it, if any.
     Route { owner: Option<String> },
+    /// Which lease claims the instances `instances` in `namespace` may have changed (a lease
+    /// bound, released, or started deleting).
+    Lease {
+        namespace: String,
+        instances: Vec<String>,
+    },
 }
 
 /// The shared views of the operator process.
@@ -70,6 +79,7 @@ pub struct Views {
     namespaces: Store<PartialObjectMeta<Namespace>>,
     bundles: Store<CRCBundle>,
     routes: Store<Route>,
+    leases: Store<ClusterLease>,
     platform: watch::Receiver<Option<PlatformGate>>,
     synced: Synced,
     changes: broadcast::Sender<Change>,
@@ -83,6 +93,7 @@ struct Pending {
     namespaces: reflector::store::Writer<PartialObjectMeta<Namespace>>,
     bundles: reflector::store::Writer<CRCBundle>,
     routes: reflector::store::Writer<Route>,
+    leases: reflector::store::Writer<ClusterLease>,
     platform: watch::Sender<Option<PlatformGate>>,
     synced: SyncedWriters,
 }
@@ -92,12 +103,14 @@ struct Synced {
     namespaces: watch::Receiver<bool>,
     bundles: watch::Receiver<bool>,
     routes: watch::Receiver<bool>,
+    leases: watch::Receiver<bool>,
 }
 
 struct SyncedWriters {
     namespaces: watch::Sender<bool>,
     bundles: watch::Sender<bool>,
     routes: watch::Sender<bool>,
+    leases: watch::Sender<bool>,
 }
 
 /// Which view a reconcile is about to read.
@@ -106,6 +119,7 @@ pub enum View {
     Namespaces,
     Bundles,
     Routes,
+    Leases,
     Platform,
 }
 
@@ -115,6 +129,7 @@ impl View {
             Self::Namespaces => "Namespace",
             Self::Bundles => "CRCBundle",
             Self::Routes => "Route",
+            Self::Leases => "ClusterLease",
             Self::Platform => "platform",
         }
     }
@@ -125,31 +140,37 @@ impl Default for Views {
         let (namespaces_w, namespaces) = store();
         let (bundles_w, bundles) = store();
         let (routes_w, routes) = store();
+        let (leases_w, leases) = store();
         let (platform_tx, platform) = watch::channel(None);
         let (ns_tx, ns_rx) = watch::channel(false);
         let (b_tx, b_rx) = watch::channel(false);
         let (r_tx, r_rx) = watch::channel(false);
+        let (l_tx, l_rx) = watch::channel(false);
         let (changes, _) = broadcast::channel(CHANGES_BUFFER);
         Self {
             namespaces,
             bundles,
             routes,
+            leases,
             platform,
             synced: Synced {
                 namespaces: ns_rx,
                 bundles: b_rx,
                 routes: r_rx,
+                leases: l_rx,
             },
             changes,
             pending: Mutex::new(Some(Pending {
                 namespaces: namespaces_w,
                 bundles: bundles_w,
                 routes: routes_w,
+                leases: leases_w,
                 platform: platform_tx,
                 synced: SyncedWriters {
                     namespaces: ns_tx,
                     bundles: b_tx,
                     routes: r_tx,
+                    leases: l_tx,
                 },
             })),
             tasks: Mutex::new(Vec::new()),
@@ -227,6 +248,25 @@ impl Views {
                 Some(Change::Route { owner })
             },
         )));
+        tasks.push(tokio::spawn(run(
+            watcher(
+                Api::<ClusterLease>::all(client.clone()),
+                watcher::Config::default(),
+            )
+            .default_backoff()
+            .map(|e| e.map(|e| e.modify(|l| l.managed_fields_mut().clear()))),
+            p.leases,
+            p.synced.leases,
+            changes.clone(),
+            |old: Option<&ClusterLease>, new| {
+                let namespace = old.or(new)?.namespace()?;
+                let instances = lease_claims_changed(old, new);
+                (!instances.is_empty()).then_some(Change::Lease {
+                    namespace,
+                    instances,
+                })
+            },
+        )));
         tasks.push(tokio::spawn(run_platform(
             client.clone(),
             p.platform,
@@ -257,6 +297,7 @@ impl Views {
                 View::Namespaces => wait_true(&self.synced.namespaces).await,
                 View::Bundles => wait_true(&self.synced.bundles).await,
                 View::Routes => wait_true(&self.synced.routes).await,
+                View::Leases => wait_true(&self.synced.leases).await,
             }
         };
         match tokio::time::timeout(SYNC_TIMEOUT, wait).await {
@@ -318,6 +359,25 @@ impl Views {
     }
 }
 
+impl Views {
+    /// `status.leaseRef` of the instance `instance` in `namespace`: the lease that claims it.
+    pub async fn lease_of(
+        &self,
+        namespace: &str,
+        instance: &str,
+    ) -> Result<Option<crate::api::common::LocalRef>, Error> {
+        self.ready(View::Leases).await?;
+        let leases: Vec<ClusterLease> = self
+            .leases
+            .state()
+            .iter()
+            .filter(|l| l.namespace().as_deref() == Some(namespace))
+            .map(|l| ClusterLease::clone(l))
+            .collect();
+        Ok(lease_projection(&leases, instance))
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // Both guarded values stay consistent even if a holder panicked: each use is one take/push.
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -347,6 +407,21 @@ pub fn bundle_changed(old: Option<&CRCBundle>, new: Option<&CRCBundle>) -> bool 
     let phase = |b: &CRCBundle| b.status.as_ref().and_then(|s| s.phase);
     let ready = |b: &CRCBundle| phase(b) == Some(crate::api::bundle::BundlePhase::Ready);
     old.uid() != new.uid() || phase(old) != phase(new) || (ready(new) && old.status != new.status)
+}
+
+/// The instances whose claiming lease a lease change may alter: the one it claimed and the one
+/// it claims, when the claim or the lease's deletion changed.
+pub fn lease_claims_changed(old: Option<&ClusterLease>, new: Option<&ClusterLease>) -> Vec<String> {
+    let claim = |l: Option<&ClusterLease>| {
+        l.filter(|l| l.metadata.deletion_timestamp.is_none())
+            .and_then(instance_of)
+            .map(str::to_owned)
+    };
+    let (before, after) = (claim(old), claim(new));
+    if before == after {
+        return Vec::new();
+    }
+    before.into_iter().chain(after).collect()
 }
 
 /// See [`Views::bundle_of_version`].

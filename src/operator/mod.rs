@@ -1,6 +1,7 @@
 //! `guestcluster operator`: leader election, the supervision tree, probes and metrics, and a
 //! graceful shutdown on SIGTERM.
 
+pub mod api_limits;
 pub mod http;
 pub mod leader;
 
