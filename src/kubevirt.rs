@@ -626,7 +626,7 @@ pub struct Efi {
     pub persistent: Option<bool>,
 }
 
-/// `domain.clock`: exactly one of `utc`, `timezone`.
+/// `domain.clock`: exactly one of `utc`, `timezone`, plus the guest's timers.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Clock {
@@ -635,6 +635,62 @@ pub struct Clock {
     /// The guest RTC runs in this IANA zone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timezone: Option<String>,
+    /// Which timers the guest gets and how missed ticks are handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timer: Option<Timer>,
+}
+
+/// `clock.timer` (x86 timers; KubeVirt leaves unset ones to the hypervisor's defaults).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Timer {
+    /// High Precision Event Timer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hpet: Option<TickTimer>,
+    /// Programmable Interval Timer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pit: Option<TickTimer>,
+    /// Real-time clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtc: Option<TickTimer>,
+    /// The paravirtual KVM clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kvm: Option<KvmTimer>,
+}
+
+/// A timer that ticks: `hpet`, `pit` or `rtc`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TickTimer {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tick_policy: Option<TickPolicy>,
+    /// `false` removes the timer from the guest (default `true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub present: Option<bool>,
+}
+
+/// `clock.timer.kvm`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KvmTimer {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub present: Option<bool>,
+}
+
+/// What the hypervisor does with ticks the guest missed (e.g. while descheduled).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TickPolicy {
+    /// Deliver them late, at the normal rate.
+    Delay,
+    /// Deliver them faster until caught up.
+    Catchup,
+    /// Merge them into one.
+    Merge,
+    /// Drop them.
+    Discard,
+    #[serde(other)]
+    Unknown,
 }
 
 /// `clock.utc`.
@@ -934,6 +990,7 @@ mod tests {
                                     offset_seconds: Some(-86400),
                                 }),
                                 timezone: None,
+                                timer: None,
                             }),
                             devices: Devices {
                                 disks: vec![

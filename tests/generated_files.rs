@@ -1,7 +1,8 @@
 //! The generated files committed in the repository (`crds/*.yaml`, `docs/api.md`, the external
 //! CRDs of the test control plane) match what the code and the pinned generators render, so that a
 //! change to `src/api` or to a pin cannot be merged without regenerating them; and the objects the
-//! golden files of `src/resources` render pass KubeVirt's and CDI's admission rules.
+//! golden files of `src/resources` render pass KubeVirt's and CDI's admission rules and are
+//! stored unchanged by the real schemas on the test control plane.
 // Tests act as users and other controllers: they write directly, not through the operator's write path.
 #![allow(clippy::disallowed_methods)]
 
@@ -123,43 +124,140 @@ fn yaml_files(dir: &Path) -> Vec<(String, String)> {
     files
 }
 
+/// Every Kubernetes object in the golden files of `src/resources` (and their subdirectories),
+/// with the file it came from. A golden `.yaml` file holds a list of objects or one object;
+/// other golden files (the install-config, Ignition) hold no object to admit.
+fn golden_objects() -> Vec<(PathBuf, serde_json::Value)> {
+    fn walk(dir: &Path, out: &mut Vec<(PathBuf, serde_json::Value)>) {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+            .map(|entry| entry.expect("directory entry").path())
+            .collect();
+        entries.sort();
+        for path in entries {
+            if path.is_dir() {
+                walk(&path, out);
+                continue;
+            }
+            if path.extension().is_none_or(|ext| ext != "yaml") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("reading a golden file");
+            let value: serde_json::Value = serde_saphyr::from_str(&text)
+                .unwrap_or_else(|e| panic!("{} is not YAML: {e}", path.display()));
+            match value {
+                serde_json::Value::Array(objects) => {
+                    out.extend(objects.into_iter().map(|o| (path.clone(), o)));
+                }
+                object if object.get("kind").is_some() => out.push((path.clone(), object)),
+                _ => {}
+            }
+        }
+    }
+    let mut objects = Vec::new();
+    walk(&repo().join("src/resources/golden"), &mut objects);
+    objects
+}
+
+fn describe(path: &Path, object: &serde_json::Value) -> String {
+    format!(
+        "{} {} ({})",
+        object["kind"].as_str().unwrap_or_default(),
+        object["metadata"]["name"].as_str().unwrap_or_default(),
+        path.display()
+    )
+}
+
 /// Every VirtualMachine and DataVolume the operator's builders render (the golden files their
 /// unit tests keep in step) passes virt-api's and CDI's validating webhooks, and so does the VMI
 /// KubeVirt makes from each VirtualMachine.
 #[test]
 fn rendered_vms_and_data_volumes_pass_kubevirt_and_cdi_admission() {
     use sim::admission::{cdi, kubevirt};
-    let dir = repo().join("src/resources/golden");
     let mut checked = Vec::new();
-    for entry in std::fs::read_dir(&dir).expect("reading src/resources/golden") {
-        let path = entry.expect("reading src/resources/golden").path();
-        let text = std::fs::read_to_string(&path).expect("reading a golden file");
-        let objects: Vec<serde_json::Value> =
-            serde_saphyr::from_str(&text).expect("a golden file is a YAML list");
-        for object in objects {
-            let what = format!(
-                "{} {} ({})",
-                object["kind"].as_str().unwrap_or_default(),
-                object["metadata"]["name"].as_str().unwrap_or_default(),
-                path.display()
-            );
-            match object["kind"].as_str() {
-                Some("VirtualMachine") => {
-                    assert_eq!(kubevirt::validate_vm(&object), Ok(()), "{what}");
-                    let vm: kube::api::DynamicObject =
-                        serde_json::from_value(object.clone()).expect("a VM object");
-                    let vmi = sim::kubevirt::vm::vmi_for(&vm, "vm-uid");
-                    assert_eq!(kubevirt::validate_vmi_create(&vmi), Ok(()), "VMI of {what}");
-                }
-                Some("DataVolume") => assert_eq!(cdi::validate(&object, None), Ok(()), "{what}"),
-                _ => continue,
+    for (path, object) in golden_objects() {
+        let what = describe(&path, &object);
+        match object["kind"].as_str() {
+            Some("VirtualMachine") => {
+                assert_eq!(kubevirt::validate_vm(&object), Ok(()), "{what}");
+                let vm: kube::api::DynamicObject =
+                    serde_json::from_value(object.clone()).expect("a VM object");
+                let vmi = sim::kubevirt::vm::vmi_for(&vm, "vm-uid");
+                assert_eq!(kubevirt::validate_vmi_create(&vmi), Ok(()), "VMI of {what}");
             }
-            checked.push(what);
+            Some("DataVolume") => assert_eq!(cdi::validate(&object, None), Ok(()), "{what}"),
+            _ => continue,
         }
+        checked.push(what);
     }
-    assert!(
-        checked.iter().any(|c| c.starts_with("VirtualMachine"))
-            && checked.iter().any(|c| c.starts_with("DataVolume")),
-        "the golden files render a VM and a DataVolume: {checked:?}"
-    );
+    for expected in [
+        "VirtualMachine crc-1 ",
+        "DataVolume ",
+        "crc-4-22-custom-a-build",
+    ] {
+        assert!(
+            checked.iter().any(|c| c.contains(expected)),
+            "the golden files render {expected:?}: {checked:?}"
+        );
+    }
+}
+
+/// The same objects, created (server-side dry run) on the test control plane, whose KubeVirt and
+/// CDI CRDs are generated from the upstream API types: their spec comes back exactly as sent, so
+/// no field the builders write is unknown to KubeVirt or CDI (the API server would prune it) or
+/// of the wrong type (it would refuse the object).
+#[tokio::test]
+async fn rendered_vms_and_data_volumes_are_stored_as_rendered() {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
+
+    let cp = testenv::ControlPlane::shared()
+        .await
+        .unwrap_or_else(|e| panic!("test control plane unavailable: {e}"));
+    let client = cp.client().expect("admin client");
+    let namespace: Namespace = serde_json::from_value(serde_json::json!({
+        "metadata": {"generateName": "golden-schema-"},
+    }))
+    .unwrap();
+    let namespace = kube::Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .expect("creating a namespace")
+        .metadata
+        .name
+        .expect("a generated namespace name");
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let mut checked = 0;
+    for (path, object) in golden_objects() {
+        let gvk = match object["kind"].as_str() {
+            Some("VirtualMachine") => GroupVersionKind::gvk("kubevirt.io", "v1", "VirtualMachine"),
+            Some("DataVolume") => GroupVersionKind::gvk("cdi.kubevirt.io", "v1beta1", "DataVolume"),
+            _ => continue,
+        };
+        let what = describe(&path, &object);
+        let resource = ApiResource::from_gvk(&gvk);
+        let api: kube::Api<DynamicObject> =
+            kube::Api::namespaced_with(client.clone(), &namespace, &resource);
+        let mut sent: DynamicObject = serde_json::from_value(object.clone()).expect("an object");
+        sent.metadata.namespace = Some(namespace.clone());
+        // The owners do not exist here; the dry run needs no garbage collection.
+        sent.metadata.owner_references = None;
+        let stored = api
+            .create(&dry_run, &sent)
+            .await
+            .unwrap_or_else(|e| panic!("{what} refused by the schema: {e}"));
+        assert_eq!(
+            stored.data["spec"], object["spec"],
+            "{what} stored differently"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 7, "checked {checked} golden VMs and DataVolumes");
+    kube::Api::<Namespace>::all(client)
+        .delete(&namespace, &Default::default())
+        .await
+        .expect("deleting the namespace");
 }

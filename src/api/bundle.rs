@@ -306,7 +306,8 @@ pub struct CRCBundleStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_virtual_size: Option<i64>,
 
-    /// VM profile instances must boot this disk with (`crc-download-v0` for downloaded bundles).
+    /// VM profile instances must boot this disk with: `crc-download-v0` for downloaded bundles,
+    /// the build profile (e.g. `crc-kubevirt-v1`) for built ones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vm_profile: Option<String>,
 

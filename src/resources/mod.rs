@@ -6,3 +6,4 @@ pub mod common;
 pub mod instance;
 pub mod lease;
 pub mod pool;
+pub mod profile;

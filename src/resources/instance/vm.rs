@@ -9,11 +9,13 @@ use kube::ResourceExt;
 use super::{Error, instance_labels, owned_meta, vm_name};
 use crate::api::ClusterInstance;
 use crate::api::bundle::{BundleSource, CRCBundle};
+use crate::api::common::Arch;
 use crate::kubevirt::{
     DataVolumeSource, Devices, Disk, DiskBus, DiskTarget, DomainResources, DomainSpec, RunStrategy,
     VirtualMachine, VirtualMachineInstanceSpec, VirtualMachineInstanceTemplateSpec,
     VirtualMachineSpec, Volume,
 };
+use crate::resources::profile;
 
 /// Name of the root disk (and its volume) inside the VM.
 pub const ROOT_DISK: &str = "rootdisk";
@@ -24,15 +26,21 @@ pub enum VmProfile {
     /// `crc-download-v0`: the upstream VM of a downloaded bundle (upstream-behaviour §3.4): BIOS,
     /// KubeVirt's default pod network, one virtio disk; nothing else set.
     CrcDownloadV0,
+    /// `crc-kubevirt-v1`: the VM a built bundle was installed in (`resources::profile::vm`):
+    /// EFI, the machine type of `arch`, masquerade binding with a pinned guest network, the
+    /// clock on real time. The disk was installed for this shape and boots only in it.
+    CrcKubevirtV1 { arch: Arch },
 }
 
 impl VmProfile {
     pub const CRC_DOWNLOAD_V0: &'static str = "crc-download-v0";
+    pub const CRC_KUBEVIRT_V1: &'static str = profile::NAME;
 
-    /// The profile named `name`; an unknown name is an error naming it.
-    pub fn parse(name: &str) -> Result<Self, Error> {
+    /// The profile named `name` for a bundle of `arch`; an unknown name is an error naming it.
+    pub fn parse(name: &str, arch: Arch) -> Result<Self, Error> {
         match name {
             Self::CRC_DOWNLOAD_V0 => Ok(VmProfile::CrcDownloadV0),
+            Self::CRC_KUBEVIRT_V1 => Ok(VmProfile::CrcKubevirtV1 { arch }),
             other => Err(Error::UnknownVmProfile(other.to_owned())),
         }
     }
@@ -46,7 +54,7 @@ impl VmProfile {
             .and_then(|s| s.vm_profile.as_deref())
             .filter(|p| !p.is_empty())
         {
-            Some(name) => Self::parse(name),
+            Some(name) => Self::parse(name, bundle.spec.arch),
             None if status.and_then(|s| s.source) == Some(BundleSource::Build) => {
                 Err(Error::MissingVmProfile(bundle.name_any()))
             }
@@ -57,15 +65,8 @@ impl VmProfile {
     pub fn as_str(self) -> &'static str {
         match self {
             VmProfile::CrcDownloadV0 => Self::CRC_DOWNLOAD_V0,
+            VmProfile::CrcKubevirtV1 { .. } => Self::CRC_KUBEVIRT_V1,
         }
-    }
-}
-
-impl std::str::FromStr for VmProfile {
-    type Err = Error;
-
-    fn from_str(name: &str) -> Result<Self, Error> {
-        Self::parse(name)
     }
 }
 
@@ -76,8 +77,8 @@ impl std::fmt::Display for VmProfile {
 }
 
 /// The instance's VirtualMachine (named after the instance, create-only): `runStrategy: Always`,
-/// the common labels on the VM and its template, `nodeSelector`, `memory` and `cores` as
-/// resource requests, and the root DataVolume `dv_name` as the one virtio disk.
+/// the common labels on the VM and its template, `nodeSelector`, `memory` and `cores`, and the
+/// root DataVolume `dv_name` as the one virtio disk, shaped by `profile`.
 pub fn virtual_machine(
     instance: &ClusterInstance,
     profile: VmProfile,
@@ -88,6 +89,27 @@ pub fn virtual_machine(
 ) -> VirtualMachine {
     let name = instance.name_any();
     match profile {
+        VmProfile::CrcKubevirtV1 { arch } => VirtualMachine {
+            metadata: owned_meta(instance, &vm_name(&name)),
+            spec: VirtualMachineSpec {
+                run_strategy: Some(RunStrategy::Always),
+                running: None,
+                template: VirtualMachineInstanceTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: Some(instance_labels(&name)),
+                        ..Default::default()
+                    }),
+                    spec: profile::vm::instance_vmi_spec(
+                        arch,
+                        cores,
+                        memory,
+                        dv_name,
+                        node_selector,
+                    ),
+                },
+            },
+            status: None,
+        },
         VmProfile::CrcDownloadV0 => VirtualMachine {
             metadata: owned_meta(instance, &vm_name(&name)),
             spec: VirtualMachineSpec {
@@ -153,14 +175,19 @@ mod tests {
     #[test]
     fn profiles_parse_by_name() {
         assert_eq!(
-            VmProfile::parse("crc-download-v0").unwrap(),
+            VmProfile::parse("crc-download-v0", Arch::Arm64).unwrap(),
             VmProfile::CrcDownloadV0
         );
         assert_eq!(
-            "crc-download-v0".parse::<VmProfile>().unwrap().to_string(),
+            VmProfile::parse("crc-download-v0", Arch::Amd64)
+                .unwrap()
+                .to_string(),
             "crc-download-v0"
         );
-        let err = VmProfile::parse("crc-kubevirt-v9").unwrap_err();
+        let v1 = VmProfile::parse("crc-kubevirt-v1", Arch::Arm64).unwrap();
+        assert_eq!(v1, VmProfile::CrcKubevirtV1 { arch: Arch::Arm64 });
+        assert_eq!(v1.to_string(), "crc-kubevirt-v1");
+        let err = VmProfile::parse("crc-kubevirt-v9", Arch::Amd64).unwrap_err();
         assert!(err.to_string().contains("crc-kubevirt-v9"), "{err}");
     }
 
@@ -182,6 +209,16 @@ mod tests {
             VmProfile::of_bundle(&bundle(json!({"source": "Build"}))),
             Err(Error::MissingVmProfile(name)) if name == "b"
         ));
+        let mut built = bundle(json!({"source": "Build", "vmProfile": "crc-kubevirt-v1"}));
+        assert_eq!(
+            VmProfile::of_bundle(&built).unwrap(),
+            VmProfile::CrcKubevirtV1 { arch: Arch::Amd64 }
+        );
+        built.spec.arch = Arch::Arm64;
+        assert_eq!(
+            VmProfile::of_bundle(&built).unwrap(),
+            VmProfile::CrcKubevirtV1 { arch: Arch::Arm64 }
+        );
         assert!(matches!(
             VmProfile::of_bundle(&bundle(json!({"vmProfile": "nope"}))),
             Err(Error::UnknownVmProfile(name)) if name == "nope"
@@ -236,5 +273,28 @@ mod tests {
                 .get("nodeSelector")
                 .is_none()
         );
+    }
+
+    #[test]
+    fn kubevirt_v1_instance_vm_matches_golden() {
+        let instance = super::super::tests::instance();
+        let template = &instance.spec.template;
+        let vm = virtual_machine(
+            &instance,
+            VmProfile::CrcKubevirtV1 { arch: Arch::Amd64 },
+            "crc-1-rootdisk",
+            &template.memory,
+            template.cores,
+            &template.vm_node_selector,
+        );
+        profile::golden_check_objects("instance-vm.yaml", &json!([vm]));
+        let spec = serde_json::to_value(&vm.spec.template.spec).unwrap();
+        assert_eq!(spec["domain"]["clock"]["utc"]["offsetSeconds"], 0);
+        assert_eq!(
+            spec["domain"]["devices"]["disks"].as_array().unwrap().len(),
+            1
+        );
+        assert_eq!(spec["volumes"][0]["dataVolume"]["name"], "crc-1-rootdisk");
+        assert_eq!(vm.spec.run_strategy, Some(RunStrategy::Always));
     }
 }
