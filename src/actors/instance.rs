@@ -171,13 +171,15 @@ async fn reconcile(instance: &ClusterInstance, ctx: &Arc<Context>) -> Result<Nex
         if let Some(next) = teardown(instance, ctx, &api).await? {
             return Ok(next);
         }
-        set_finalizer(&api, instance, false).await?;
-        tracing::info!(clusterinstance = %name, namespace = %ns, "finalizer removed");
+        if set_finalizer(&api, instance, false).await? {
+            tracing::info!(clusterinstance = %name, namespace = %ns, "finalizer removed");
+        }
         return Ok(Next::Done);
     }
     if !has_finalizer {
-        set_finalizer(&api, instance, true).await?;
-        tracing::info!(clusterinstance = %name, namespace = %ns, "finalizer added");
+        if set_finalizer(&api, instance, true).await? {
+            tracing::info!(clusterinstance = %name, namespace = %ns, "finalizer added");
+        }
         // The update event brings us back.
         return Ok(Next::Done);
     }
@@ -320,13 +322,20 @@ async fn set_finalizer(
     api: &Api<ClusterInstance>,
     instance: &ClusterInstance,
     add: bool,
-) -> Result<(), Error> {
-    write::finalizer(api, instance, FINALIZER_CLEANUP, add)
-        .await
-        .map_err(|source| Error::Finalizer {
+) -> Result<bool, Error> {
+    match write::finalizer(api, instance, FINALIZER_CLEANUP, add).await {
+        Ok(()) => Ok(true),
+        // Changed since it was read (e.g. its pool adopted it meanwhile): that change's watch
+        // event is queued for this actor and brings the next pass; no retry with backoff.
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            tracing::debug!(clusterinstance = %instance.name_any(), "finalizer update conflicted; looking again on the next event");
+            Ok(false)
+        }
+        Err(source) => Err(Error::Finalizer {
             name: instance.name_any(),
             source,
-        })
+        }),
+    }
 }
 
 /// Reads from the shared views: the namespace always, the platform only once the namespace

@@ -705,34 +705,71 @@ async fn forward_events<A: ObjectActor>(
     let events =
         reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
     futures::pin_mut!(events);
-    let mut listed: HashSet<String> = HashSet::new();
+    let mut listing = Listing::default();
     while let Some(event) = events.next().await {
-        let msg = match event {
-            Ok(watcher::Event::Apply(obj)) => applied(&obj),
-            Ok(watcher::Event::Delete(obj)) => obj.uid().map(|uid| SupervisorMsg::Deleted { uid }),
-            Ok(watcher::Event::Init) => {
-                listed.clear();
-                None
-            }
-            Ok(watcher::Event::InitApply(obj)) => {
-                listed.extend(obj.uid());
-                applied(&obj)
-            }
-            Ok(watcher::Event::InitDone) => {
-                ctx.readiness.mark_synced(A::KIND);
-                Some(SupervisorMsg::Relisted {
-                    uids: std::mem::take(&mut listed),
-                })
-            }
+        let event = match event {
+            Ok(event) => event,
             Err(err) => {
                 tracing::warn!(kind = A::KIND, "watch error (retrying with backoff): {err}");
-                None
+                continue;
             }
         };
-        if let Some(msg) = msg
-            && supervisor.cast(msg).is_err()
-        {
-            return;
+        if matches!(event, watcher::Event::InitDone) {
+            ctx.readiness.mark_synced(A::KIND);
+        }
+        for msg in listing.messages(event) {
+            if supervisor.cast(msg).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Turns the kind's watch events (after the reflector applied them) into supervisor messages.
+///
+/// The store shows a (re)list only once it is complete: an actor triggered by one of its
+/// objects before then would find its object missing (or stale) and skip its pass. So the
+/// objects of a list are announced together, after it.
+struct Listing<K: Resource<DynamicType = ()>> {
+    uids: HashSet<String>,
+    applied: Vec<SupervisorMsg<K>>,
+}
+
+impl<K: Resource<DynamicType = ()>> Default for Listing<K> {
+    fn default() -> Self {
+        Self {
+            uids: HashSet::new(),
+            applied: Vec::new(),
+        }
+    }
+}
+
+impl<K: Resource<DynamicType = ()>> Listing<K> {
+    fn messages(&mut self, event: watcher::Event<K>) -> Vec<SupervisorMsg<K>> {
+        match event {
+            watcher::Event::Apply(obj) => applied(&obj).into_iter().collect(),
+            watcher::Event::Delete(obj) => obj
+                .uid()
+                .map(|uid| SupervisorMsg::Deleted { uid })
+                .into_iter()
+                .collect(),
+            watcher::Event::Init => {
+                self.uids.clear();
+                self.applied.clear();
+                Vec::new()
+            }
+            watcher::Event::InitApply(obj) => {
+                self.uids.extend(obj.uid());
+                self.applied.extend(applied(&obj));
+                Vec::new()
+            }
+            watcher::Event::InitDone => {
+                let mut msgs = vec![SupervisorMsg::Relisted {
+                    uids: std::mem::take(&mut self.uids),
+                }];
+                msgs.append(&mut self.applied);
+                msgs
+            }
         }
     }
 }
@@ -976,5 +1013,60 @@ mod tests {
 
         actor.stop(None);
         handle.await.unwrap();
+    }
+
+    fn config_map(uid: &str) -> ConfigMap {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(format!("cm-{uid}"));
+        cm.metadata.namespace = Some("ns".into());
+        cm.metadata.uid = Some(uid.into());
+        cm
+    }
+
+    fn names(msgs: &[SupervisorMsg<ConfigMap>]) -> Vec<String> {
+        msgs.iter()
+            .map(|m| match m {
+                SupervisorMsg::Applied { uid, .. } => format!("applied {uid}"),
+                SupervisorMsg::Deleted { uid } => format!("deleted {uid}"),
+                SupervisorMsg::Relisted { uids } => format!("relisted {}", uids.len()),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_listed_object_is_announced_only_once_the_whole_list_is_in_the_store() {
+        let mut listing = Listing::<ConfigMap>::default();
+        assert!(listing.messages(Event::Init).is_empty());
+        assert!(
+            listing
+                .messages(Event::InitApply(config_map("a")))
+                .is_empty()
+        );
+        assert!(
+            listing
+                .messages(Event::InitApply(config_map("b")))
+                .is_empty()
+        );
+        assert_eq!(
+            names(&listing.messages(Event::InitDone)),
+            ["relisted 2", "applied a", "applied b"]
+        );
+        // Afterwards, each change is announced as it comes (the store already shows it).
+        assert_eq!(
+            names(&listing.messages(Event::Apply(config_map("c")))),
+            ["applied c"]
+        );
+        assert_eq!(
+            names(&listing.messages(Event::Delete(config_map("a")))),
+            ["deleted a"]
+        );
+        // A re-list after a watch error starts afresh.
+        listing.messages(Event::Init);
+        listing.messages(Event::InitApply(config_map("b")));
+        assert_eq!(
+            names(&listing.messages(Event::InitDone)),
+            ["relisted 1", "applied b"]
+        );
     }
 }
