@@ -37,6 +37,7 @@ pub mod pool;
 pub mod pool_decide;
 pub mod resolve;
 pub mod root;
+pub mod stage;
 pub mod views;
 
 pub use context::{Context, Tuning};
