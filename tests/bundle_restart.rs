@@ -111,7 +111,7 @@ async fn a_restarted_operator_resumes_the_same_prep_job() {
     })
     .await;
     let (jobs, pods) = jobs_and_pods(&client, &name).await;
-    assert_eq!(jobs, [recorded.uid.clone()]);
+    assert_eq!(jobs, std::slice::from_ref(&recorded.uid));
     assert_eq!(pods.len(), 1, "one pod: {pods:?}");
 
     first.kill();
