@@ -197,13 +197,4 @@ impl Children {
             slot.backing_off = false;
         }
     }
-
-    /// Kinds of the children running now (for tests and logs).
-    pub fn running(&self) -> Vec<&'static str> {
-        self.slots
-            .iter()
-            .filter(|(_, slot)| slot.actor.is_some())
-            .map(|(kind, _)| *kind)
-            .collect()
-    }
 }
