@@ -19,8 +19,10 @@ use guestcluster::actors::crc::agent;
 use guestcluster::actors::crc::boot_key::{self, KEY};
 use guestcluster::actors::crc::teardown_plan::{self, Obj, Remaining, Vm};
 use guestcluster::actors::instance_gates::{self, NamespaceState, Platform};
+use guestcluster::actors::stage::Observation;
 use guestcluster::actors::{download, lease_decide, pool_decide};
 use guestcluster::api::bundle::{BundlePhase, BundleSource, CRCBundleSpec, CRCBundleStatus};
+use guestcluster::api::common::ObjectIdentity;
 use guestcluster::api::conditions::{self, types};
 use guestcluster::api::instance::{ClusterInstanceStatus, InstancePhase};
 use guestcluster::api::labels::FINALIZER_RELEASE;
@@ -298,14 +300,12 @@ fn download_decision(c: &mut Criterion) {
     bundle.status = Some(CRCBundleStatus {
         phase: Some(BundlePhase::Preparing),
         source: Some(BundleSource::Download),
+        prep_job: Some(ObjectIdentity {
+            name: "crc-4.22.7-amd64-prep".into(),
+            uid: "job-uid".into(),
+        }),
         ..CRCBundleStatus::default()
     });
-    let job: Job = serde_json::from_value(json!({
-        "metadata": {"name": "crc-4.22.7-amd64-prep"},
-        "spec": {"backoffLimit": 2, "template": {}},
-        "status": {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]},
-    }))
-    .expect("valid Job");
     let metadata: ConfigMap = serde_json::from_value(json!({
         "metadata": {"name": "crc-4.22.7-amd64-metadata"},
         "data": {"ocpVersion": "4.22.7", "sha256": "a".repeat(64),
@@ -315,8 +315,7 @@ fn download_decision(c: &mut Criterion) {
     let observed = download::Observed {
         golden_pvc: true,
         scratch_pvc: Some("scratch-uid".into()),
-        job: Some(job),
-        job_failure: None,
+        job: download::JobState::Seen(Observation::Done),
         ssh_secret: true,
         metadata: Some(metadata),
     };

@@ -181,6 +181,26 @@ where
     }
 }
 
+/// [`create`], returning the UID of the object under `obj`'s name afterwards: the one this call
+/// created, or the one that existed (the caller judges whether that one is its own). `None`
+/// when a namesake vanished between the conflict and the read.
+pub async fn create_uid<K>(api: &Api<K>, obj: &K) -> Result<Option<String>, kube::Error>
+where
+    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+{
+    let sent = serde_json::to_value(obj).map_err(kube::Error::SerdeError)?;
+    let body = serde_json::to_vec(&sent).map_err(kube::Error::SerdeError)?;
+    let request = Request::new(api.resource_url()).create(&PostParams::default(), body);
+    match send_read_back(api, request, &sent, "").await {
+        Ok(stored) => Ok(stored["metadata"]["uid"].as_str().map(str::to_owned)),
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            let name = obj.meta().name.clone().unwrap_or_default();
+            Ok(api.get_opt(&name).await?.and_then(|o| o.meta().uid.clone()))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Deletes `name` only if it still is the object with `uid` (a UID precondition): a namesake
 /// created since is never touched. Gone, or replaced, is fine.
 pub async fn delete_exact<K>(

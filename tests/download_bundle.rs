@@ -1,18 +1,23 @@
 //! The download source end to end: a CRCBundle with a mirror URL → the prep Job (the real
 //! `guestcluster bundle-prep`, run by the simulated kubelet) → the golden PVC's raw disk, the key
 //! Secret and the metadata ConfigMap → `Ready`; each bad input ends `Failed` with its reason; a
-//! lost key is restored.
+//! lost key is restored; the prep Job's child actor is restarted from the recorded identity, and
+//! a prep Job deleted mid-preparation is made again (upstream's contract for download bundles).
 // Tests act as users and other controllers: they write directly, not through the operator's write path.
 #![allow(clippy::disallowed_methods)]
 
 mod support;
 
+use guestcluster::actors::stage::Stage;
+use guestcluster::actors::stage::prep_job::PrepJob;
 use guestcluster::api::bundle::BundlePhase;
+use guestcluster::api::common::ObjectIdentity;
 use guestcluster::api::conditions::{self, reasons, types};
 use guestcluster::api::{CRCBundle, CRCBundleSpec};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret};
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use sim::bundles::{self, BundleSpec, Flaw};
 use sim::file_server::Fault;
 use support::wait_for;
@@ -51,6 +56,12 @@ async fn create_bundle(
         .await
         .expect("create CRCBundle");
     (name, bundle)
+}
+
+/// The recorded prep Job (`status.prepJob`) once its UID is recorded.
+async fn recorded_job(api: &Api<CRCBundle>, name: &str) -> Option<ObjectIdentity> {
+    let b = api.get(name).await.ok()?;
+    b.status?.prep_job.filter(|j| !j.uid.is_empty())
 }
 
 async fn phase(api: &Api<CRCBundle>, name: &str, phase: BundlePhase) -> Option<CRCBundle> {
@@ -232,4 +243,85 @@ async fn each_bad_input_fails_with_its_reason() {
         })
         .await;
     }
+}
+
+/// While its download is held, the prep Job's child actor is killed (restarted from the recorded
+/// identity, still the same Job) and then the Job is deleted: a download bundle makes it again
+/// under a newly recorded UID, as upstream does, and becomes Ready.
+#[tokio::test]
+async fn the_prep_job_child_restarts_from_status_and_a_deleted_job_is_made_again() {
+    let client = support::client().await;
+    let api: Api<CRCBundle> = Api::all(client.clone());
+    let jobs: Api<Job> = Api::namespaced(client.clone(), OPERATOR_NS);
+    let w = world();
+    let (name, built) = create_bundle(&client, "4.18.0", Flaw::None, |_| Fault::None).await;
+    let archive = format!("{name}/{}", built.file_name);
+    let hold = w.files.hold(&archive);
+    let uid = api.get(&name).await.unwrap().uid().unwrap();
+
+    let first = wait_for("prep Job recorded with its UID", || {
+        recorded_job(&api, &name)
+    })
+    .await;
+    let job = jobs.get(&first.name).await.unwrap();
+    assert_eq!(job.metadata.uid.as_deref(), Some(first.uid.as_str()));
+    wait_for("the prep Job's pod downloading", || async {
+        (w.files.requests(&archive) >= 1).then_some(())
+    })
+    .await;
+
+    // The child is registered under the bundle's UID and counted; killed, it is restarted by
+    // its parent and follows the same recorded Job.
+    let child_name = format!("{}/{uid}", PrepJob::KIND);
+    let child = wait_for("prep Job child registered", || async {
+        ractor::registry::where_is(child_name.clone())
+    })
+    .await;
+    assert!(w.metrics.live_actors(PrepJob::KIND) >= 1);
+    let restarts = w.metrics.restarts(PrepJob::KIND);
+    child.kill();
+    wait_for("prep Job child restarted", || async {
+        ractor::registry::where_is(child_name.clone()).filter(|c| c.get_id() != child.get_id())
+    })
+    .await;
+    assert!(w.metrics.restarts(PrepJob::KIND) > restarts);
+    assert_eq!(recorded_job(&api, &name).await, Some(first.clone()));
+    let listed = jobs
+        .list(&ListParams::default().labels(&format!("opdev.io/crc-bundle={name}")))
+        .await
+        .unwrap();
+    assert_eq!(
+        listed.items.iter().map(|j| j.uid()).collect::<Vec<_>>(),
+        [Some(first.uid.clone())],
+        "one prep Job, the recorded one"
+    );
+
+    // Deleted mid-preparation: made again under a new UID, never failing the bundle.
+    jobs.delete(&first.name, &DeleteParams::background())
+        .await
+        .unwrap();
+    let second = wait_for("a new prep Job recorded", || async {
+        recorded_job(&api, &name)
+            .await
+            .filter(|j| j.uid != first.uid)
+    })
+    .await;
+    let job = wait_for("the new prep Job exists", || async {
+        jobs.get_opt(&second.name).await.ok()?
+    })
+    .await;
+    assert_eq!(job.metadata.uid.as_deref(), Some(second.uid.as_str()));
+    let b = api.get(&name).await.unwrap();
+    assert_eq!(b.status.unwrap().phase, Some(BundlePhase::Preparing));
+
+    hold.release();
+    let b = wait_for("bundle Ready", || phase(&api, &name, BundlePhase::Ready)).await;
+    assert_eq!(ready(&b).1, reasons::BUNDLE_READY);
+    wait_for("prep Job cleaned up and forgotten", || async {
+        let b = api.get(&name).await.ok()?;
+        let gone = jobs.get_opt(&second.name).await.ok()?.is_none();
+        (gone && b.status?.prep_job.is_none()).then_some(())
+    })
+    .await;
+    api.delete(&name, &DeleteParams::default()).await.unwrap();
 }

@@ -189,3 +189,32 @@ async fn the_file_server_resumes_and_injects_faults() {
     assert_eq!(get(&missing, 0).await.0, 404);
     assert_eq!(get(&server.url("never/published"), 0).await.0, 404);
 }
+
+/// A held path answers nothing until released, then serves the whole file.
+#[tokio::test]
+async fn the_file_server_holds_requests_until_released() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("blob");
+    std::fs::write(&file, b"held bytes").unwrap();
+    let server = FileServer::start("127.0.0.1".parse().unwrap())
+        .await
+        .unwrap();
+    let url = server.publish("h/blob", file, Fault::None);
+    let hold = server.hold("h/blob");
+    let request = tokio::spawn(async move { get(&url, 0).await });
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while server.requests("h/blob") == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the request never arrived"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert!(!request.is_finished(), "a held request is not answered");
+    hold.release();
+    let (code, body, complete) = request.await.unwrap();
+    assert_eq!(
+        (code, body.as_slice(), complete),
+        (200, &b"held bytes"[..], true)
+    );
+}

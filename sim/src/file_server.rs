@@ -35,6 +35,19 @@ struct Entry {
     file: PathBuf,
     fault: Fault,
     requests: u32,
+    /// Requests wait until this shows `true` (or its sender is gone): [`FileServer::hold`].
+    hold: Option<tokio::sync::watch::Receiver<bool>>,
+}
+
+/// Holds the requests of one path until released (or dropped): a download that is in flight
+/// for as long as a test needs, without sleeping.
+pub struct Hold(tokio::sync::watch::Sender<bool>);
+
+impl Hold {
+    /// Lets held and later requests through.
+    pub fn release(&self) {
+        self.0.send_replace(true);
+    }
 }
 
 type Table = Arc<Mutex<HashMap<String, Entry>>>;
@@ -65,6 +78,7 @@ impl FileServer {
                 file,
                 fault,
                 requests: 0,
+                hold: None,
             },
         );
         self.url(&key)
@@ -73,6 +87,16 @@ impl FileServer {
     /// The URL of `/<url_path>` (published or not).
     pub fn url(&self, url_path: &str) -> String {
         format!("http://{}/{}", self.addr, url_path.trim_start_matches('/'))
+    }
+
+    /// Holds every request of the published `/<url_path>` (counted on arrival) until the
+    /// returned [`Hold`] is released or dropped.
+    pub fn hold(&self, url_path: &str) -> Hold {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        if let Some(entry) = self.lock().get_mut(url_path.trim_start_matches('/')) {
+            entry.hold = Some(rx);
+        }
+        Hold(tx)
     }
 
     /// How many requests `/<url_path>` has received.
@@ -222,6 +246,10 @@ async fn answer(table: &Table, request: &RequestHead) -> Reply {
         entry.requests += 1;
         entry.clone()
     };
+    if let Some(mut hold) = entry.hold.clone() {
+        // A dropped `Hold` releases too.
+        let _ = hold.wait_for(|released| *released).await;
+    }
     if let Fault::Status(code) = entry.fault {
         return Reply::status(if (100..1000).contains(&code) {
             code
@@ -377,6 +405,7 @@ mod tests {
             file: PathBuf::from("f"),
             fault: Fault::Cut { after: 7, times: 2 },
             requests,
+            hold: None,
         };
         assert_eq!(cut(&entry(1)), Some(7));
         assert_eq!(cut(&entry(2)), Some(7));

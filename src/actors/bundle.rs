@@ -1,8 +1,12 @@
-//! The CRCBundle actor: one per bundle, keyed by UID.
+//! The CRCBundle actor: one per bundle, keyed by UID, and the supervisor of the bundle's stage
+//! children ([`super::stage`]).
 //!
-//! Download-sourced bundles run the download source (observe the bundle's objects, decide with
-//! [`super::download::decide`], act, record). Build-sourced bundles are recorded as observed
-//! (`Ready=False reason=Pending`) until the build source exists.
+//! Download-sourced bundles run the download source: observe the bundle's volumes, key and
+//! metadata, take the prep Job's state from its child's report, decide with
+//! [`super::download::decide`], act, record — the bundle's actor alone writes its status — and
+//! then start (or stop) the prep Job's child from the identity just recorded. Build-sourced
+//! bundles are recorded as observed (`Ready=False reason=Pending`) until the build source
+//! exists; they have no stage in flight.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -11,16 +15,20 @@ use kube::{Api, ResourceExt};
 use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret};
-use kube::api::{ListParams, PartialObjectMeta, PropagationPolicy};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret};
+use kube::api::{PartialObjectMeta, PropagationPolicy};
 
 use super::context::Context;
-use super::download::{self, Action};
+use super::download::{self, Action, JobState};
 use super::kind_supervisor::{Next, ObjectActor, OwnerEvents, ReconcileError, owner_events};
+use super::stage::Stage;
+use super::stage::children::Children;
+use super::stage::prep_job::PrepJob;
 use crate::api::bundle::{BundlePhase, BundleSource, CRCBundle, CRCBundleStatus};
 use crate::api::conditions::{self, reasons, types};
 use crate::resources;
 use crate::resources::bundle::Names;
+use crate::resources::common::is_controlled_by;
 use crate::write::{self, Guard};
 
 /// Errors of a bundle reconcile.
@@ -56,13 +64,34 @@ impl ObjectActor for BundleActor {
     type Error = Error;
     type Request = std::convert::Infallible;
     const KIND: &'static str = "crcbundle";
+    const CHILD_KINDS: &'static [&'static str] = &[PrepJob::KIND];
 
+    /// A pass without stage children: it can record and create, but sees no child's report,
+    /// so a recorded prep Job is only waited for.
     async fn reconcile(bundle: &CRCBundle, ctx: &Arc<Context>) -> Result<Next, Error> {
-        reconcile(bundle, ctx).await.map(|()| Next::Done)
+        Self::reconcile_with_children(bundle, ctx, &mut Children::detached()).await
     }
 
-    /// The prep Job, the PVCs and what the Job publishes live in the operator namespace and are
-    /// owned by the bundle.
+    async fn reconcile_with_children(
+        bundle: &CRCBundle,
+        ctx: &Arc<Context>,
+        children: &mut Children,
+    ) -> Result<Next, Error> {
+        if bundle.spec.build.is_some() {
+            children.stop_all();
+            if let Some(status) = next_status(bundle, Time(Timestamp::now())) {
+                write_status(ctx, bundle, &status).await?;
+            }
+            return Ok(Next::Done);
+        }
+        download_pass(bundle, ctx, children)
+            .await
+            .map(|()| Next::Done)
+    }
+
+    /// The PVCs and what the prep Job publishes live in the operator namespace and are owned by
+    /// the bundle (the prep Job itself is watched by its child actor; its owner events also wake
+    /// the bundle, which covers the time before a child runs).
     fn owned_events(ctx: &Arc<Context>) -> Vec<OwnerEvents> {
         let client = &ctx.client;
         let ns = ctx.namespace.as_str();
@@ -87,20 +116,48 @@ impl ObjectActor for BundleActor {
     }
 }
 
-async fn reconcile(bundle: &CRCBundle, ctx: &Context) -> Result<(), Error> {
-    let now = Time(Timestamp::now());
-    if bundle.spec.build.is_some() {
-        return match next_status(bundle, now) {
-            Some(status) => write_status(ctx, bundle, &status).await,
-            None => Ok(()),
-        };
-    }
-    let observed = observe(ctx, bundle).await?;
-    let decision = download::decide(bundle, &observed, &ctx.namespace, now);
+async fn download_pass(
+    cached: &CRCBundle,
+    ctx: &Arc<Context>,
+    children: &mut Children,
+) -> Result<(), Error> {
+    // `status.prepJob` is written ahead of the Job and the status is applied whole: never
+    // decide on a cache that may not show our last write.
+    let live;
+    let bundle = if ctx.own_writes.may_be_stale(cached) {
+        live = Api::<CRCBundle>::all(ctx.client.clone())
+            .get_opt(&cached.name_any())
+            .await
+            .map_err(|source| Error::Observe {
+                name: cached.name_any(),
+                what: "the bundle".into(),
+                source,
+            })?
+            .filter(|b| b.uid() == cached.uid());
+        match &live {
+            Some(bundle) => bundle,
+            // Deleted: the supervisor stops us.
+            None => return Ok(()),
+        }
+    } else {
+        cached
+    };
+    let observed = observe(ctx, bundle, children).await?;
+    let decision = download::decide(bundle, &observed, &ctx.namespace, Time(Timestamp::now()));
+    let mut status = decision.status;
     for action in &decision.actions {
-        act(ctx, bundle, action).await?;
+        if let Some(uid) = act(ctx, bundle, action).await? {
+            download::record_created(&mut status, uid);
+        }
     }
-    write_status(ctx, bundle, &decision.status).await
+    write_status(ctx, bundle, &status).await?;
+    // Only now, with the identity recorded, does a child follow it.
+    let owner = bundle.uid().unwrap_or_default();
+    match PrepJob::slot(&status) {
+        Some(recorded) => children.ensure::<PrepJob>(ctx, &owner, recorded).await,
+        None => children.stop(PrepJob::KIND),
+    }
+    Ok(())
 }
 
 async fn write_status(
@@ -109,29 +166,31 @@ async fn write_status(
     status: &CRCBundleStatus,
 ) -> Result<(), Error> {
     let api = Api::<CRCBundle>::all(ctx.client.clone());
-    write::record_status(&api, bundle, status, Guard::None, &ctx.events)
+    let written = write::record_status(&api, bundle, status, Guard::None, &ctx.events)
         .await
-        .map(drop)
         .map_err(|source| Error::WriteStatus {
             name: bundle.name_any(),
             source,
-        })
+        })?;
+    if let (Some(written), Some(uid)) = (written, bundle.uid()) {
+        ctx.own_writes
+            .wrote(&uid, written.resource_version.as_deref());
+    }
+    Ok(())
 }
 
-/// Reads what exists of the bundle's objects. Only objects the bundle controls count: an object
-/// of a deleted namesake is still being garbage-collected and must not be mistaken for ours.
-async fn observe(ctx: &Context, bundle: &CRCBundle) -> Result<download::Observed, Error> {
+/// Reads what exists of the bundle's objects; the prep Job comes from its child's report. Only
+/// objects the bundle controls count: an object of a deleted namesake is still being
+/// garbage-collected and must not be mistaken for ours.
+async fn observe(
+    ctx: &Context,
+    bundle: &CRCBundle,
+    children: &Children,
+) -> Result<download::Observed, Error> {
     let names = Names::of(&bundle.name_any());
     let uid = bundle.uid().unwrap_or_default();
     let ns = ctx.namespace.as_str();
     let client = &ctx.client;
-    let owned = |meta: &kube::api::ObjectMeta| {
-        meta.owner_references
-            .iter()
-            .flatten()
-            .find(|r| r.controller == Some(true))
-            .is_some_and(|r| r.uid == uid)
-    };
     let err = |what: &str| {
         let (name, what) = (bundle.name_any(), what.to_owned());
         move |source| Error::Observe { name, what, source }
@@ -145,11 +204,6 @@ async fn observe(ctx: &Context, bundle: &CRCBundle) -> Result<download::Observed
         .get_opt(&names.scratch_pvc)
         .await
         .map_err(err("scratch PVC"))?;
-    let job = Api::<Job>::namespaced(client.clone(), ns)
-        .get_opt(&names.prep_job)
-        .await
-        .map_err(err("prep Job"))?
-        .filter(|j| owned(&j.metadata));
     let secret = Api::<Secret>::namespaced(client.clone(), ns)
         .get_opt(&names.ssh_secret)
         .await
@@ -158,99 +212,71 @@ async fn observe(ctx: &Context, bundle: &CRCBundle) -> Result<download::Observed
         .get_opt(&names.metadata)
         .await
         .map_err(err("metadata ConfigMap"))?
-        .filter(|c| owned(&c.metadata));
-    let job_failure = match &job {
-        Some(job) if job.status.as_ref().and_then(|s| s.failed).unwrap_or(0) > 0 => {
-            last_failure(client, ns, &names.prep_job)
-                .await
-                .map_err(err("prep pods"))?
-        }
-        _ => None,
+        .filter(|c| is_controlled_by(c, &uid));
+    let recorded = bundle.status.as_ref().and_then(|s| s.prep_job.as_ref());
+    let job = match recorded {
+        None => JobState::None,
+        Some(job) if job.uid.is_empty() => JobState::Named,
+        Some(job) => children
+            .observation::<PrepJob>(job)
+            .cloned()
+            .map_or(JobState::Unreported, JobState::Seen),
     };
     Ok(download::Observed {
-        golden_pvc: golden_pvc.is_some_and(|p| owned(&p.metadata)),
+        golden_pvc: golden_pvc.is_some_and(|p| is_controlled_by(&p, &uid)),
         scratch_pvc: scratch_pvc
-            .filter(|p| owned(&p.metadata))
+            .filter(|p| is_controlled_by(p, &uid))
             .and_then(|p| p.metadata.uid),
         job,
-        job_failure,
-        ssh_secret: secret.is_some_and(|s| owned(&s.metadata)),
+        ssh_secret: secret.is_some_and(|s| is_controlled_by(&s, &uid)),
         metadata,
     })
 }
 
-/// The termination message of the prep Job's most recent failed pod (`<Reason>: <message>`).
-async fn last_failure(
-    client: &kube::Client,
-    ns: &str,
-    job: &str,
-) -> Result<Option<String>, kube::Error> {
-    let pods = Api::<Pod>::namespaced(client.clone(), ns)
-        .list(&ListParams::default().labels(&format!("job-name={job}")))
-        .await?;
-    Ok(pods
-        .items
-        .iter()
-        .flat_map(|p| {
-            p.status
-                .iter()
-                .flat_map(|s| s.container_statuses.iter().flatten())
-        })
-        .filter_map(|c| c.state.as_ref()?.terminated.as_ref())
-        .filter(|t| t.exit_code != 0)
-        .max_by_key(|t| t.finished_at.as_ref().map(|f| f.0))
-        .and_then(|t| t.message.as_ref())
-        .map(|m| m.lines().last().unwrap_or_default().trim().to_owned())
-        .filter(|m| !m.is_empty()))
-}
-
-async fn act(ctx: &Context, bundle: &CRCBundle, action: &Action) -> Result<(), Error> {
+/// Performs `action`; for [`Action::CreatePrepJob`], returns the UID now under the recorded name.
+async fn act(ctx: &Context, bundle: &CRCBundle, action: &Action) -> Result<Option<String>, Error> {
     let ns = ctx.namespace.as_str();
     let client = &ctx.client;
     let names = Names::of(&bundle.name_any());
     let result = match action {
-        Action::CreateGoldenPvc => {
-            write::create(
-                &Api::namespaced(client.clone(), ns),
-                &resources::bundle::golden_pvc(bundle, ns),
-            )
-            .await
-        }
-        Action::CreateScratchPvc => {
-            write::create(
-                &Api::namespaced(client.clone(), ns),
-                &resources::bundle::scratch_pvc(bundle, ns),
-            )
-            .await
-        }
+        Action::CreateGoldenPvc => write::create(
+            &Api::namespaced(client.clone(), ns),
+            &resources::bundle::golden_pvc(bundle, ns),
+        )
+        .await
+        .map(|()| None),
+        Action::CreateScratchPvc => write::create(
+            &Api::namespaced(client.clone(), ns),
+            &resources::bundle::scratch_pvc(bundle, ns),
+        )
+        .await
+        .map(|()| None),
         Action::CreatePrepJob => match resources::bundle::urls(bundle) {
             Some(urls) => {
-                write::create(
+                write::create_uid(
                     &Api::namespaced(client.clone(), ns),
                     &resources::bundle::prep_job(bundle, ns, &urls, &ctx.jobs),
                 )
                 .await
             }
-            None => Ok(()),
+            None => Ok(None),
         },
-        Action::DeletePrepJob { uid } => {
-            write::delete_exact::<Job>(
-                &Api::namespaced(client.clone(), ns),
-                &names.prep_job,
-                uid,
-                PropagationPolicy::Background,
-            )
-            .await
-        }
-        Action::DeleteScratchPvc { uid } => {
-            write::delete_exact::<PersistentVolumeClaim>(
-                &Api::namespaced(client.clone(), ns),
-                &names.scratch_pvc,
-                uid,
-                PropagationPolicy::Background,
-            )
-            .await
-        }
+        Action::DeletePrepJob { uid } => write::delete_exact::<Job>(
+            &Api::namespaced(client.clone(), ns),
+            &names.prep_job,
+            uid,
+            PropagationPolicy::Background,
+        )
+        .await
+        .map(|()| None),
+        Action::DeleteScratchPvc { uid } => write::delete_exact::<PersistentVolumeClaim>(
+            &Api::namespaced(client.clone(), ns),
+            &names.scratch_pvc,
+            uid,
+            PropagationPolicy::Background,
+        )
+        .await
+        .map(|()| None),
     };
     if result.is_ok() {
         tracing::info!(crcbundle = %bundle.name_any(), ?action, "done");

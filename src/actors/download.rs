@@ -2,19 +2,26 @@
 //! objects in, the next status and the actions to take out.
 //!
 //! ```text
-//! Pending ──create PVCs + prep Job──▶ Preparing ──Job succeeded, key + metadata published──▶ Ready
-//!                                        │  ▲                                                  │
-//!                       Job failed ──────┘  └── Job deleted (retry)     golden PVC or key gone ─┘
-//!                          ▼                                             (Reprovisioning → Pending)
-//!                        Failed
+//! Pending ──create PVCs, record + create prep Job──▶ Preparing ──Job succeeded, key + metadata published──▶ Ready
+//!                                                     │  ▲                                                  │
+//!                                    Job failed ──────┘  └── Job deleted (made again) golden PVC or key gone ─┘
+//!                                       ▼                                                (Reprovisioning → Pending)
+//!                                     Failed ──Job deleted──▶ Pending
 //! ```
+//!
+//! The prep Job is followed by a child actor of the bundle's actor ([`crate::actors::stage`]);
+//! what it reported comes in as [`JobState`]. The Job's name is recorded in `status.prepJob`
+//! before it is created and its UID right after ([`record_created`]), so a restarted operator
+//! follows the same Job. A deleted prep Job is made again, as upstream does; a Job under the name
+//! that is not the recorded one is never adopted (`ResourceReplaced`, see `docs/decisions.md`).
 
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::stage::prep_job::PrepJob;
+use super::stage::{Observation, Stage, attempt_failure};
 use crate::api::bundle::{BundlePhase, BundleSource, CRCBundle, CRCBundleStatus};
-use crate::api::common::LocalRef;
+use crate::api::common::{LocalRef, ObjectIdentity};
 use crate::api::conditions::{self, reasons, types};
 use crate::contract::bundle_prep as prep;
 use crate::resources::bundle::Names;
@@ -28,11 +35,24 @@ pub struct Observed {
     pub golden_pvc: bool,
     /// UID of the scratch PVC the bundle controls, when it exists.
     pub scratch_pvc: Option<String>,
-    pub job: Option<Job>,
-    /// `<reason>: <message>` of the prep Job's last failed pod, when there is one.
-    pub job_failure: Option<String>,
+    /// The prep Job recorded in `status.prepJob`, as its child actor reported it.
+    pub job: JobState,
     pub ssh_secret: bool,
     pub metadata: Option<ConfigMap>,
+}
+
+/// The prep Job as the bundle's status and the Job's child actor know it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum JobState {
+    /// No Job recorded.
+    #[default]
+    None,
+    /// Its name is recorded, not yet its UID: it is to be created (or was, just before a crash).
+    Named,
+    /// Recorded; its child has not reported yet (it just started): wait.
+    Unreported,
+    /// Recorded, and its child saw this.
+    Seen(Observation),
 }
 
 /// Something to do against the API.
@@ -40,9 +60,11 @@ pub struct Observed {
 pub enum Action {
     CreateGoldenPvc,
     CreateScratchPvc,
+    /// Create the Job named in `status.prepJob` (recorded by an earlier pass); its UID is
+    /// recorded right after ([`record_created`]).
     CreatePrepJob,
     /// Background propagation, so the scratch PVC is released by its pod. The UID is the
-    /// observed Job's: a newer namesake is never deleted.
+    /// recorded Job's: a newer namesake is never deleted.
     DeletePrepJob {
         uid: String,
     },
@@ -58,6 +80,14 @@ pub struct Decision {
     pub actions: Vec<Action>,
 }
 
+/// Records the UID of the prep Job found under the recorded name right after
+/// [`Action::CreatePrepJob`] (the one just created, or one created before a crash).
+pub fn record_created(status: &mut CRCBundleStatus, uid: String) {
+    if let Some(job) = status.prep_job.as_mut() {
+        job.uid = uid;
+    }
+}
+
 /// Decides the next step of a download-sourced bundle.
 pub fn decide(bundle: &CRCBundle, observed: &Observed, namespace: &str, now: Time) -> Decision {
     let names = Names::of(bundle.metadata.name.as_deref().unwrap_or_default());
@@ -66,12 +96,23 @@ pub fn decide(bundle: &CRCBundle, observed: &Observed, namespace: &str, now: Tim
     status.observed_generation = generation;
     status.source = Some(BundleSource::Download);
     let phase = status.phase.unwrap_or(BundlePhase::Pending);
+    let recorded = status.prep_job.clone().unwrap_or_default();
     let mut actions = Vec::new();
     let ready = |status: &mut CRCBundleStatus, ok: bool, reason: &str, message: String| {
         conditions::set(
             &mut status.conditions,
             conditions::new(types::READY, ok, reason, message, generation, now.clone()),
         );
+    };
+    // The recorded Job, when one of ours may exist under its UID (to be deleted).
+    let ours = match &observed.job {
+        JobState::Unreported
+        | JobState::Seen(Observation::Progress(_) | Observation::Done | Observation::Failed(_)) => {
+            Some(Action::DeletePrepJob {
+                uid: recorded.uid.clone(),
+            })
+        }
+        _ => None,
     };
 
     match phase {
@@ -84,11 +125,21 @@ pub fn decide(bundle: &CRCBundle, observed: &Observed, namespace: &str, now: Tim
             .flatten()
             .collect();
             if missing.is_empty() {
-                // Cleanup after Ready is best effort and idempotent.
-                if let Some(job) = &observed.job {
-                    actions.push(delete_job(job));
+                // Cleanup after Ready is best effort and idempotent: the Job first (its pod
+                // holds the scratch PVC), forgotten once its child sees it gone.
+                match &observed.job {
+                    JobState::Unreported => {}
+                    JobState::Seen(
+                        Observation::Progress(_) | Observation::Done | Observation::Failed(_),
+                    ) => {
+                        actions.extend(ours);
+                    }
+                    // Gone, never created, or not ours (left alone).
+                    JobState::None | JobState::Named | JobState::Seen(_) => {
+                        status.prep_job = None;
+                    }
                 }
-                if let (Some(uid), None) = (&observed.scratch_pvc, &observed.job) {
+                if let (Some(uid), None) = (&observed.scratch_pvc, &status.prep_job) {
                     actions.push(Action::DeleteScratchPvc { uid: uid.clone() });
                 }
             } else {
@@ -103,14 +154,14 @@ pub fn decide(bundle: &CRCBundle, observed: &Observed, namespace: &str, now: Tim
                     ),
                 );
                 // A leftover succeeded Job would short-circuit the new preparation.
-                if let Some(job) = &observed.job {
-                    actions.push(delete_job(job));
-                }
+                actions.extend(ours);
+                status.prep_job = None;
             }
         }
-        BundlePhase::Failed => {
-            if observed.job.is_none() {
+        BundlePhase::Failed => match &observed.job {
+            JobState::None | JobState::Named | JobState::Seen(Observation::Lost) => {
                 status.phase = Some(BundlePhase::Pending);
+                status.prep_job = None;
                 ready(
                     &mut status,
                     false,
@@ -118,21 +169,41 @@ pub fn decide(bundle: &CRCBundle, observed: &Observed, namespace: &str, now: Tim
                     format!("prep Job {} was deleted; retrying", names.prep_job),
                 );
             }
-        }
+            // Failed stays failed while the Job (or the namesake that failed it) exists.
+            _ => {}
+        },
         BundlePhase::Pending | BundlePhase::Preparing | BundlePhase::Building => {
             if !observed.golden_pvc {
                 actions.push(Action::CreateGoldenPvc);
             }
-            match observed.job.as_ref().map(job_outcome) {
-                None => {
+            match &observed.job {
+                JobState::None | JobState::Seen(Observation::Lost) => {
+                    if observed.scratch_pvc.is_none() {
+                        actions.push(Action::CreateScratchPvc);
+                    }
+                    // Write-ahead: the name first; the Job is created by the next pass.
+                    status.prep_job = Some(ObjectIdentity {
+                        name: names.prep_job.clone(),
+                        uid: String::new(),
+                    });
+                }
+                JobState::Named => {
                     if observed.scratch_pvc.is_none() {
                         actions.push(Action::CreateScratchPvc);
                     }
                     actions.push(Action::CreatePrepJob);
                 }
-                Some(JobOutcome::Failed(why)) => {
+                JobState::Seen(replaced @ Observation::Replaced { .. }) => {
                     status.phase = Some(BundlePhase::Failed);
-                    let detail = observed.job_failure.clone().unwrap_or(why);
+                    if let Some((reason, message)) =
+                        attempt_failure(PrepJob::WHEN_LOST, &recorded, replaced)
+                    {
+                        ready(&mut status, false, reason, format!("prep Job {message}"));
+                    }
+                    return Decision { status, actions };
+                }
+                JobState::Seen(Observation::Failed(detail)) => {
+                    status.phase = Some(BundlePhase::Failed);
                     ready(
                         &mut status,
                         false,
@@ -144,7 +215,7 @@ pub fn decide(bundle: &CRCBundle, observed: &Observed, namespace: &str, now: Tim
                     );
                     return Decision { status, actions };
                 }
-                Some(JobOutcome::Succeeded)
+                JobState::Seen(Observation::Done)
                     if observed.ssh_secret && observed.metadata.is_some() =>
                 {
                     if let Some(metadata) = &observed.metadata {
@@ -156,13 +227,12 @@ pub fn decide(bundle: &CRCBundle, observed: &Observed, namespace: &str, now: Tim
                         reasons::BUNDLE_READY,
                         format!("golden disk {namespace}/{} is ready", names.golden_pvc),
                     );
-                    if let Some(job) = &observed.job {
-                        actions.push(delete_job(job));
-                    }
+                    actions.extend(ours);
                     return Decision { status, actions };
                 }
-                // Running, or succeeded with the key or metadata not visible yet.
-                Some(_) => {}
+                // Running, not reported yet, or succeeded with the key or metadata not visible
+                // yet.
+                JobState::Unreported | JobState::Seen(_) => {}
             }
             status.phase = Some(BundlePhase::Preparing);
             let url = crate::resources::bundle::urls(bundle)
@@ -206,45 +276,6 @@ fn publish_ready(
     status.vm_profile = Some(DOWNLOAD_VM_PROFILE.to_owned());
 }
 
-enum JobOutcome {
-    Running,
-    Succeeded,
-    Failed(String),
-}
-
-/// A Job's outcome from its conditions (authoritative) or counters, as upstream read them.
-fn job_outcome(job: &Job) -> JobOutcome {
-    let status = job.status.clone().unwrap_or_default();
-    for condition in status.conditions.iter().flatten() {
-        if condition.status != "True" {
-            continue;
-        }
-        match condition.type_.as_str() {
-            "Complete" => return JobOutcome::Succeeded,
-            "Failed" => {
-                let reason = condition.reason.clone().unwrap_or_else(|| "Failed".into());
-                let message = condition.message.clone().unwrap_or_default();
-                return JobOutcome::Failed(format!("{reason} {message}").trim().to_owned());
-            }
-            _ => {}
-        }
-    }
-    if status.succeeded.unwrap_or(0) > 0 {
-        return JobOutcome::Succeeded;
-    }
-    let limit = job.spec.as_ref().and_then(|s| s.backoff_limit).unwrap_or(6);
-    match status.failed {
-        Some(failed) if failed > limit => JobOutcome::Failed(format!("{failed} pods failed")),
-        _ => JobOutcome::Running,
-    }
-}
-
-fn delete_job(job: &Job) -> Action {
-    Action::DeletePrepJob {
-        uid: job.metadata.uid.clone().unwrap_or_default(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,6 +283,7 @@ mod tests {
     use k8s_openapi::jiff::Timestamp;
 
     const NS: &str = "guestcluster-system";
+    const JOB: &str = "crc-4.16.0-amd64-prep";
 
     fn now() -> Time {
         Time(Timestamp::from_second(1_800_000_000).unwrap())
@@ -263,10 +295,6 @@ mod tests {
         let mut b = CRCBundle::new("crc-4.16.0-amd64", spec);
         b.metadata.generation = Some(1);
         b
-    }
-
-    fn job(status: serde_json::Value) -> Job {
-        serde_json::from_value(serde_json::json!({"metadata": {"name": "crc-4.16.0-amd64-prep", "uid": "job-uid"}, "spec": {"backoffLimit": 2, "template": {}}, "status": status})).unwrap()
     }
 
     fn metadata() -> ConfigMap {
@@ -281,22 +309,60 @@ mod tests {
         d.actions
     }
 
+    /// Records the Job under its recorded name as created with `uid` (what the pass does right
+    /// after [`Action::CreatePrepJob`]).
+    fn created(b: &mut CRCBundle, uid: &str) {
+        record_created(b.status.as_mut().unwrap(), uid.into());
+    }
+
+    fn recorded(b: &CRCBundle) -> Option<ObjectIdentity> {
+        b.status.as_ref().unwrap().prep_job.clone()
+    }
+
     fn ready(b: &CRCBundle) -> (String, String, String) {
         let c = conditions::find(&b.status.as_ref().unwrap().conditions, types::READY).unwrap();
         (c.status.clone(), c.reason.clone(), c.message.clone())
     }
 
+    fn seen(observation: Observation) -> Observed {
+        Observed {
+            golden_pvc: true,
+            scratch_pvc: Some("scratch-uid".into()),
+            job: JobState::Seen(observation),
+            ..Default::default()
+        }
+    }
+
+    /// A bundle whose prep Job `job-uid` was recorded and created.
+    fn preparing() -> CRCBundle {
+        let mut b = bundle();
+        step(&mut b, &Observed::default());
+        step(
+            &mut b,
+            &Observed {
+                job: JobState::Named,
+                ..Default::default()
+            },
+        );
+        created(&mut b, "job-uid");
+        b
+    }
+
     #[test]
-    fn a_new_bundle_gets_its_volumes_and_prep_job() {
+    fn a_new_bundle_gets_its_volumes_and_its_prep_job_named_before_it_is_created() {
         let mut b = bundle();
         let actions = step(&mut b, &Observed::default());
         assert_eq!(
             actions,
-            [
-                Action::CreateGoldenPvc,
-                Action::CreateScratchPvc,
-                Action::CreatePrepJob
-            ]
+            [Action::CreateGoldenPvc, Action::CreateScratchPvc],
+            "no Job before its name is recorded"
+        );
+        assert_eq!(
+            recorded(&b),
+            Some(ObjectIdentity {
+                name: JOB.into(),
+                uid: String::new()
+            })
         );
         let status = b.status.clone().unwrap();
         assert_eq!(status.phase, Some(BundlePhase::Preparing));
@@ -307,39 +373,92 @@ mod tests {
             "{}",
             ready(&b).2
         );
+
+        // The next pass creates it; its UID is recorded right after.
+        let named = Observed {
+            golden_pvc: true,
+            scratch_pvc: Some("scratch-uid".into()),
+            job: JobState::Named,
+            ..Default::default()
+        };
+        assert_eq!(step(&mut b, &named), [Action::CreatePrepJob]);
+        created(&mut b, "job-uid");
+        assert_eq!(recorded(&b).unwrap().uid, "job-uid");
     }
 
     #[test]
-    fn a_running_job_is_waited_for() {
-        let mut b = bundle();
-        step(&mut b, &Observed::default());
-        let observed = Observed {
-            golden_pvc: true,
-            scratch_pvc: Some("scratch-uid".into()),
-            job: Some(job(serde_json::json!({"active": 1}))),
-            ..Default::default()
+    fn a_recorded_job_is_waited_for_until_its_child_reports_and_while_it_runs() {
+        let mut b = preparing();
+        let unreported = Observed {
+            job: JobState::Unreported,
+            ..seen(Observation::Done)
         };
-        assert!(step(&mut b, &observed).is_empty());
-        assert_eq!(b.status.unwrap().phase, Some(BundlePhase::Preparing));
+        assert!(
+            step(&mut b, &unreported).is_empty(),
+            "no second Job after a restart"
+        );
+        assert!(step(&mut b, &seen(Observation::Progress("1 active".into()))).is_empty());
+        assert_eq!(
+            b.status.clone().unwrap().phase,
+            Some(BundlePhase::Preparing)
+        );
+        assert_eq!(recorded(&b).unwrap().uid, "job-uid");
+    }
+
+    #[test]
+    fn a_lost_job_is_made_again_under_a_newly_recorded_name() {
+        let mut b = preparing();
+        assert!(step(&mut b, &seen(Observation::Lost)).is_empty());
+        assert_eq!(
+            recorded(&b).unwrap().uid,
+            "",
+            "the old UID is forgotten first"
+        );
+        assert_eq!(
+            b.status.clone().unwrap().phase,
+            Some(BundlePhase::Preparing)
+        );
+        let named = Observed {
+            job: JobState::Named,
+            ..seen(Observation::Lost)
+        };
+        assert_eq!(step(&mut b, &named), [Action::CreatePrepJob]);
+    }
+
+    #[test]
+    fn a_namesake_that_is_not_the_recorded_job_fails_the_bundle_until_it_is_gone() {
+        let mut b = preparing();
+        let replaced = seen(Observation::Replaced {
+            uid: "other".into(),
+        });
+        assert!(
+            step(&mut b, &replaced).is_empty(),
+            "never deleted or adopted"
+        );
+        assert_eq!(b.status.clone().unwrap().phase, Some(BundlePhase::Failed));
+        let (status, reason, message) = ready(&b);
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("False", reasons::RESOURCE_REPLACED)
+        );
+        assert!(
+            message.contains(JOB) && message.contains("other"),
+            "{message}"
+        );
+        assert!(step(&mut b, &replaced).is_empty());
+        assert_eq!(b.status.clone().unwrap().phase, Some(BundlePhase::Failed));
+        step(&mut b, &seen(Observation::Lost));
+        assert_eq!(b.status.clone().unwrap().phase, Some(BundlePhase::Pending));
+        assert_eq!(recorded(&b), None);
     }
 
     #[test]
     fn a_failed_job_fails_the_bundle_with_the_pods_reason_until_the_job_is_deleted() {
-        let mut b = bundle();
-        step(&mut b, &Observed::default());
-        let failed = job(
-            serde_json::json!({"failed": 3, "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}),
-        );
-        let observed = Observed {
-            golden_pvc: true,
-            scratch_pvc: Some("scratch-uid".into()),
-            job: Some(failed),
-            job_failure: Some(
-                "ChecksumMismatch: sha256sum.txt lists aaa, the download is bbb".into(),
-            ),
-            ..Default::default()
-        };
-        assert!(step(&mut b, &observed).is_empty());
+        let mut b = preparing();
+        let failed = seen(Observation::Failed(
+            "ChecksumMismatch: sha256sum.txt lists aaa, the download is bbb".into(),
+        ));
+        assert!(step(&mut b, &failed).is_empty());
         assert_eq!(b.status.clone().unwrap().phase, Some(BundlePhase::Failed));
         let (status, reason, message) = ready(&b);
         assert_eq!(
@@ -351,32 +470,26 @@ mod tests {
             "{message}"
         );
         // Failed stays failed while the Job exists...
-        assert!(step(&mut b, &observed).is_empty());
+        assert!(step(&mut b, &failed).is_empty());
         assert_eq!(b.status.clone().unwrap().phase, Some(BundlePhase::Failed));
         // ...and retries once it is deleted.
-        let gone = Observed {
-            golden_pvc: true,
-            scratch_pvc: Some("scratch-uid".into()),
-            ..Default::default()
-        };
-        step(&mut b, &gone);
+        step(&mut b, &seen(Observation::Lost));
         assert_eq!(b.status.clone().unwrap().phase, Some(BundlePhase::Pending));
-        assert_eq!(step(&mut b, &gone), [Action::CreatePrepJob]);
+        assert!(ready(&b).2.contains("was deleted; retrying"));
+        let gone = Observed {
+            job: JobState::None,
+            ..seen(Observation::Lost)
+        };
+        assert!(step(&mut b, &gone).is_empty());
+        assert_eq!(recorded(&b).unwrap().name, JOB);
     }
 
     #[test]
     fn success_publishes_refs_and_digests_then_cleans_up() {
-        let mut b = bundle();
-        step(&mut b, &Observed::default());
-        let done = job(
-            serde_json::json!({"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}),
-        );
+        let mut b = preparing();
         let waiting_for_key = Observed {
-            golden_pvc: true,
-            scratch_pvc: Some("scratch-uid".into()),
-            job: Some(done.clone()),
             metadata: Some(metadata()),
-            ..Default::default()
+            ..seen(Observation::Done)
         };
         assert!(
             step(&mut b, &waiting_for_key).is_empty(),
@@ -414,12 +527,17 @@ mod tests {
         assert_eq!(status.vm_profile.as_deref(), Some(DOWNLOAD_VM_PROFILE));
         assert_eq!(ready(&b).1, reasons::BUNDLE_READY);
 
+        // Until the Job's child sees it gone, the Job is deleted again (idempotent) and the
+        // scratch PVC, which its pod may hold, stays.
+        assert_eq!(
+            step(&mut b, &published),
+            [Action::DeletePrepJob {
+                uid: "job-uid".into()
+            }]
+        );
         let job_gone = Observed {
-            golden_pvc: true,
-            scratch_pvc: Some("scratch-uid".into()),
-            ssh_secret: true,
-            metadata: Some(metadata()),
-            ..Default::default()
+            job: JobState::Seen(Observation::Lost),
+            ..published
         };
         assert_eq!(
             step(&mut b, &job_gone),
@@ -427,8 +545,10 @@ mod tests {
                 uid: "scratch-uid".into()
             }]
         );
+        assert_eq!(recorded(&b), None, "the Job is forgotten once gone");
         let clean = Observed {
             scratch_pvc: None,
+            job: JobState::None,
             ..job_gone
         };
         assert!(step(&mut b, &clean).is_empty());
@@ -439,22 +559,36 @@ mod tests {
         let mut b = bundle();
         b.status = Some(CRCBundleStatus {
             phase: Some(BundlePhase::Ready),
+            prep_job: Some(ObjectIdentity {
+                name: JOB.into(),
+                uid: "old-job".into(),
+            }),
             ..Default::default()
         });
         let observed = Observed {
             golden_pvc: true,
             ssh_secret: false,
             metadata: Some(metadata()),
+            job: JobState::Seen(Observation::Done),
             ..Default::default()
         };
-        step(&mut b, &observed);
+        assert_eq!(
+            step(&mut b, &observed),
+            [Action::DeletePrepJob {
+                uid: "old-job".into()
+            }],
+            "a leftover succeeded Job would short-circuit the new preparation"
+        );
         assert_eq!(b.status.clone().unwrap().phase, Some(BundlePhase::Pending));
+        assert_eq!(recorded(&b), None);
         let (_, reason, message) = ready(&b);
         assert_eq!(reason, reasons::REPROVISIONING);
         assert!(message.contains("crc-4.16.0-amd64-ssh-key"), "{message}");
-        assert_eq!(
-            step(&mut b, &observed),
-            [Action::CreateScratchPvc, Action::CreatePrepJob]
-        );
+        let after = Observed {
+            job: JobState::None,
+            ..observed
+        };
+        assert_eq!(step(&mut b, &after), [Action::CreateScratchPvc]);
+        assert_eq!(recorded(&b).unwrap().uid, "");
     }
 }

@@ -21,6 +21,8 @@ use tokio::task::JoinHandle;
 use super::backoff::{Backoff, Failures};
 use super::context::Context;
 use super::names::{object_actor_name, supervisor_name};
+use super::stage::Report;
+use super::stage::children::{Children, Parent};
 use super::views::Change;
 
 /// How long a stopping supervisor waits for its children.
@@ -35,6 +37,17 @@ pub enum ObjectMsg<R> {
     /// A request of the kind's own from another actor ([`ObjectActor::Request`]), e.g. a lease
     /// asking its pool's actor for an instance.
     Request(R),
+    /// From one of the actor's own stage children ([`super::stage`]).
+    Child(ChildMsg),
+}
+
+/// What an object actor hears about its stage children.
+#[derive(Debug)]
+pub enum ChildMsg {
+    /// A child's report about the object it follows.
+    Report(Report),
+    /// The restart backoff of the child of this kind is over.
+    Restart(&'static str),
 }
 
 /// What an object actor starts with: which object it serves, where to read it, and how it
@@ -45,6 +58,8 @@ pub struct ObjectArgs<K: Resource<DynamicType = ()> + Clone + 'static> {
     pub store: Store<K>,
     pub ctx: Arc<Context>,
     pub retry: Backoff,
+    /// Restarts of the actor's own stage children, if it has any.
+    pub restart: Backoff,
     /// Reconcile permits shared by every object actor ([`SupervisorArgs::permits`]).
     pub permits: Arc<Semaphore>,
 }
@@ -91,6 +106,10 @@ pub trait ObjectActor: Default + Send + Sync + 'static {
     /// so it never holds a permit the actor it waits for needs.
     const HOLDS_PERMIT: bool = true;
 
+    /// Kinds of the stage children an actor of this kind supervises ([`super::stage`]), shown
+    /// in the metrics from the start.
+    const CHILD_KINDS: &'static [&'static str] = &[];
+
     /// The objects of this kind that a change of a shared view concerns (`None`: none).
     fn woken_by(_change: &Change) -> Option<Related<Self::Object>> {
         None
@@ -114,6 +133,18 @@ pub trait ObjectActor: Default + Send + Sync + 'static {
         object: &Self::Object,
         ctx: &Arc<Context>,
     ) -> impl std::future::Future<Output = Result<Next, Self::Error>> + Send;
+
+    /// [`ObjectActor::reconcile`] for a kind whose actor supervises stage children
+    /// ([`super::stage`]): the pass gets the actor's children, to read their reports and to
+    /// start or stop them from the status it writes. Kinds without children keep the default.
+    fn reconcile_with_children(
+        object: &Self::Object,
+        ctx: &Arc<Context>,
+        children: &mut Children,
+    ) -> impl std::future::Future<Output = Result<Next, Self::Error>> + Send {
+        let _ = children;
+        Self::reconcile(object, ctx)
+    }
 
     /// Handles one request about `object` (as the watch cache has it), answering through the
     /// reply port the request carries. An actor handles one message at a time, so requests and
@@ -151,6 +182,8 @@ pub struct WorkerState<A: ObjectActor> {
     requeue: Option<Timer<ObjectMsg<A::Request>>>,
     /// Reconciles that failed in a row; the next retry waits `args.retry` after them.
     failures: Failures,
+    /// The actor's stage children (none for most kinds).
+    children: Children,
 }
 
 /// A message sent to oneself later (`send_after`), abortable.
@@ -175,12 +208,24 @@ impl<A: ObjectActor> Actor for ObjectWorker<A> {
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         args: ObjectArgs<A::Object>,
     ) -> Result<Self::State, ActorProcessingErr> {
         // A restarted actor retries afresh; what a killed predecessor reported is stale.
         args.ctx.metrics.not_backing_off(A::KIND, &args.uid);
+        let reports = myself.clone();
+        let timers = myself.clone();
+        let parent = Parent {
+            cell: myself.get_cell(),
+            report: Arc::new(move |report| {
+                let _ = reports.cast(ObjectMsg::Child(ChildMsg::Report(report)));
+            }),
+            restart_after: Arc::new(move |kind, delay| {
+                drop(timers.send_after(delay, move || ObjectMsg::Child(ChildMsg::Restart(kind))));
+            }),
+        };
         Ok(WorkerState {
+            children: Children::new(parent, args.restart.clone()),
             args,
             requeue: None,
             failures: Failures::default(),
@@ -195,6 +240,7 @@ impl<A: ObjectActor> Actor for ObjectWorker<A> {
         if let Some(timer) = state.requeue.take() {
             timer.abort();
         }
+        state.children.stop_all();
         state
             .args
             .ctx
@@ -216,7 +262,38 @@ impl<A: ObjectActor> Actor for ObjectWorker<A> {
                     A::request(&object, &state.args.ctx, request).await;
                 }
             }
+            ObjectMsg::Child(ChildMsg::Report(report)) => {
+                if state.children.receive(report) {
+                    reconcile(myself, state).await;
+                }
+            }
+            ObjectMsg::Child(ChildMsg::Restart(kind)) => {
+                state.children.restart_due(kind);
+                reconcile(myself, state).await;
+            }
         }
+        Ok(())
+    }
+
+    /// A stage child that died is restarted (after a backoff, by the next reconcile, from the
+    /// identity in status); the actor itself carries on.
+    async fn handle_supervisor_evt(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let (cell, why) = match &event {
+            SupervisionEvent::ActorFailed(cell, err) => (cell, format!("failed: {err}")),
+            SupervisionEvent::ActorTerminated(cell, _, reason) => (
+                cell,
+                format!("terminated: {}", reason.as_deref().unwrap_or("no reason")),
+            ),
+            _ => return Ok(()),
+        };
+        state
+            .children
+            .exited(cell.get_id(), &why, &state.args.ctx.metrics);
         Ok(())
     }
 }
@@ -242,7 +319,7 @@ async fn reconcile<A: ObjectActor>(
     } else {
         None
     };
-    let result = A::reconcile(&object, &args.ctx).await;
+    let result = A::reconcile_with_children(&object, &args.ctx, &mut state.children).await;
     drop(permit);
     let outcome = match &result {
         Ok(_) => "ok",
@@ -481,6 +558,9 @@ where
             myself.clone(),
         )));
         args.ctx.metrics.init_kind(A::KIND);
+        for kind in A::CHILD_KINDS {
+            args.ctx.metrics.init_kind(kind);
+        }
         args.ctx.metrics.init_kind("supervisor");
         Ok(SupervisorState {
             ctx: args.ctx,
@@ -652,6 +732,7 @@ async fn spawn_child<A>(
         store: state.store.clone(),
         ctx: state.ctx.clone(),
         retry: state.retry.clone(),
+        restart: state.backoff.clone(),
         permits: state.permits.clone(),
     };
     let name = object_actor_name(A::KIND, uid);
@@ -972,6 +1053,7 @@ mod tests {
             store,
             ctx,
             retry: retry.clone(),
+            restart: Backoff::default(),
             permits: Arc::new(Semaphore::new(1)),
         };
         let (actor, handle) = Actor::spawn(None, ObjectWorker::<Flaky>::default(), args)

@@ -3,7 +3,8 @@
 //! ```text
 //! root
 //! ├── supervisor/crcbundle        one watcher + reflector for CRCBundles
-//! │   └── crcbundle/<uid>         one actor per bundle
+//! │   └── crcbundle/<uid>         one actor per bundle; supervises its stage children
+//! │       └── crcbundle.prepjob/<uid>  follows the prep Job recorded in status (stage/)
 //! ├── supervisor/clusterinstance  one watcher + reflector for ClusterInstances (+ Namespaces)
 //! │   └── clusterinstance/<uid>   one actor per instance
 //! ├── supervisor/clusterpool      one watcher + reflector for ClusterPools (+ Namespaces,
@@ -37,6 +38,7 @@ pub mod pool;
 pub mod pool_decide;
 pub mod resolve;
 pub mod root;
+pub mod stage;
 pub mod views;
 
 pub use context::{Context, Tuning};

@@ -311,6 +311,12 @@ pub struct CRCBundleStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vm_profile: Option<String>,
 
+    /// Download source: the prep Job of the current preparation. Its name is recorded before the
+    /// Job is created and its UID right after; the Job's child actor is started again from it
+    /// after an operator restart, so the same Job is followed rather than a second one created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prep_job: Option<ObjectIdentity>,
+
     /// Build source: the release the disk was built from, with the tag resolved to a digest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub release: Option<ReleaseStatus>,

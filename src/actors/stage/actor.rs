@@ -1,0 +1,124 @@
+//! The generic child actor of a stage: follows the one object its parent recorded, reports what
+//! it sees. It writes nothing.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::task::JoinHandle;
+
+use super::{Observation, Report, Stage, judge};
+use crate::actors::context::Context;
+use crate::api::common::ObjectIdentity;
+
+/// How a child reports to its parent (a cast into the parent's mailbox; a closed mailbox means
+/// the parent is stopping, and the next parent starts a new child that reports again).
+pub type Reporter = Arc<dyn Fn(Report) + Send + Sync>;
+
+/// What a child starts with.
+pub struct StageArgs {
+    pub ctx: Arc<Context>,
+    /// UID of the bundle that must control the object.
+    pub owner_uid: String,
+    /// The object's identity as the parent recorded it in status.
+    pub recorded: ObjectIdentity,
+    pub report: Reporter,
+}
+
+/// The child actor of stage `S`.
+pub struct StageActor<S>(PhantomData<fn() -> S>);
+
+impl<S> Default for StageActor<S> {
+    fn default() -> Self {
+        Self(PhantomData)
+    }
+}
+
+/// What a child receives: what its watch shows under the recorded name (`None`: nothing).
+pub struct Seen<K>(pub Option<K>);
+
+pub struct StageState {
+    args: StageArgs,
+    /// The last observation reported, so an unchanged object is not reported again.
+    reported: Option<Observation>,
+    watch: JoinHandle<()>,
+}
+
+impl<S: Stage> Actor for StageActor<S> {
+    type Msg = Seen<S::Object>;
+    type State = StageState;
+    type Arguments = StageArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: StageArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let api = Api::<S::Object>::namespaced(args.ctx.client.clone(), &args.ctx.namespace);
+        let name = args.recorded.name.clone();
+        let watch = tokio::spawn(async move {
+            // One watch of one name: the first event is what exists now (or `None`), so a child
+            // started after a crash reports at once.
+            let events = watcher::watch_object(api, &name).default_backoff();
+            futures::pin_mut!(events);
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(object) => {
+                        if myself.cast(Seen(object)).is_err() {
+                            return;
+                        }
+                    }
+                    Err(err) => {
+                        tracing::warn!(kind = S::KIND, %name, "watch error (retrying with backoff): {err}")
+                    }
+                }
+            }
+        });
+        Ok(StageState {
+            args,
+            reported: None,
+            watch,
+        })
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        state.watch.abort();
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        Seen(object): Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let args = &state.args;
+        let observation = match judge(&args.recorded, &args.owner_uid, object.as_ref()) {
+            Some(verdict) => verdict,
+            // `judge` saw an object of ours. An error here fails the child; its parent starts
+            // it again after a backoff, and the new child reads afresh.
+            None => match &object {
+                Some(object) => S::observe(object, &args.ctx).await?,
+                None => Observation::Lost,
+            },
+        };
+        if state.reported.as_ref() != Some(&observation) {
+            tracing::debug!(kind = S::KIND, object = %args.recorded.name, ?observation, "reporting");
+            (args.report)(Report {
+                kind: S::KIND,
+                uid: args.recorded.uid.clone(),
+                observation: observation.clone(),
+            });
+            state.reported = Some(observation);
+        }
+        Ok(())
+    }
+}

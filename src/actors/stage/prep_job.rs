@@ -1,0 +1,150 @@
+//! The download source's stage: the prep Job (`<bundle>-prep`), recorded in `status.prepJob`.
+//! A lost prep Job is made again, as upstream does (`docs/decisions.md`).
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::ListParams;
+
+use super::{Observation, Stage, WhenLost};
+use crate::actors::context::Context;
+use crate::api::bundle::CRCBundleStatus;
+use crate::api::common::ObjectIdentity;
+
+/// The prep Job stage.
+pub struct PrepJob;
+
+impl Stage for PrepJob {
+    type Object = Job;
+    const KIND: &'static str = "crcbundle.prepjob";
+    const WHEN_LOST: WhenLost = WhenLost::Recreate;
+
+    fn slot(status: &CRCBundleStatus) -> Option<&ObjectIdentity> {
+        status.prep_job.as_ref().filter(|job| !job.uid.is_empty())
+    }
+
+    async fn observe(job: &Job, ctx: &Context) -> Result<Observation, kube::Error> {
+        Ok(match outcome(job) {
+            Observation::Failed(why) => {
+                let name = job.metadata.name.as_deref().unwrap_or_default();
+                let detail = last_failure(&ctx.client, &ctx.namespace, name).await?;
+                Observation::Failed(detail.unwrap_or(why))
+            }
+            other => other,
+        })
+    }
+}
+
+/// A Job's outcome from its conditions (authoritative) or counters, as upstream read them.
+pub fn outcome(job: &Job) -> Observation {
+    let status = job.status.clone().unwrap_or_default();
+    for condition in status.conditions.iter().flatten() {
+        if condition.status != "True" {
+            continue;
+        }
+        match condition.type_.as_str() {
+            "Complete" => return Observation::Done,
+            "Failed" => {
+                let reason = condition.reason.clone().unwrap_or_else(|| "Failed".into());
+                let message = condition.message.clone().unwrap_or_default();
+                return Observation::Failed(format!("{reason} {message}").trim().to_owned());
+            }
+            _ => {}
+        }
+    }
+    if status.succeeded.unwrap_or(0) > 0 {
+        return Observation::Done;
+    }
+    let limit = job.spec.as_ref().and_then(|s| s.backoff_limit).unwrap_or(6);
+    match status.failed {
+        Some(failed) if failed > limit => Observation::Failed(format!("{failed} pods failed")),
+        failed => Observation::Progress(format!(
+            "{} pod(s) active, {} failed",
+            status.active.unwrap_or(0),
+            failed.unwrap_or(0)
+        )),
+    }
+}
+
+/// The termination message of the Job's most recent failed pod (`<Reason>: <message>`).
+async fn last_failure(
+    client: &kube::Client,
+    ns: &str,
+    job: &str,
+) -> Result<Option<String>, kube::Error> {
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!("job-name={job}")))
+        .await?;
+    Ok(pods
+        .items
+        .iter()
+        .flat_map(|p| {
+            p.status
+                .iter()
+                .flat_map(|s| s.container_statuses.iter().flatten())
+        })
+        .filter_map(|c| c.state.as_ref()?.terminated.as_ref())
+        .filter(|t| t.exit_code != 0)
+        .max_by_key(|t| t.finished_at.as_ref().map(|f| f.0))
+        .and_then(|t| t.message.as_ref())
+        .map(|m| m.lines().last().unwrap_or_default().trim().to_owned())
+        .filter(|m| !m.is_empty()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(status: serde_json::Value) -> Job {
+        serde_json::from_value(
+            serde_json::json!({"metadata": {"name": "b-prep", "uid": "u"},
+            "spec": {"backoffLimit": 2, "template": {}}, "status": status}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn conditions_decide_over_counters() {
+        assert_eq!(
+            outcome(&job(
+                serde_json::json!({"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]})
+            )),
+            Observation::Done
+        );
+        assert_eq!(
+            outcome(&job(
+                serde_json::json!({"failed": 3, "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]})
+            )),
+            Observation::Failed("BackoffLimitExceeded".into())
+        );
+    }
+
+    #[test]
+    fn counters_decide_without_conditions() {
+        assert_eq!(
+            outcome(&job(serde_json::json!({"succeeded": 1}))),
+            Observation::Done
+        );
+        assert_eq!(
+            outcome(&job(serde_json::json!({"failed": 3}))),
+            Observation::Failed("3 pods failed".into())
+        );
+        assert_eq!(
+            outcome(&job(serde_json::json!({"active": 1, "failed": 2}))),
+            Observation::Progress("1 pod(s) active, 2 failed".into())
+        );
+    }
+
+    #[test]
+    fn only_a_recorded_uid_is_a_slot_to_follow() {
+        let mut status = CRCBundleStatus::default();
+        assert_eq!(PrepJob::slot(&status), None);
+        status.prep_job = Some(ObjectIdentity {
+            name: "b-prep".into(),
+            uid: String::new(),
+        });
+        assert_eq!(PrepJob::slot(&status), None, "named, not created yet");
+        status.prep_job.as_mut().unwrap().uid = "u".into();
+        assert_eq!(PrepJob::slot(&status).unwrap().uid, "u");
+    }
+}

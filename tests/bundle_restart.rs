@@ -1,0 +1,146 @@
+//! Crash safety of the bundle's actor tree: the operator process is killed (SIGKILL) while a
+//! download bundle's prep Job runs, and a new process takes over. The new bundle actor starts the
+//! prep Job's child from `status.prepJob`, which follows the same Job (same UID): no second Job
+//! is created and the one download finishes into a Ready bundle.
+// Tests act as users and other controllers: they write directly, not through the operator's write path.
+#![allow(clippy::disallowed_methods)]
+
+mod support;
+
+use guestcluster::actors::stage::Stage;
+use guestcluster::actors::stage::prep_job::PrepJob;
+use guestcluster::api::bundle::BundlePhase;
+use guestcluster::api::common::ObjectIdentity;
+use guestcluster::api::{CRCBundle, CRCBundleSpec};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use sim::bundles::{self, BundleSpec, Flaw};
+use sim::file_server::Fault;
+use support::world::{IMAGE, OPERATOR_NS, bare_world};
+use support::{Operator, wait_for, wait_long};
+
+async fn operator(name: &str) -> Operator {
+    Operator::start_with(
+        OPERATOR_NS,
+        name,
+        &[
+            "--job-image",
+            IMAGE,
+            "--bundle-prep-service-account",
+            "default",
+        ],
+        &[],
+    )
+    .await
+}
+
+async fn recorded_job(api: &Api<CRCBundle>, name: &str) -> Option<ObjectIdentity> {
+    let b = api.get(name).await.ok()?;
+    b.status?.prep_job.filter(|j| !j.uid.is_empty())
+}
+
+/// UIDs of the Jobs and of their pods that belong to bundle `name`.
+async fn jobs_and_pods(client: &kube::Client, name: &str) -> (Vec<String>, Vec<String>) {
+    let jobs = Api::<Job>::namespaced(client.clone(), OPERATOR_NS)
+        .list(&ListParams::default().labels(&format!("opdev.io/crc-bundle={name}")))
+        .await
+        .expect("list Jobs");
+    let pods = Api::<Pod>::namespaced(client.clone(), OPERATOR_NS)
+        .list(&ListParams::default().labels(&format!("job-name={name}-prep")))
+        .await
+        .expect("list pods");
+    (
+        jobs.items.iter().filter_map(|j| j.uid()).collect(),
+        pods.items.iter().filter_map(|p| p.uid()).collect(),
+    )
+}
+
+/// The live count of `kind` on an operator's `/metrics`.
+async fn live(operator: &Operator, kind: &str) -> Option<i64> {
+    let (code, text) = operator.get_metrics().await;
+    if code != 200 {
+        return None;
+    }
+    let prefix = format!("guestcluster_actors{{kind=\"{kind}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+#[tokio::test]
+async fn a_restarted_operator_resumes_the_same_prep_job() {
+    let world = bare_world();
+    let client = support::client().await;
+    let mut first = operator("first-operator").await;
+
+    let name = support::unique("crc-restart");
+    let dir = world.root.join("served").join(&name);
+    let built = bundles::build(&dir, &BundleSpec::new("4.19.0").with_flaw(Flaw::None))
+        .expect("build test bundle");
+    let archive = format!("{name}/{}", built.file_name);
+    let bundle_url = world
+        .files
+        .publish(&archive, built.archive.clone(), Fault::None);
+    let hold = world.files.hold(&archive);
+    let sha_url = world.files.publish(
+        &format!("{name}/sha256sum.txt"),
+        built.sha256sum_txt.clone(),
+        Fault::None,
+    );
+    let spec: CRCBundleSpec = serde_json::from_value(serde_json::json!({
+        "version": "4.19.0", "bundleURL": bundle_url, "sha256URL": sha_url, "goldenVolumeSize": "1Gi"
+    }))
+    .unwrap();
+    let api = Api::<CRCBundle>::all(client.clone());
+    api.create(&PostParams::default(), &CRCBundle::new(&name, spec))
+        .await
+        .expect("create CRCBundle");
+
+    let recorded = wait_long("prep Job recorded with its UID", || {
+        recorded_job(&api, &name)
+    })
+    .await;
+    wait_for("the prep Job's pod downloading", || async {
+        (world.files.requests(&archive) >= 1).then_some(())
+    })
+    .await;
+    wait_for("the first operator runs the prep Job's child", || async {
+        (live(&first, PrepJob::KIND).await? >= 1).then_some(())
+    })
+    .await;
+    let (jobs, pods) = jobs_and_pods(&client, &name).await;
+    assert_eq!(jobs, std::slice::from_ref(&recorded.uid));
+    assert_eq!(pods.len(), 1, "one pod: {pods:?}");
+
+    first.kill();
+    let second = operator("second-operator").await;
+    wait_long("the second operator runs the prep Job's child", || async {
+        (live(&second, PrepJob::KIND).await? >= 1).then_some(())
+    })
+    .await;
+    // A child is started only at the end of a pass of its bundle's actor, from the identity in
+    // status: the second operator has decided on the bundle. The recorded identity and the
+    // cluster still hold exactly the one Job and its pod.
+    assert_eq!(recorded_job(&api, &name).await, Some(recorded.clone()));
+    assert_eq!(jobs_and_pods(&client, &name).await, (jobs, pods.clone()));
+
+    hold.release();
+    let b = wait_long("bundle Ready", || async {
+        let b = api.get(&name).await.ok()?;
+        (b.status.as_ref()?.phase == Some(BundlePhase::Ready)).then_some(b)
+    })
+    .await;
+    assert_eq!(
+        b.status.unwrap().sha256.as_deref(),
+        Some(built.sha256.as_str()),
+        "the one download finished the bundle"
+    );
+    assert!(
+        !second.log().contains("CreatePrepJob"),
+        "the second operator created no prep Job:\n{}",
+        second.log()
+    );
+    api.delete(&name, &DeleteParams::default()).await.unwrap();
+}
