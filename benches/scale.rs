@@ -244,6 +244,16 @@ async fn create_objects(client: &kube::Client, n: usize, args: &Args) {
         .create(&PostParams::default(), &ns)
         .await
         .expect("namespace");
+    // The namespace's pull secret, so instances wait for their bundles (not for the secret).
+    let pull: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": guestcluster::api::template::DEFAULT_PULL_SECRET},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": "{\"auths\":{}}"}}))
+    .unwrap();
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), NAMESPACE)
+        .create(&PostParams::default(), &pull)
+        .await
+        .expect("pull secret");
     let version = |i: usize| format!("4.16.{}", i % args.bundles);
     let bundles: Api<CRCBundle> = Api::all(client.clone());
     for b in 0..args.bundles {

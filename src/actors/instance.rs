@@ -140,17 +140,35 @@ impl ObjectActor for InstanceActor {
         }
     }
 
+    /// VMIs labelled with an instance's name wake it; so does a user Secret it names.
     fn related_events(ctx: &Arc<Context>) -> Vec<RelatedEvents<ClusterInstance>> {
-        vec![related_events(
-            Api::<VirtualMachineInstance>::all(ctx.client.clone()),
-            |vmi: &VirtualMachineInstance| {
-                let name = vmi.labels().get(CLUSTER_INSTANCE)?.clone();
-                Some(Related::new(
-                    vmi.namespace()?,
-                    move |i: &ClusterInstance| i.name_any() == name,
-                ))
-            },
-        )]
+        let c = &ctx.client;
+        vec![
+            // Metadata only: the label is all the mapping reads.
+            related_events(
+                Api::<PartialObjectMeta<VirtualMachineInstance>>::all(c.clone()),
+                |vmi: &PartialObjectMeta<VirtualMachineInstance>| {
+                    let name = vmi.labels().get(CLUSTER_INSTANCE)?.clone();
+                    Some(Related::new(
+                        vmi.namespace()?,
+                        move |i: &ClusterInstance| i.name_any() == name,
+                    ))
+                },
+            ),
+            // Users' Secrets carry none of our labels: every Secret is watched, metadata only
+            // and never stored, so a pull secret or `bundleSSHKeyRef` Secret created (or fixed)
+            // wakes the instances that named it instead of a timer.
+            related_events(
+                Api::<PartialObjectMeta<Secret>>::all(c.clone()),
+                |secret: &PartialObjectMeta<Secret>| {
+                    let name = Some(secret.name_any());
+                    Some(Related::new(
+                        secret.namespace()?,
+                        move |i: &ClusterInstance| crc::user_secret_names(i).contains(&name),
+                    ))
+                },
+            ),
+        ]
     }
 
     async fn reconcile(instance: &ClusterInstance, ctx: &Arc<Context>) -> Result<Next, Error> {

@@ -34,7 +34,7 @@ use kube::{Resource, ResourceExt};
 
 use super::context::Context;
 use crate::api::instance::{ClusterInstance, ClusterInstanceStatus};
-pub use plan::{UNWATCHED_RECHECK, bundle_name, is_manual, pull_secret_name};
+pub use plan::{UNWATCHED_RECHECK, bundle_name, is_manual, pull_secret_name, user_secret_names};
 
 /// How often a Ready instance re-checks its guest (upstream: 60 s): the guest API's health is
 /// not visible to any watch.

@@ -134,6 +134,16 @@ impl Stop {
         }
     }
 
+    /// Failed on a user's Secret (the pull secret, `bundleSSHKeyRef`): Secrets in the
+    /// instance's namespace are watched by name (metadata only), so creating or fixing it wakes
+    /// the instance; no timer.
+    fn failed_on_secret(reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            requeue: None,
+            ..Self::failed(reason, message)
+        }
+    }
+
     /// A write-ahead status change that must land before the next create.
     fn recorded(message: impl Into<String>) -> Self {
         Self {
@@ -226,6 +236,23 @@ pub fn is_manual(instance: &ClusterInstance) -> bool {
 }
 
 /// The pull secret the template names, or upstream's default.
+/// The user Secrets (in the instance's namespace) whose creation or change can unblock it: the
+/// pull secret, and on the manual path the `bundleSSHKeyRef` Secret.
+pub fn user_secret_names(instance: &ClusterInstance) -> [Option<String>; 2] {
+    let manual_key = is_manual(instance)
+        .then(|| {
+            instance
+                .spec
+                .template
+                .bundle_ssh_key_ref
+                .as_ref()
+                .and_then(LocalRef::name)
+                .map(str::to_owned)
+        })
+        .flatten();
+    [Some(pull_secret_name(instance)), manual_key]
+}
+
 pub fn pull_secret_name(instance: &ClusterInstance) -> String {
     instance
         .spec
@@ -506,7 +533,7 @@ impl<'a> Walk<'a> {
         if ok {
             return Ok(name);
         }
-        Err(Stop::failed(
+        Err(Stop::failed_on_secret(
             reasons::INVALID_PULL_SECRET,
             format!(
                 "pull secret {ns}/{name} is missing or has no {key}: create it with \
@@ -529,7 +556,7 @@ impl<'a> Walk<'a> {
             ));
         };
         let missing = |detail: String| {
-            Stop::failed(
+            Stop::failed_on_secret(
                 reasons::MISSING_BUNDLE_SSH_KEY,
                 format!(
                     "{detail}: the manual path needs bundleSSHKeyRef naming a Secret with one of {}",

@@ -690,6 +690,15 @@ fn a_ready_instance_whose_vmi_stopped_waits_for_kubevirt() {
 }
 
 #[test]
+fn the_user_secrets_an_instance_waits_for_are_its_pull_secret_and_manual_key() {
+    let w = World::turnkey();
+    assert_eq!(
+        super::user_secret_names(&w.instance),
+        [Some("pull-secret".to_owned()), None]
+    );
+}
+
+#[test]
 fn a_missing_or_empty_pull_secret_fails_with_the_command_to_create_it() {
     for pull in [
         None,
@@ -703,6 +712,8 @@ fn a_missing_or_empty_pull_secret_fails_with_the_command_to_create_it() {
         let p = w.pass();
         assert_eq!(stop(&p).reason, reasons::INVALID_PULL_SECRET);
         assert!(stop(&p).failed);
+        // The Secret watch (by name, metadata only) wakes the instance: no timer.
+        assert_eq!(stop(&p).requeue, None);
         assert!(
             stop(&p)
                 .message
@@ -730,6 +741,7 @@ fn the_manual_path_needs_a_release_image_and_a_key_secret() {
     let mut w = manual(json!({"releaseImage": "https://mirror/crc.img"}));
     let p = w.pass();
     assert_eq!(stop(&p).reason, reasons::MISSING_BUNDLE_SSH_KEY);
+    assert_eq!(stop(&p).requeue, None);
     assert!(stop(&p).message.contains("bundleSSHKeyRef is not set"));
 
     let mut w = manual(
