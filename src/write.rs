@@ -171,14 +171,7 @@ pub async fn create_new<K>(api: &Api<K>, obj: &K) -> Result<bool, kube::Error>
 where
     K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
 {
-    let sent = serde_json::to_value(obj).map_err(kube::Error::SerdeError)?;
-    let body = serde_json::to_vec(&sent).map_err(kube::Error::SerdeError)?;
-    let request = Request::new(api.resource_url()).create(&PostParams::default(), body);
-    match send_read_back(api, request, &sent, "").await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
-        Err(e) => Err(e),
-    }
+    Ok(create_stored(api, obj).await?.is_some())
 }
 
 /// [`create`], returning the UID of the object under `obj`'s name afterwards: the one this call
@@ -188,15 +181,26 @@ pub async fn create_uid<K>(api: &Api<K>, obj: &K) -> Result<Option<String>, kube
 where
     K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
 {
+    match create_stored(api, obj).await? {
+        Some(stored) => Ok(stored["metadata"]["uid"].as_str().map(str::to_owned)),
+        None => {
+            let name = obj.meta().name.clone().unwrap_or_default();
+            Ok(api.get_opt(&name).await?.and_then(|o| o.meta().uid.clone()))
+        }
+    }
+}
+
+/// Creates `obj` and returns what was stored; `None` when one of that name existed.
+async fn create_stored<K>(api: &Api<K>, obj: &K) -> Result<Option<Value>, kube::Error>
+where
+    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+{
     let sent = serde_json::to_value(obj).map_err(kube::Error::SerdeError)?;
     let body = serde_json::to_vec(&sent).map_err(kube::Error::SerdeError)?;
     let request = Request::new(api.resource_url()).create(&PostParams::default(), body);
     match send_read_back(api, request, &sent, "").await {
-        Ok(stored) => Ok(stored["metadata"]["uid"].as_str().map(str::to_owned)),
-        Err(kube::Error::Api(status)) if status.code == 409 => {
-            let name = obj.meta().name.clone().unwrap_or_default();
-            Ok(api.get_opt(&name).await?.and_then(|o| o.meta().uid.clone()))
-        }
+        Ok(stored) => Ok(Some(stored)),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(None),
         Err(e) => Err(e),
     }
 }

@@ -283,13 +283,8 @@ impl<A: ObjectActor> Actor for ObjectWorker<A> {
         event: SupervisionEvent,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let (cell, why) = match &event {
-            SupervisionEvent::ActorFailed(cell, err) => (cell, format!("failed: {err}")),
-            SupervisionEvent::ActorTerminated(cell, _, reason) => (
-                cell,
-                format!("terminated: {}", reason.as_deref().unwrap_or("no reason")),
-            ),
-            _ => return Ok(()),
+        let Some((cell, why)) = exit_of(&event) else {
+            return Ok(());
         };
         state
             .children
@@ -685,13 +680,8 @@ where
         event: SupervisionEvent,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let (cell, why) = match &event {
-            SupervisionEvent::ActorFailed(cell, err) => (cell, format!("failed: {err}")),
-            SupervisionEvent::ActorTerminated(cell, _, reason) => (
-                cell,
-                format!("terminated: {}", reason.as_deref().unwrap_or("no reason")),
-            ),
-            _ => return Ok(()),
+        let Some((cell, why)) = exit_of(&event) else {
+            return Ok(());
         };
         // Children we stopped on purpose were removed from `by_actor` already.
         let Some(uid) = state.by_actor.remove(&cell.get_id()) else {
@@ -941,6 +931,18 @@ fn applied<K: Resource<DynamicType = ()>>(obj: &K) -> Option<SupervisorMsg<K>> {
         uid,
         key: ObjectRef::from_obj(obj),
     })
+}
+
+/// The child that stopped and why, for a supervision event that says a child stopped.
+fn exit_of(event: &SupervisionEvent) -> Option<(&ractor::ActorCell, String)> {
+    match event {
+        SupervisionEvent::ActorFailed(cell, err) => Some((cell, format!("failed: {err}"))),
+        SupervisionEvent::ActorTerminated(cell, _, reason) => Some((
+            cell,
+            format!("terminated: {}", reason.as_deref().unwrap_or("no reason")),
+        )),
+        _ => None,
+    }
 }
 
 /// Name under which the supervisor of `A` is registered.
