@@ -117,6 +117,22 @@ fn main() {
             println!("  {verb:>7} {resource:<40} {count:>8.0}");
         }
     }
+    for r in &reports {
+        println!();
+        println!(
+            "Requests per second by verb and resource while idle with {} instances (operator and cluster):",
+            r.instances
+        );
+        let mut rows: Vec<_> = r
+            .idle_by_verb_resource
+            .iter()
+            .filter(|(_, n)| **n > 0.0)
+            .collect();
+        rows.sort_by(|a, b| b.1.total_cmp(a.1));
+        for ((verb, resource), rate) in rows {
+            println!("  {verb:>7} {resource:<40} {rate:>8.2}");
+        }
+    }
     if let Some(summary) = handoffs {
         println!();
         println!(
@@ -154,6 +170,8 @@ struct Report {
     steady_rss_kib: u64,
     baseline_rate: f64,
     idle_rate: f64,
+    /// Requests by verb and resource while idle (operator running), per second.
+    idle_by_verb_resource: BTreeMap<(String, String), f64>,
     convergence_total: f64,
     by_verb_resource: BTreeMap<(String, String), f64>,
 }
@@ -163,11 +181,15 @@ async fn run(n: usize, args: &Args) -> Report {
         "[scale] {n} instances, operator {}: starting a control plane",
         operator_binary().display()
     );
-    let cp = testenv::ControlPlane::start(Default::default())
-        .await
-        .unwrap_or_else(|e| {
-            panic!("the control plane did not start: {e} (run `make controlplane`)")
-        });
+    // No kube-controller-manager: its reactions to the operator's objects (a PersistentVolume
+    // binder retrying unbindable claims, a Job controller retrying pods) are the cluster's
+    // traffic, not the operator's, and would drown the operator's own idle rate.
+    let cp = testenv::ControlPlane::start(testenv::Options {
+        controller_manager: false,
+        ..Default::default()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("the control plane did not start: {e} (run `make controlplane`)"));
     let client = cp.client().expect("client");
     sim::platform::ensure(&client)
         .await
@@ -221,6 +243,37 @@ async fn run(n: usize, args: &Args) -> Report {
     tokio::time::sleep(args.idle).await;
     let after = request_counts(&client).await;
     let idle_rate = total(&after, &before) / args.idle.as_secs_f64();
+    let idle_by_verb_resource = delta(&after, &before)
+        .into_iter()
+        .map(|(k, v)| (k, v / args.idle.as_secs_f64()))
+        .collect();
+    // What the objects wait for, so the idle figure can be read against it.
+    for (kind, status) in [
+        ("ClusterInstance scale/crc-0", {
+            let i = Api::<ClusterInstance>::namespaced(client.clone(), NAMESPACE)
+                .get("crc-0")
+                .await
+                .expect("instance");
+            serde_json::to_value(i.status).unwrap_or_default()
+        }),
+        ("CRCBundle crc-4.16.0-amd64", {
+            let b = Api::<CRCBundle>::all(client.clone())
+                .get("crc-4.16.0-amd64")
+                .await
+                .expect("bundle");
+            serde_json::to_value(b.status).unwrap_or_default()
+        }),
+    ] {
+        let ready = status["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+            .cloned()
+            .unwrap_or_default();
+        eprintln!(
+            "[scale] {kind}: phase {}, Ready {} {}: {}",
+            status["phase"], ready["status"], ready["reason"], ready["message"]
+        );
+    }
     let (peak_rss_kib, steady_rss_kib) = operator.rss_kib();
     drop(operator);
     cp.shutdown().await.expect("control plane shutdown");
@@ -231,6 +284,7 @@ async fn run(n: usize, args: &Args) -> Report {
         steady_rss_kib,
         baseline_rate,
         idle_rate,
+        idle_by_verb_resource,
         convergence_total,
         by_verb_resource,
     }
@@ -378,7 +432,18 @@ fn operator_binary() -> std::path::PathBuf {
 
 impl Operator {
     fn start(cp: &testenv::ControlPlane, log: &std::path::Path) -> Self {
-        let child = Command::new(operator_binary())
+        let mut command = Command::new(operator_binary());
+        // A benchmark killed midway must not leave its operator running: it would go on
+        // reconciling, and a later run's control plane on the same port would count its
+        // requests.
+        // SAFETY: prctl is async-signal-safe and touches only the child being started.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = command
             .args(["operator", "--namespace", "default", "--leader-elect=false"])
             .args(["--health-probe-bind-address=0", "--metrics-bind-address=0"])
             .env("KUBECONFIG", cp.kubeconfig_path())

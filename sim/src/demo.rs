@@ -462,7 +462,16 @@ impl RunningOperator {
                 .map_err(|e| Error::Operator(format!("finding a free port: {e}")))
         };
         let (health, metrics) = (free()?, free()?);
-        let child = std::process::Command::new(bin)
+        let mut command = std::process::Command::new(bin);
+        // Dies with this process, so an interrupted run leaves no operator behind.
+        // SAFETY: prctl is async-signal-safe and touches only the child being started.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = command
             .arg("operator")
             .args(["--namespace", OPERATOR_NAMESPACE])
             .arg(format!("--health-probe-bind-address={health}"))

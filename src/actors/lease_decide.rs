@@ -154,9 +154,12 @@ pub fn ttl(lease: &ClusterLease) -> Result<Option<Duration>, DurationError> {
 /// The lease that claims `instance` for its `status.leaseRef` (upstream §4.3): the first lease
 /// (of the instance's namespace) that is not being deleted and whose `status.instanceRef`
 /// names the instance.
-pub fn lease_projection(leases: &[ClusterLease], instance: &str) -> Option<LocalRef> {
+pub fn lease_projection<'a>(
+    leases: impl IntoIterator<Item = &'a ClusterLease>,
+    instance: &str,
+) -> Option<LocalRef> {
     leases
-        .iter()
+        .into_iter()
         .filter(|l| l.metadata.deletion_timestamp.is_none())
         .find(|l| instance_of(l) == Some(instance))
         .map(|l| LocalRef::new(l.name_any()))

@@ -367,14 +367,12 @@ impl Views {
         instance: &str,
     ) -> Result<Option<crate::api::common::LocalRef>, Error> {
         self.ready(View::Leases).await?;
-        let leases: Vec<ClusterLease> = self
-            .leases
-            .state()
+        let leases = self.leases.state();
+        let in_namespace = leases
             .iter()
-            .filter(|l| l.namespace().as_deref() == Some(namespace))
-            .map(|l| ClusterLease::clone(l))
-            .collect();
-        Ok(lease_projection(&leases, instance))
+            .map(|l| l.as_ref())
+            .filter(|l| l.namespace().as_deref() == Some(namespace));
+        Ok(lease_projection(in_namespace, instance))
     }
 }
 
