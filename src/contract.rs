@@ -104,6 +104,67 @@ pub mod agent {
     pub const VMI_UID_KEY: &str = "vmiUID";
 }
 
+/// `guestcluster installer`, the Prepare stage's Job of a build (mission §5, stage 1).
+pub mod installer {
+    use serde::{Deserialize, Serialize};
+
+    /// The release pull spec as given in `spec.build.releaseImage`.
+    pub const ENV_RELEASE_IMAGE: &str = "RELEASE_IMAGE";
+    /// `amd64` or `arm64`.
+    pub const ENV_ARCH: &str = "ARCH";
+    /// Where the installer Secret is mounted (read-only).
+    pub const ENV_INPUTS_DIR: &str = "INPUTS_DIR";
+    /// Where the work PVC is mounted.
+    pub const ENV_WORK_DIR: &str = "WORK_DIR";
+    /// Where the ISO PVC is mounted; the Job writes `disk.img` there.
+    pub const ENV_ISO_DIR: &str = "ISO_DIR";
+
+    /// Keys of the installer Secret, which the operator renders from the admitted inputs.
+    pub const KEY_PULL_SECRET: &str = "pull-secret.json";
+    pub const KEY_GENERATOR_IGNITION: &str = "generator.ign";
+    /// The staging directory: a JSON list of [`StagedFile`].
+    pub const KEY_STAGING: &str = "staging.json";
+
+    /// Under the work PVC: the extracted installer, the staging directory, the stock ISO.
+    pub const WORK_BIN: &str = "bin";
+    pub const WORK_STAGING: &str = "staging";
+    pub const WORK_STOCK_ISO: &str = "rhcos-live.iso";
+
+    /// One file of the staging directory, relative to it (`install-config.yaml`,
+    /// `manifests/…`, `openshift/…`).
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct StagedFile {
+        pub path: String,
+        pub text: String,
+    }
+
+    /// The installer Job's result: its termination message when it succeeds (JSON, one line).
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct Outcome {
+        /// `sha256:…` of the release the pull spec resolved to.
+        pub release_digest: String,
+        /// OpenShift version of the release (`openshift-install version`).
+        pub version: String,
+        pub rhcos_version: String,
+        /// SHA-256 of the stock live ISO, as the stream JSON gives it and as verified.
+        #[serde(rename = "isoSHA256")]
+        pub iso_sha256: String,
+    }
+
+    /// Every reason of a failed installer Job.
+    pub const REASONS: &[&str] = &[
+        "InvalidConfig",
+        "ReleaseUnavailable",
+        "InstallerExtractFailed",
+        "StreamUnavailable",
+        "DownloadFailed",
+        "ChecksumMismatch",
+        "EmbedFailed",
+        "StorageError",
+    ];
+}
+
 #[cfg(test)]
 mod tests {
     use super::bundle_prep::{PERMANENT_REASONS, REASONS, exit_code_of};

@@ -99,8 +99,10 @@ pub fn transition(
 }
 
 /// `False` reasons that mean "working on it", not "something is wrong".
-const PROGRESS_REASONS: [&str; 10] = [
+const PROGRESS_REASONS: [&str; 12] = [
     reasons::PENDING,
+    reasons::BUILDING,
+    reasons::STAGE_SUCCEEDED,
     reasons::PREPARING,
     reasons::REPROVISIONING,
     reasons::CRC_BACKING_PENDING,

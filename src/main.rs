@@ -23,6 +23,14 @@ enum Command {
         #[command(flatten)]
         log: LogArgs,
     },
+    /// Body of a bundle build's installer Job (stage Prepare): resolve the release, extract its
+    /// installer, stage the install directory, fetch and verify the live ISO, embed the
+    /// generator Ignition. Settings come from the environment (see
+    /// `guestcluster::jobs::installer`).
+    Installer {
+        #[command(flatten)]
+        log: LogArgs,
+    },
     /// Body of an instance's crc-agent Job: configure the freshly booted CRC guest and publish
     /// the handoff Secret. Settings come from the environment (see `guestcluster::agent`).
     Agent {
@@ -171,6 +179,10 @@ fn main() -> ExitCode {
         Command::BundlePrep { log } => {
             init_logging(&log);
             return guestcluster::jobs::bundle_prep::main();
+        }
+        Command::Installer { log } => {
+            init_logging(&log);
+            return guestcluster::jobs::installer::main();
         }
         Command::Agent { log } => {
             init_logging(&log);

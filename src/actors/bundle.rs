@@ -5,8 +5,8 @@
 //! metadata, take the prep Job's state from its child's report, decide with
 //! [`super::download::decide`], act, record — the bundle's actor alone writes its status — and
 //! then start (or stop) the prep Job's child from the identity just recorded. Build-sourced
-//! bundles are recorded as observed (`Ready=False reason=Pending`) until the build source
-//! exists; they have no stage in flight.
+//! bundles run the build source ([`super::build`]) the same way, with one child per stage in
+//! flight (the installer Job so far).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -15,7 +15,7 @@ use kube::{Api, ResourceExt};
 use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, ServiceAccount};
 use kube::api::{PartialObjectMeta, PropagationPolicy};
 
 use super::context::Context;
@@ -23,9 +23,10 @@ use super::download::{self, Action, JobState};
 use super::kind_supervisor::{Next, ObjectActor, OwnerEvents, ReconcileError, owner_events};
 use super::stage::Stage;
 use super::stage::children::Children;
+use super::stage::installer_job::InstallerJob;
 use super::stage::prep_job::PrepJob;
-use crate::api::bundle::{BundlePhase, BundleSource, CRCBundle, CRCBundleStatus};
-use crate::api::conditions::{self, reasons, types};
+use crate::api::bundle::{CRCBundle, CRCBundleStatus};
+use crate::api::conditions::reasons;
 use crate::resources;
 use crate::resources::bundle::Names;
 use crate::resources::common::is_controlled_by;
@@ -48,6 +49,8 @@ pub enum Error {
         action: Action,
         source: kube::Error,
     },
+    #[error(transparent)]
+    Build(Box<super::build::Error>),
 }
 
 impl ReconcileError for Error {
@@ -64,7 +67,7 @@ impl ObjectActor for BundleActor {
     type Error = Error;
     type Request = std::convert::Infallible;
     const KIND: &'static str = "crcbundle";
-    const CHILD_KINDS: &'static [&'static str] = &[PrepJob::KIND];
+    const CHILD_KINDS: &'static [&'static str] = &[PrepJob::KIND, InstallerJob::KIND];
 
     /// A pass without stage children: it can record and create, but sees no child's report,
     /// so a recorded prep Job is only waited for.
@@ -78,11 +81,9 @@ impl ObjectActor for BundleActor {
         children: &mut Children,
     ) -> Result<Next, Error> {
         if bundle.spec.build.is_some() {
-            children.stop_all();
-            if let Some(status) = next_status(bundle, Time(Timestamp::now())) {
-                write_status(ctx, bundle, &status).await?;
-            }
-            return Ok(Next::Done);
+            return super::build::pass(bundle, ctx, children)
+                .await
+                .map_err(|e| Error::Build(Box::new(e)));
         }
         download_pass(bundle, ctx, children)
             .await
@@ -110,6 +111,11 @@ impl ObjectActor for BundleActor {
             ),
             owner_events(
                 Api::<PartialObjectMeta<ConfigMap>>::namespaced(client.clone(), ns),
+                "CRCBundle",
+            ),
+            // A build's installer account: its loss fails the attempt.
+            owner_events(
+                Api::<PartialObjectMeta<ServiceAccount>>::namespaced(client.clone(), ns),
                 "CRCBundle",
             ),
         ]
@@ -160,7 +166,7 @@ async fn download_pass(
     Ok(())
 }
 
-async fn write_status(
+pub(super) async fn write_status(
     ctx: &Context,
     bundle: &CRCBundle,
     status: &CRCBundleStatus,
@@ -286,82 +292,4 @@ async fn act(ctx: &Context, bundle: &CRCBundle, action: &Action) -> Result<Optio
         action: action.clone(),
         source,
     })
-}
-
-/// The status of a build-sourced bundle until the build source exists, or `None` when the
-/// current one is already right.
-///
-/// Pure: the decision of what to write is separate from writing it, so it is unit-tested and a
-/// status write never triggers another write (no hot loop on our own watch events).
-pub fn next_status(bundle: &CRCBundle, now: Time) -> Option<CRCBundleStatus> {
-    let current = bundle.status.clone().unwrap_or_default();
-    let generation = bundle.metadata.generation;
-    let mut next = current.clone();
-    next.observed_generation = generation;
-    next.source = Some(BundleSource::Build);
-    next.phase.get_or_insert(BundlePhase::Pending);
-    conditions::set(
-        &mut next.conditions,
-        conditions::new(
-            types::READY,
-            false,
-            reasons::PENDING,
-            "CRCBundle observed; the build source is not implemented in this operator version yet",
-            generation,
-            now,
-        ),
-    );
-    (next != current).then_some(next)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::api::bundle::CRCBundleSpec;
-    use serde_json::json;
-
-    fn bundle(generation: i64) -> CRCBundle {
-        let spec: CRCBundleSpec = serde_json::from_value(json!({"goldenVolumeSize": "80Gi",
-            "build": {"releaseImage": "quay.io/example/release:4.22", "pullSecretRef": {"name": "p"}}}))
-        .unwrap();
-        let mut b = CRCBundle::new("custom", spec);
-        b.metadata.generation = Some(generation);
-        b
-    }
-
-    fn at(secs: i64) -> Time {
-        Time(Timestamp::from_second(secs).unwrap())
-    }
-
-    #[test]
-    fn first_observation_is_pending() {
-        let status = next_status(&bundle(1), at(1)).expect("a status to write");
-        assert_eq!(status.observed_generation, Some(1));
-        assert_eq!(status.phase, Some(BundlePhase::Pending));
-        assert_eq!(status.source, Some(BundleSource::Build));
-        let ready = conditions::find(&status.conditions, types::READY).unwrap();
-        assert_eq!(
-            (ready.status.as_str(), ready.reason.as_str()),
-            ("False", reasons::PENDING)
-        );
-        assert_eq!(ready.observed_generation, Some(1));
-    }
-
-    #[test]
-    fn settled_status_is_not_rewritten() {
-        let mut b = bundle(1);
-        b.status = next_status(&b, at(1));
-        assert_eq!(next_status(&b, at(99)), None);
-    }
-
-    #[test]
-    fn new_generation_is_recorded_without_moving_transition_time() {
-        let mut b = bundle(1);
-        b.status = next_status(&b, at(1));
-        b.metadata.generation = Some(2);
-        let status = next_status(&b, at(50)).expect("generation changed");
-        assert_eq!(status.observed_generation, Some(2));
-        assert_eq!(status.conditions[0].last_transition_time, at(1));
-        assert_eq!(status.conditions[0].observed_generation, Some(2));
-    }
 }

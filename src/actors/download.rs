@@ -107,11 +107,11 @@ pub fn decide(bundle: &CRCBundle, observed: &Observed, namespace: &str, now: Tim
     // The recorded Job, when one of ours may exist under its UID (to be deleted).
     let ours = match &observed.job {
         JobState::Unreported
-        | JobState::Seen(Observation::Progress(_) | Observation::Done | Observation::Failed(_)) => {
-            Some(Action::DeletePrepJob {
-                uid: recorded.uid.clone(),
-            })
-        }
+        | JobState::Seen(
+            Observation::Progress(_) | Observation::Done(_) | Observation::Failed(_),
+        ) => Some(Action::DeletePrepJob {
+            uid: recorded.uid.clone(),
+        }),
         _ => None,
     };
 
@@ -130,7 +130,7 @@ pub fn decide(bundle: &CRCBundle, observed: &Observed, namespace: &str, now: Tim
                 match &observed.job {
                     JobState::Unreported => {}
                     JobState::Seen(
-                        Observation::Progress(_) | Observation::Done | Observation::Failed(_),
+                        Observation::Progress(_) | Observation::Done(_) | Observation::Failed(_),
                     ) => {
                         actions.extend(ours);
                     }
@@ -215,7 +215,7 @@ pub fn decide(bundle: &CRCBundle, observed: &Observed, namespace: &str, now: Tim
                     );
                     return Decision { status, actions };
                 }
-                JobState::Seen(Observation::Done)
+                JobState::Seen(Observation::Done(_))
                     if observed.ssh_secret && observed.metadata.is_some() =>
                 {
                     if let Some(metadata) = &observed.metadata {
@@ -391,7 +391,7 @@ mod tests {
         let mut b = preparing();
         let unreported = Observed {
             job: JobState::Unreported,
-            ..seen(Observation::Done)
+            ..seen(Observation::Done(String::new()))
         };
         assert!(
             step(&mut b, &unreported).is_empty(),
@@ -489,7 +489,7 @@ mod tests {
         let mut b = preparing();
         let waiting_for_key = Observed {
             metadata: Some(metadata()),
-            ..seen(Observation::Done)
+            ..seen(Observation::Done(String::new()))
         };
         assert!(
             step(&mut b, &waiting_for_key).is_empty(),
@@ -569,7 +569,7 @@ mod tests {
             golden_pvc: true,
             ssh_secret: false,
             metadata: Some(metadata()),
-            job: JobState::Seen(Observation::Done),
+            job: JobState::Seen(Observation::Done(String::new())),
             ..Default::default()
         };
         assert_eq!(

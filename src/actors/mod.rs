@@ -4,7 +4,8 @@
 //! root
 //! ├── supervisor/crcbundle        one watcher + reflector for CRCBundles
 //! │   └── crcbundle/<uid>         one actor per bundle; supervises its stage children
-//! │       └── crcbundle.prepjob/<uid>  follows the prep Job recorded in status (stage/)
+//! │       ├── crcbundle.prepjob/<uid>       follows the prep Job recorded in status (stage/)
+//! │       └── crcbundle.installerjob/<uid>  follows a build's installer Job (stage/)
 //! ├── supervisor/clusterinstance  one watcher + reflector for ClusterInstances (+ Namespaces)
 //! │   └── clusterinstance/<uid>   one actor per instance
 //! ├── supervisor/clusterpool      one watcher + reflector for ClusterPools (+ Namespaces,
@@ -22,6 +23,7 @@
 //! harmless, and so is killing any actor or the whole process.
 
 pub mod backoff;
+pub mod build;
 pub mod bundle;
 pub mod claims;
 pub mod context;

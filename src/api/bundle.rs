@@ -409,6 +409,10 @@ pub struct BuildStatus {
     /// Attempt id, also the `guestcluster.opdev.io/build-attempt` label of every temporary object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt: Option<i32>,
+    /// The value of the annotation `guestcluster.opdev.io/retry` when the attempt started; a
+    /// failed attempt is retried when the annotation takes another value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<String>,
     /// Current stage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage: Option<BuildStage>,
@@ -457,6 +461,9 @@ pub struct BuildResources {
     pub installer_auth_secret: Option<ObjectIdentity>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account: Option<ObjectIdentity>,
+    /// Holds the extracted installer, the staging directory and the downloaded live ISO.
+    #[serde(default, rename = "workPVC", skip_serializing_if = "Option::is_none")]
+    pub work_pvc: Option<ObjectIdentity>,
     #[serde(default, rename = "isoPVC", skip_serializing_if = "Option::is_none")]
     pub iso_pvc: Option<ObjectIdentity>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -99,6 +99,22 @@ pub mod reasons {
     // Build source (mission §5).
     pub const RESOURCE_REPLACED: &str = "ResourceReplaced";
     pub const RESOURCE_LOST: &str = "ResourceLost";
+    /// Admit: a referenced Secret or ConfigMap does not exist.
+    pub const INPUT_NOT_FOUND: &str = "InputNotFound";
+    /// Admit: a referenced object lacks the key the build reads (or has no data at all).
+    pub const INPUT_KEY_MISSING: &str = "InputKeyMissing";
+    /// Admit: a manifest key is not a stream of named Kubernetes objects.
+    pub const INVALID_MANIFEST: &str = "InvalidManifest";
+    /// An input changed after its digest was recorded in `status.inputs`.
+    pub const INPUTS_CHANGED: &str = "InputsChanged";
+    /// A build attempt is working on a stage; the message says which and on what.
+    pub const BUILDING: &str = "Building";
+    /// The installer Job failed; the message carries its termination message.
+    pub const INSTALLER_JOB_FAILED: &str = "InstallerJobFailed";
+    /// The build ran past `spec.build.deadline`.
+    pub const BUILD_DEADLINE_EXCEEDED: &str = "BuildDeadlineExceeded";
+    /// A stage finished.
+    pub const STAGE_SUCCEEDED: &str = "StageSucceeded";
     // Event-only reasons (notable decisions, not conditions).
     /// The root disk was made larger than `rootVolumeSize` to hold the golden disk.
     pub const ROOT_VOLUME_RAISED: &str = "RootVolumeRaised";

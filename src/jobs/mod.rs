@@ -1,4 +1,5 @@
 //! The bodies of the Jobs the operator runs, one subcommand each (`guestcluster <job>`).
 
 pub mod bundle_prep;
+pub mod installer;
 pub mod termination;

@@ -111,7 +111,12 @@ impl Default for JobSettings {
     }
 }
 
-fn pvc(name: &str, bundle: &CRCBundle, namespace: &str, size: &str) -> PersistentVolumeClaim {
+pub(super) fn pvc(
+    name: &str,
+    bundle: &CRCBundle,
+    namespace: &str,
+    size: &str,
+) -> PersistentVolumeClaim {
     PersistentVolumeClaim {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),

@@ -1,6 +1,7 @@
 //! Pure builders: a spec plus identities in, a Kubernetes object out. No I/O, so every object the
 //! operator creates is unit-tested (golden YAML under `src/resources/golden/`).
 
+pub mod build;
 pub mod bundle;
 pub mod common;
 pub mod instance;

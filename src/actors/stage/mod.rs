@@ -22,6 +22,7 @@
 
 pub mod actor;
 pub mod children;
+pub mod installer_job;
 pub mod prep_job;
 
 use std::fmt::Debug;
@@ -40,8 +41,9 @@ use crate::resources::common::is_controlled_by;
 pub enum Observation {
     /// The object is ours and still working; what it is doing.
     Progress(String),
-    /// The object is ours and finished its work.
-    Done,
+    /// The object is ours and finished its work; what it reported (a Job's termination
+    /// message, empty when it wrote none).
+    Done(String),
     /// The object is ours and failed; the detail a person can act on.
     Failed(String),
     /// No object under the recorded name.
@@ -238,7 +240,7 @@ mod tests {
             assert!(message.contains("job-2"), "{message}");
         }
         for fine in [
-            Observation::Done,
+            Observation::Done(String::new()),
             Observation::Progress("x".into()),
             Observation::Failed("y".into()),
         ] {

@@ -43,7 +43,7 @@ pub fn outcome(job: &Job) -> Observation {
             continue;
         }
         match condition.type_.as_str() {
-            "Complete" => return Observation::Done,
+            "Complete" => return Observation::Done(String::new()),
             "Failed" => {
                 let reason = condition.reason.clone().unwrap_or_else(|| "Failed".into());
                 let message = condition.message.clone().unwrap_or_default();
@@ -53,7 +53,7 @@ pub fn outcome(job: &Job) -> Observation {
         }
     }
     if status.succeeded.unwrap_or(0) > 0 {
-        return Observation::Done;
+        return Observation::Done(String::new());
     }
     let limit = job.spec.as_ref().and_then(|s| s.backoff_limit).unwrap_or(6);
     match status.failed {
@@ -66,11 +66,26 @@ pub fn outcome(job: &Job) -> Observation {
     }
 }
 
-/// The termination message of the Job's most recent failed pod (`<Reason>: <message>`).
-async fn last_failure(
+/// The termination message of the Job's most recent failed pod (`<Reason>: <message>`): its
+/// last line, where a failing program writes its reason.
+pub(super) async fn last_failure(
     client: &kube::Client,
     ns: &str,
     job: &str,
+) -> Result<Option<String>, kube::Error> {
+    let message = termination_message(client, ns, job, |code| code != 0).await?;
+    Ok(message
+        .map(|m| m.lines().last().unwrap_or_default().trim().to_owned())
+        .filter(|m| !m.is_empty()))
+}
+
+/// The termination message of the Job's most recent pod whose container exited with a code
+/// `exit` accepts.
+pub(super) async fn termination_message(
+    client: &kube::Client,
+    ns: &str,
+    job: &str,
+    exit: impl Fn(i32) -> bool,
 ) -> Result<Option<String>, kube::Error> {
     let pods = Api::<Pod>::namespaced(client.clone(), ns)
         .list(&ListParams::default().labels(&format!("job-name={job}")))
@@ -84,11 +99,9 @@ async fn last_failure(
                 .flat_map(|s| s.container_statuses.iter().flatten())
         })
         .filter_map(|c| c.state.as_ref()?.terminated.as_ref())
-        .filter(|t| t.exit_code != 0)
+        .filter(|t| exit(t.exit_code))
         .max_by_key(|t| t.finished_at.as_ref().map(|f| f.0))
-        .and_then(|t| t.message.as_ref())
-        .map(|m| m.lines().last().unwrap_or_default().trim().to_owned())
-        .filter(|m| !m.is_empty()))
+        .and_then(|t| t.message.clone()))
 }
 
 #[cfg(test)]
@@ -109,7 +122,7 @@ mod tests {
             outcome(&job(
                 serde_json::json!({"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]})
             )),
-            Observation::Done
+            Observation::Done(String::new())
         );
         assert_eq!(
             outcome(&job(
@@ -123,7 +136,7 @@ mod tests {
     fn counters_decide_without_conditions() {
         assert_eq!(
             outcome(&job(serde_json::json!({"succeeded": 1}))),
-            Observation::Done
+            Observation::Done(String::new())
         );
         assert_eq!(
             outcome(&job(serde_json::json!({"failed": 3}))),

@@ -781,6 +781,20 @@ fn sync_dir(dir: &Path) -> Result<(), PrepError> {
 
 /// The `bundle-prep` subcommand: runs, reports, and returns the exit code (0, or 10 + the
 /// reason's index in [`REASONS`](crate::contract::bundle_prep::REASONS)). Logging must already be set up.
+/// Downloads `url` into `dest` (continuing from the bytes already there) and returns the file's
+/// hex SHA-256: the download of this Job, for the other Jobs that fetch large files.
+pub async fn download_to(
+    url: &str,
+    dest: &Path,
+    max: u64,
+    http: &HttpOptions,
+) -> Result<String, PrepError> {
+    download::Client::new(http.clone())
+        .download(url, dest, max)
+        .await
+        .map(|downloaded| downloaded.sha256)
+}
+
 pub fn main() -> ExitCode {
     let result = Config::from_env().and_then(|config| {
         let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -1,0 +1,409 @@
+//! Stage 0 of a build, Admit, as a pure function: the build's inputs as read from the operator
+//! namespace in, their digests (never their contents) out, or the first input that is missing or
+//! unusable, named with its object and key.
+//!
+//! The digests go to `status.inputs` before any object of the attempt exists. Every later pass
+//! that needs the contents admits them again and compares ([`Admitted::inputs`] with the recorded
+//! ones): an input edited after the build started fails the attempt instead of building
+//! something other than what the status says.
+
+use std::collections::BTreeMap;
+
+use sha2::{Digest, Sha256};
+
+use crate::api::bundle::{BuildInputs, BuildSpec, ManifestDigest, ManifestRef, ManifestSourceKind};
+use crate::api::conditions::reasons;
+use crate::manifests;
+use crate::resources::profile::inputs::{self, PullSecret};
+
+/// The key of a pull secret Secret (`kubernetes.io/dockerconfigjson`).
+pub const PULL_SECRET_KEY: &str = ".dockerconfigjson";
+
+/// Why the inputs cannot start a build. Every message names the object (and key) and what to do;
+/// none carries an input's contents.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum Error {
+    #[error(
+        "Secret {namespace}/{name} named in spec.build.pullSecretRef does not exist; create it with the key {PULL_SECRET_KEY}"
+    )]
+    PullSecretNotFound { namespace: String, name: String },
+    #[error(
+        "Secret {namespace}/{name} named in spec.build.pullSecretRef has no key {PULL_SECRET_KEY}; add the registry pull secret under that key"
+    )]
+    PullSecretKeyMissing { namespace: String, name: String },
+    #[error(
+        "the key {PULL_SECRET_KEY} of Secret {namespace}/{name} is not a registry pull secret: {problem}"
+    )]
+    PullSecretInvalid {
+        namespace: String,
+        name: String,
+        problem: inputs::Error,
+    },
+    /// `object` is `<Kind> <namespace>/<name>`.
+    #[error("{object} named in spec.build.{field} does not exist; create it")]
+    ManifestSourceNotFound { field: &'static str, object: String },
+    #[error(
+        "{object} named in spec.build.{field} has no data keys; every key holds one YAML manifest stream"
+    )]
+    ManifestSourceEmpty { field: &'static str, object: String },
+    #[error("key {key:?} of {object} (spec.build.{field}) is not a manifest stream: {problem}")]
+    ManifestInvalid {
+        field: &'static str,
+        object: String,
+        key: String,
+        problem: String,
+    },
+}
+
+impl Error {
+    /// The condition reason of the failure.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::PullSecretNotFound { .. } | Error::ManifestSourceNotFound { .. } => {
+                reasons::INPUT_NOT_FOUND
+            }
+            Error::PullSecretKeyMissing { .. } | Error::ManifestSourceEmpty { .. } => {
+                reasons::INPUT_KEY_MISSING
+            }
+            Error::PullSecretInvalid { .. } => reasons::INVALID_PULL_SECRET,
+            Error::ManifestInvalid { .. } => reasons::INVALID_MANIFEST,
+        }
+    }
+}
+
+/// One referenced manifest source as read: its data keys and values (a Secret's decoded), or
+/// `None` when the object does not exist.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Source {
+    pub reference: ManifestRef,
+    pub data: Option<BTreeMap<String, Vec<u8>>>,
+}
+
+/// Everything Admit reads, in the order of the spec.
+#[derive(Clone, Debug, Default)]
+pub struct Read {
+    /// The data of the pull secret Secret, or `None` when it does not exist.
+    pub pull_secret: Option<BTreeMap<String, Vec<u8>>>,
+    pub installation: Vec<Source>,
+    pub post_install: Vec<Source>,
+}
+
+/// One manifest file an input holds: `<source>/<key>`, as the installer Job writes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Manifest {
+    pub source: String,
+    pub key: String,
+    pub text: String,
+}
+
+/// Admitted inputs: the digests for the status and the contents for the stages that use them.
+#[derive(Clone, Debug)]
+pub struct Admitted {
+    pub inputs: BuildInputs,
+    pub pull_secret: PullSecret,
+    pub installation_manifests: Vec<Manifest>,
+    pub post_install_manifests: Vec<Manifest>,
+}
+
+/// Checks and digests the inputs of `spec`, read from `namespace`.
+pub fn admit(spec: &BuildSpec, namespace: &str, read: &Read) -> Result<Admitted, Error> {
+    let secret_name = spec.pull_secret_ref.name.clone();
+    let data = read
+        .pull_secret
+        .as_ref()
+        .ok_or_else(|| Error::PullSecretNotFound {
+            namespace: namespace.to_owned(),
+            name: secret_name.clone(),
+        })?;
+    let bytes = data
+        .get(PULL_SECRET_KEY)
+        .filter(|b| !b.is_empty())
+        .ok_or_else(|| Error::PullSecretKeyMissing {
+            namespace: namespace.to_owned(),
+            name: secret_name.clone(),
+        })?;
+    let pull_secret = std::str::from_utf8(bytes)
+        .map_err(|_| inputs::Error::PullSecretNotJson)
+        .and_then(PullSecret::parse)
+        .map_err(|problem| Error::PullSecretInvalid {
+            namespace: namespace.to_owned(),
+            name: secret_name,
+            problem,
+        })?;
+    let (installation_digests, installation_manifests) =
+        manifest_sources("installationManifestRefs", namespace, &read.installation)?;
+    let (post_install_digests, post_install_manifests) =
+        manifest_sources("postInstallManifestRefs", namespace, &read.post_install)?;
+    Ok(Admitted {
+        inputs: BuildInputs {
+            pull_secret_sha256: Some(hex_sha256(bytes)),
+            installation_manifests: installation_digests,
+            post_install_manifests: post_install_digests,
+            profile: Some(spec.profile.as_str().to_owned()),
+        },
+        pull_secret,
+        installation_manifests,
+        post_install_manifests,
+    })
+}
+
+fn manifest_sources(
+    field: &'static str,
+    namespace: &str,
+    sources: &[Source],
+) -> Result<(Vec<ManifestDigest>, Vec<Manifest>), Error> {
+    let mut digests = Vec::with_capacity(sources.len());
+    let mut manifests = Vec::new();
+    for source in sources {
+        let kind = kind_name(source.reference.kind);
+        let name = source.reference.name.clone();
+        let object = format!("{kind} {namespace}/{name}");
+        let data = source
+            .data
+            .as_ref()
+            .ok_or_else(|| Error::ManifestSourceNotFound {
+                field,
+                object: object.clone(),
+            })?;
+        if data.is_empty() {
+            return Err(Error::ManifestSourceEmpty { field, object });
+        }
+        for (key, value) in data {
+            let invalid = |problem: String| Error::ManifestInvalid {
+                field,
+                object: object.clone(),
+                key: key.clone(),
+                problem,
+            };
+            let text =
+                std::str::from_utf8(value).map_err(|_| invalid("it is not UTF-8 text".into()))?;
+            check_manifest_stream(text).map_err(invalid)?;
+            manifests.push(Manifest {
+                source: name.clone(),
+                key: key.clone(),
+                text: text.to_owned(),
+            });
+        }
+        digests.push(ManifestDigest {
+            name,
+            kind: kind.to_owned(),
+            sha256: data_sha256(data),
+        });
+    }
+    Ok((digests, manifests))
+}
+
+/// A key must hold at least one object, and every object needs `apiVersion`, `kind` and
+/// `metadata.name`: the installer and the guest API refuse anything less, hours later.
+fn check_manifest_stream(text: &str) -> Result<(), String> {
+    let objects = manifests::parse(text).map_err(|e| e.to_string())?;
+    if objects.is_empty() {
+        return Err("it holds no YAML document".into());
+    }
+    for (index, object) in objects.iter().enumerate() {
+        if object
+            .metadata
+            .name
+            .as_deref()
+            .unwrap_or_default()
+            .is_empty()
+        {
+            let kind = object.types.as_ref().map_or("", |t| t.kind.as_str());
+            return Err(format!("document {index} ({kind}) has no metadata.name"));
+        }
+    }
+    Ok(())
+}
+
+fn kind_name(kind: ManifestSourceKind) -> &'static str {
+    match kind {
+        ManifestSourceKind::ConfigMap => "ConfigMap",
+        ManifestSourceKind::Secret => "Secret",
+    }
+}
+
+/// Lower-case hex SHA-256 of `bytes`.
+pub fn hex_sha256(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+/// SHA-256 over an object's data in key order, each key and value length-prefixed (8 bytes, big
+/// endian), so no two different maps share a digest.
+pub fn data_sha256(data: &BTreeMap<String, Vec<u8>>) -> String {
+    let mut hasher = Sha256::new();
+    for (key, value) in data {
+        for part in [key.as_bytes(), value.as_slice()] {
+            hasher.update((part.len() as u64).to_be_bytes());
+            hasher.update(part);
+        }
+    }
+    hex(&hasher.finalize())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const NS: &str = "guestcluster-system";
+    const PULL: &str = r#"{"auths":{"quay.io":{"auth":"c2VjcmV0"}}}"#;
+    const MACHINECONFIG: &str = "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n  name: 99-custom\n";
+
+    fn spec() -> BuildSpec {
+        serde_json::from_value(json!({"releaseImage": "quay.io/example/release:4.22",
+            "pullSecretRef": {"name": "pull"},
+            "installationManifestRefs": [{"name": "mcs"}],
+            "postInstallManifestRefs": [{"name": "extra", "kind": "Secret"}]}))
+        .unwrap()
+    }
+
+    fn data(pairs: &[(&str, &str)]) -> Option<BTreeMap<String, Vec<u8>>> {
+        Some(
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.as_bytes().to_vec()))
+                .collect(),
+        )
+    }
+
+    fn read() -> Read {
+        let spec = spec();
+        Read {
+            pull_secret: data(&[(PULL_SECRET_KEY, PULL)]),
+            installation: vec![Source {
+                reference: spec.installation_manifest_refs[0].clone(),
+                data: data(&[("a.yaml", MACHINECONFIG)]),
+            }],
+            post_install: vec![Source {
+                reference: spec.post_install_manifest_refs[0].clone(),
+                data: data(&[(
+                    "b.yaml",
+                    "---\nkind: ConfigMap\napiVersion: v1\nmetadata: {name: x, namespace: demo}\n---\n",
+                )]),
+            }],
+        }
+    }
+
+    #[test]
+    fn admitted_inputs_are_digests_in_spec_order() {
+        let admitted = admit(&spec(), NS, &read()).unwrap();
+        let inputs = &admitted.inputs;
+        assert_eq!(
+            inputs.pull_secret_sha256.as_deref(),
+            Some(hex_sha256(PULL.as_bytes()).as_str())
+        );
+        assert_eq!(inputs.profile.as_deref(), Some("crc-kubevirt-v1"));
+        assert_eq!(inputs.installation_manifests[0].name, "mcs");
+        assert_eq!(inputs.installation_manifests[0].kind, "ConfigMap");
+        assert_eq!(inputs.post_install_manifests[0].kind, "Secret");
+        assert_eq!(inputs.installation_manifests[0].sha256.len(), 64);
+        assert_eq!(admitted.installation_manifests[0].key, "a.yaml");
+        assert_eq!(admitted.post_install_manifests[0].source, "extra");
+        // The status form carries no contents.
+        let status = serde_json::to_string(inputs).unwrap();
+        assert!(
+            !status.contains("c2VjcmV0") && !status.contains("quay.io"),
+            "{status}"
+        );
+    }
+
+    #[test]
+    fn an_edited_input_changes_its_digest() {
+        let before = admit(&spec(), NS, &read()).unwrap().inputs;
+        let mut edited = read();
+        edited.installation[0].data = data(&[("a.yaml", &MACHINECONFIG.replace("99-", "98-"))]);
+        assert_ne!(admit(&spec(), NS, &edited).unwrap().inputs, before);
+        assert_eq!(admit(&spec(), NS, &read()).unwrap().inputs, before);
+    }
+
+    #[test]
+    fn data_digest_separates_keys_from_values() {
+        let one = data(&[("ab", "c")]).unwrap();
+        let other = data(&[("a", "bc")]).unwrap();
+        assert_ne!(data_sha256(&one), data_sha256(&other));
+    }
+
+    #[test]
+    fn each_bad_input_names_its_object_key_and_reason() {
+        type Case = (Box<dyn Fn(&mut Read)>, &'static str, &'static [&'static str]);
+        let cases: Vec<Case> = vec![
+            (
+                Box::new(|r| r.pull_secret = None),
+                reasons::INPUT_NOT_FOUND,
+                &["Secret guestcluster-system/pull", "pullSecretRef"],
+            ),
+            (
+                Box::new(|r| r.pull_secret = data(&[("other", PULL)])),
+                reasons::INPUT_KEY_MISSING,
+                &["Secret guestcluster-system/pull", ".dockerconfigjson"],
+            ),
+            (
+                Box::new(|r| r.pull_secret = data(&[(PULL_SECRET_KEY, "{\"auths\":{}}")])),
+                reasons::INVALID_PULL_SECRET,
+                &["Secret guestcluster-system/pull", "no registry"],
+            ),
+            (
+                Box::new(|r| r.pull_secret = data(&[(PULL_SECRET_KEY, "not json")])),
+                reasons::INVALID_PULL_SECRET,
+                &["not a JSON object"],
+            ),
+            (
+                Box::new(|r| r.installation[0].data = None),
+                reasons::INPUT_NOT_FOUND,
+                &[
+                    "ConfigMap guestcluster-system/mcs",
+                    "installationManifestRefs",
+                ],
+            ),
+            (
+                Box::new(|r| r.post_install[0].data = data(&[])),
+                reasons::INPUT_KEY_MISSING,
+                &[
+                    "Secret guestcluster-system/extra",
+                    "postInstallManifestRefs",
+                ],
+            ),
+            (
+                Box::new(|r| r.installation[0].data = data(&[("a.yaml", "key: [unclosed")])),
+                reasons::INVALID_MANIFEST,
+                &["key \"a.yaml\"", "ConfigMap guestcluster-system/mcs"],
+            ),
+            (
+                Box::new(|r| r.installation[0].data = data(&[("a.yaml", "metadata: {name: x}\n")])),
+                reasons::INVALID_MANIFEST,
+                &["apiVersion/kind"],
+            ),
+            (
+                Box::new(|r| {
+                    r.installation[0].data =
+                        data(&[("a.yaml", "apiVersion: v1\nkind: ConfigMap\n")])
+                }),
+                reasons::INVALID_MANIFEST,
+                &["no metadata.name"],
+            ),
+            (
+                Box::new(|r| r.installation[0].data = data(&[("a.yaml", "# only a comment\n")])),
+                reasons::INVALID_MANIFEST,
+                &["no YAML document"],
+            ),
+        ];
+        for (index, (edit, reason, needles)) in cases.iter().enumerate() {
+            let mut r = read();
+            edit(&mut r);
+            let err = admit(&spec(), NS, &r).expect_err(&format!("case {index}"));
+            assert_eq!(err.reason(), *reason, "case {index}: {err}");
+            let message = err.to_string();
+            for needle in *needles {
+                assert!(message.contains(needle), "case {index}: {message}");
+            }
+            assert!(
+                !message.contains("c2VjcmV0"),
+                "case {index} leaks: {message}"
+            );
+        }
+    }
+}

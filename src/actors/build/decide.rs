@@ -1,0 +1,852 @@
+//! The build source of a CRCBundle (mission §5) as a pure decision: what the pass observed in,
+//! the next status and the actions out. Stages so far: Admit and Prepare; the attempt then waits
+//! in Install, which is not built yet.
+//!
+//! ```text
+//!  new attempt ──▶ Admit ──inputs recorded──▶ Prepare ──installer Job done──▶ Install
+//!   ▲                │ bad input                │ Job failed, object lost/replaced,
+//!   │                ▼                          ▼ inputs changed, deadline
+//!   └─retry value── Failed ◀────────────────────┘   (temporary objects deleted)
+//! ```
+//!
+//! Write-ahead: the pass writes the status this returns — the attempt, its inputs and the name
+//! of every object it is about to create — before it acts, and records each created UID
+//! ([`record_created`]) in a second write right after. A crash between the two leaves a named
+//! slot without a UID, which the next pass creates again: the create finds the first one
+//! (`AlreadyExists`), takes its UID, and the pass after that judges whether it is really ours.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::admit;
+use crate::actors::download::JobState;
+use crate::actors::stage::{Observation, WhenLost, attempt_failure};
+use crate::api::bundle::{
+    BuildInputs, BuildResources, BuildStage, BuildStatus, BundlePhase, BundleSource, CRCBundle,
+    CRCBundleStatus, ReleaseStatus,
+};
+use crate::api::common::ObjectIdentity;
+use crate::api::conditions::{self, reasons, types};
+use crate::api::labels::RETRY_ANNOTATION;
+use crate::contract::installer::Outcome;
+use crate::resources::build::Names;
+
+/// The temporary objects of the Prepare stage, in the order they are created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Temp {
+    ServiceAccount,
+    InstallerSecret,
+    WorkPvc,
+    IsoPvc,
+    InstallerJob,
+}
+
+impl Temp {
+    pub const PREPARE: [Temp; 5] = [
+        Temp::ServiceAccount,
+        Temp::InstallerSecret,
+        Temp::WorkPvc,
+        Temp::IsoPvc,
+        Temp::InstallerJob,
+    ];
+
+    /// Kubernetes kind, for messages.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Temp::ServiceAccount => "ServiceAccount",
+            Temp::InstallerSecret => "Secret",
+            Temp::WorkPvc | Temp::IsoPvc => "PersistentVolumeClaim",
+            Temp::InstallerJob => "Job",
+        }
+    }
+
+    pub fn name(self, names: &Names) -> &str {
+        match self {
+            Temp::ServiceAccount => &names.service_account,
+            Temp::InstallerSecret => &names.installer_secret,
+            Temp::WorkPvc => &names.work_pvc,
+            Temp::IsoPvc => &names.iso_pvc,
+            Temp::InstallerJob => &names.installer_job,
+        }
+    }
+
+    pub fn slot(self, resources: &BuildResources) -> Option<&ObjectIdentity> {
+        match self {
+            Temp::ServiceAccount => resources.service_account.as_ref(),
+            Temp::InstallerSecret => resources.installer_auth_secret.as_ref(),
+            Temp::WorkPvc => resources.work_pvc.as_ref(),
+            Temp::IsoPvc => resources.iso_pvc.as_ref(),
+            Temp::InstallerJob => resources.installer_job.as_ref(),
+        }
+    }
+
+    fn slot_mut(self, resources: &mut BuildResources) -> &mut Option<ObjectIdentity> {
+        match self {
+            Temp::ServiceAccount => &mut resources.service_account,
+            Temp::InstallerSecret => &mut resources.installer_auth_secret,
+            Temp::WorkPvc => &mut resources.work_pvc,
+            Temp::IsoPvc => &mut resources.iso_pvc,
+            Temp::InstallerJob => &mut resources.installer_job,
+        }
+    }
+}
+
+/// What a pass found.
+#[derive(Clone, Debug, Default)]
+pub struct Observed {
+    /// The retry annotation's value.
+    pub retry: Option<String>,
+    /// The inputs as admitted now; `None` when the stage does not read them.
+    pub admitted: Option<Result<BuildInputs, admit::Error>>,
+    /// For each temporary object whose UID is recorded (but the installer Job, reported by its
+    /// child): `None` when it is ours, else what it is ([`crate::actors::stage::judge`]).
+    pub temps: BTreeMap<Temp, Option<Observation>>,
+    /// The installer Job as its child reported it.
+    pub installer: JobState,
+    /// The bundle's key Secret exists and is ours.
+    pub key_secret: bool,
+}
+
+/// Something to do against the API, after the status naming it is written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Generate the bundle's key pair into its key Secret (kept after the build: it is the
+    /// bundle's `id_ecdsa`).
+    CreateKeySecret,
+    /// Create the object named in its slot; its UID is recorded right after.
+    Create(Temp),
+    /// Delete the recorded object (UID precondition: never a namesake).
+    Delete { temp: Temp, uid: String },
+}
+
+/// The next step of a build-sourced bundle.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    pub status: CRCBundleStatus,
+    pub actions: Vec<Action>,
+    /// Look again after this long without a trigger: the build's deadline.
+    pub requeue: Option<Duration>,
+}
+
+/// Whether the stage needs the inputs read and admitted this pass.
+pub fn reads_inputs(bundle: &CRCBundle, retry: Option<&str>) -> bool {
+    match build_of(bundle) {
+        None => true,
+        Some(build) => match build.stage {
+            None | Some(BuildStage::Admit | BuildStage::Prepare) => true,
+            Some(BuildStage::Failed) => retry_requested(build, retry),
+            Some(_) => false,
+        },
+    }
+}
+
+fn build_of(bundle: &CRCBundle) -> Option<&BuildStatus> {
+    bundle.status.as_ref().and_then(|s| s.build.as_ref())
+}
+
+fn retry_requested(build: &BuildStatus, retry: Option<&str>) -> bool {
+    retry.is_some() && build.retry.as_deref() != retry
+}
+
+/// Records the UID now under `temp`'s recorded name, right after [`Action::Create`].
+pub fn record_created(status: &mut CRCBundleStatus, temp: Temp, uid: String) {
+    let resources = status
+        .build
+        .get_or_insert_with(Default::default)
+        .resources
+        .get_or_insert_with(Default::default);
+    if let Some(slot) = temp.slot_mut(resources) {
+        slot.uid = uid;
+    }
+}
+
+/// The retry annotation of a bundle.
+pub fn retry_of(bundle: &CRCBundle) -> Option<String> {
+    bundle
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(RETRY_ANNOTATION))
+        .cloned()
+}
+
+/// Decides the next step of a build-sourced bundle.
+pub fn decide(bundle: &CRCBundle, observed: &Observed, deadline: Duration, now: Time) -> Decision {
+    let name = bundle.metadata.name.clone().unwrap_or_default();
+    let spec = bundle.spec.build.as_ref();
+    let generation = bundle.metadata.generation;
+    let mut status = bundle.status.clone().unwrap_or_default();
+    status.observed_generation = generation;
+    status.source = Some(BundleSource::Build);
+    let mut actions = Vec::new();
+    let mut step = Step {
+        status: &mut status,
+        generation,
+        now: now.clone(),
+    };
+
+    let build = step.status.build.clone().unwrap_or_default();
+    let new_attempt = build.attempt.is_none()
+        || (build.stage == Some(BuildStage::Failed)
+            && retry_requested(&build, observed.retry.as_deref()));
+    if new_attempt {
+        step.start_attempt(build.attempt.unwrap_or(0) + 1, observed.retry.clone());
+    }
+    let attempt = step
+        .status
+        .build
+        .as_ref()
+        .and_then(|b| b.attempt)
+        .unwrap_or(1);
+    let names = Names::of(&name, attempt);
+
+    let stage = step.build().stage.unwrap_or(BuildStage::Admit);
+    // A Failed attempt only cleans up; every other stage runs against the deadline.
+    let remaining = match (stage, step.build().started_at.clone()) {
+        (BuildStage::Failed, _) => None,
+        (_, Some(started)) => Some(remaining(&started, deadline, &now)),
+        (_, None) => Some(deadline),
+    };
+    if remaining == Some(Duration::ZERO) {
+        step.fail(
+            condition_of(stage),
+            reasons::BUILD_DEADLINE_EXCEEDED,
+            format!(
+                "the build did not finish within spec.build.deadline ({}); stage {stage:?} was still running",
+                spec.map_or("", |s| s.deadline.as_str())
+            ),
+        );
+    } else {
+        match stage {
+            BuildStage::Admit => {
+                match &observed.admitted {
+                    Some(Ok(inputs)) => {
+                        step.status.inputs = Some(inputs.clone());
+                        step.status.release = Some(ReleaseStatus {
+                            image: spec.map(|s| s.release_image.clone()).unwrap_or_default(),
+                            digest: None,
+                        });
+                        step.status.vm_profile = inputs.profile.clone();
+                        step.build_mut().stage = Some(BuildStage::Prepare);
+                        prepare(&mut step, observed, &names, &mut actions);
+                    }
+                    Some(Err(err)) => step.fail(types::PREPARED, err.reason(), err.to_string()),
+                    // Not read: the next pass reads them.
+                    None => {}
+                }
+            }
+            BuildStage::Prepare => match &observed.admitted {
+                Some(Ok(inputs)) if Some(inputs) != step.status.inputs.as_ref() => step.fail(
+                    types::PREPARED,
+                    reasons::INPUTS_CHANGED,
+                    format!(
+                        "an input of CRCBundle {name} changed after its digest was recorded in status.inputs; the attempt does not build from other inputs than it recorded"
+                    ),
+                ),
+                Some(Err(err)) => step.fail(
+                    types::PREPARED,
+                    reasons::INPUTS_CHANGED,
+                    format!("an input changed after the build started: {err}"),
+                ),
+                _ => prepare(&mut step, observed, &names, &mut actions),
+            },
+            BuildStage::Install => {
+                step.waiting_in_install();
+            }
+            _ => {}
+        }
+    }
+    if step.build().stage == Some(BuildStage::Failed) {
+        cleanup(step.status, observed, &mut actions);
+    }
+    let requeue = match step.build().stage {
+        Some(BuildStage::Failed) => None,
+        _ => remaining.filter(|r| !r.is_zero()),
+    };
+    Decision {
+        status,
+        actions,
+        requeue,
+    }
+}
+
+/// The status being decided, with the condition helpers of a build.
+struct Step<'a> {
+    status: &'a mut CRCBundleStatus,
+    generation: Option<i64>,
+    now: Time,
+}
+
+impl Step<'_> {
+    fn build(&self) -> &BuildStatus {
+        static EMPTY: BuildStatus = BuildStatus {
+            attempt: None,
+            retry: None,
+            stage: None,
+            started_at: None,
+            finished_at: None,
+            resources: None,
+            vmi_uid: None,
+            message: None,
+        };
+        self.status.build.as_ref().unwrap_or(&EMPTY)
+    }
+
+    fn build_mut(&mut self) -> &mut BuildStatus {
+        self.status.build.get_or_insert_with(Default::default)
+    }
+
+    fn set(&mut self, type_: &str, ok: bool, reason: &str, message: String) {
+        conditions::set(
+            &mut self.status.conditions,
+            conditions::new(
+                type_,
+                ok,
+                reason,
+                message,
+                self.generation,
+                self.now.clone(),
+            ),
+        );
+    }
+
+    /// The attempt reached Install, which this operator version does not run yet: it stops
+    /// there, saying so, with its prepared objects kept.
+    fn waiting_in_install(&mut self) {
+        self.set(
+            types::INSTALLED,
+            false,
+            reasons::PENDING,
+            "the Install stage is not part of this operator version yet; the build waits here with its installer ISO prepared".into(),
+        );
+        self.ready_building("stage Install: not part of this operator version yet".into());
+    }
+
+    fn start_attempt(&mut self, attempt: i32, retry: Option<String>) {
+        *self.build_mut() = BuildStatus {
+            attempt: Some(attempt),
+            retry,
+            stage: Some(BuildStage::Admit),
+            started_at: Some(self.now.clone()),
+            ..Default::default()
+        };
+        self.status.phase = Some(BundlePhase::Building);
+        self.status.inputs = None;
+        self.status.release = None;
+        for stage in STAGE_CONDITIONS {
+            conditions::remove(&mut self.status.conditions, stage);
+        }
+        self.ready_building(format!("attempt {attempt}: admitting the inputs"));
+    }
+
+    fn ready_building(&mut self, message: String) {
+        let attempt = self.build().attempt.unwrap_or(1);
+        self.build_mut().message = Some(message.clone());
+        self.set(
+            types::READY,
+            false,
+            reasons::BUILDING,
+            format!("attempt {attempt}, {message}"),
+        );
+    }
+
+    /// Fails the attempt: the stage's condition and `Ready` carry the reason; the temporary
+    /// objects are deleted by [`cleanup`].
+    fn fail(&mut self, stage_condition: &str, reason: &str, message: String) {
+        let hint = format!(
+            "; fix it, then set the annotation {RETRY_ANNOTATION} to a new value to start another attempt"
+        );
+        self.status.phase = Some(BundlePhase::Failed);
+        let now = self.now.clone();
+        let build = self.build_mut();
+        build.stage = Some(BuildStage::Failed);
+        build.finished_at = Some(now);
+        build.message = Some(message.clone());
+        self.set(stage_condition, false, reason, message.clone());
+        self.set(types::READY, false, reason, format!("{message}{hint}"));
+    }
+}
+
+const STAGE_CONDITIONS: [&str; 6] = [
+    types::PREPARED,
+    types::INSTALLED,
+    types::CUSTOMIZED,
+    types::SEALED,
+    types::PUBLISHED,
+    types::VALIDATED,
+];
+
+/// The condition a failure in `stage` is reported on.
+fn condition_of(stage: BuildStage) -> &'static str {
+    match stage {
+        BuildStage::Admit | BuildStage::Prepare => types::PREPARED,
+        BuildStage::Install => types::INSTALLED,
+        BuildStage::Customize => types::CUSTOMIZED,
+        BuildStage::Seal => types::SEALED,
+        BuildStage::Publish => types::PUBLISHED,
+        BuildStage::Validate | BuildStage::Ready | BuildStage::Failed => types::VALIDATED,
+    }
+}
+
+fn remaining(started: &Time, deadline: Duration, now: &Time) -> Duration {
+    let elapsed = now.0.duration_since(started.0);
+    let elapsed = Duration::try_from(elapsed).unwrap_or(Duration::ZERO);
+    deadline.saturating_sub(elapsed)
+}
+
+/// Stage 1: the key Secret, then every temporary object named and created in order, then the
+/// installer Job followed to its end.
+fn prepare(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Vec<Action>) {
+    if !observed.key_secret {
+        actions.push(Action::CreateKeySecret);
+    }
+    for temp in Temp::PREPARE {
+        let recorded = step
+            .build()
+            .resources
+            .as_ref()
+            .and_then(|r| temp.slot(r))
+            .cloned();
+        match recorded {
+            None => {
+                // Write-ahead: the name goes out with this pass's first status write.
+                let resources = step
+                    .build_mut()
+                    .resources
+                    .get_or_insert_with(Default::default);
+                *temp.slot_mut(resources) = Some(ObjectIdentity {
+                    name: temp.name(names).to_owned(),
+                    uid: String::new(),
+                });
+                actions.push(Action::Create(temp));
+            }
+            Some(recorded) if recorded.uid.is_empty() => actions.push(Action::Create(temp)),
+            Some(recorded) => {
+                let seen = match temp {
+                    Temp::InstallerJob => match &observed.installer {
+                        JobState::Seen(observation) => Some(observation.clone()),
+                        _ => None,
+                    },
+                    _ => observed.temps.get(&temp).cloned().flatten(),
+                };
+                if let Some(seen) = seen
+                    && let Some((reason, message)) =
+                        attempt_failure(WhenLost::FailAttempt, &recorded, &seen)
+                {
+                    step.fail(
+                        types::PREPARED,
+                        reason,
+                        format!("{} {message}", temp.kind()),
+                    );
+                    return;
+                }
+            }
+        }
+    }
+    if !actions.is_empty() {
+        step.set(
+            types::PREPARED,
+            false,
+            reasons::BUILDING,
+            "creating the installer's objects".into(),
+        );
+        step.ready_building("stage Prepare: creating the installer's objects".into());
+        return;
+    }
+    match &observed.installer {
+        JobState::Seen(Observation::Done(result)) => match serde_json::from_str::<Outcome>(result)
+        {
+            Ok(outcome) => {
+                step.status.ocp_version = Some(outcome.version.clone());
+                if let Some(release) = step.status.release.as_mut() {
+                    release.digest = Some(outcome.release_digest.clone());
+                }
+                step.build_mut().stage = Some(BuildStage::Install);
+                step.set(
+                    types::PREPARED,
+                    true,
+                    reasons::STAGE_SUCCEEDED,
+                    format!(
+                        "OpenShift {} (release {}), RHCOS {} live ISO verified (sha256 {}) with the generator Ignition in {}",
+                        outcome.version,
+                        outcome.release_digest,
+                        outcome.rhcos_version,
+                        outcome.iso_sha256,
+                        names.iso_pvc
+                    ),
+                );
+                step.waiting_in_install();
+            }
+            Err(err) => step.fail(
+                types::PREPARED,
+                reasons::INSTALLER_JOB_FAILED,
+                format!(
+                    "installer Job {} succeeded but its result is unreadable ({err}); is the operator image the same version as the Job's?",
+                    names.installer_job
+                ),
+            ),
+        },
+        JobState::Seen(Observation::Failed(detail)) => step.fail(
+            types::PREPARED,
+            reasons::INSTALLER_JOB_FAILED,
+            format!("installer Job {} failed: {detail}", names.installer_job),
+        ),
+        JobState::Seen(Observation::Progress(progress)) => {
+            let message = format!("installer Job {}: {progress}", names.installer_job);
+            step.set(types::PREPARED, false, reasons::BUILDING, message.clone());
+            step.ready_building(format!("stage Prepare: {message}"));
+        }
+        _ => {
+            let message = format!("waiting for installer Job {}", names.installer_job);
+            step.set(types::PREPARED, false, reasons::BUILDING, message.clone());
+            step.ready_building(format!("stage Prepare: {message}"));
+        }
+    }
+}
+
+/// A failed attempt deletes every temporary object it recorded that is still ours.
+fn cleanup(status: &CRCBundleStatus, observed: &Observed, actions: &mut Vec<Action>) {
+    let Some(resources) = status.build.as_ref().and_then(|b| b.resources.as_ref()) else {
+        return;
+    };
+    for temp in Temp::PREPARE {
+        let Some(recorded) = temp.slot(resources).filter(|r| !r.uid.is_empty()) else {
+            continue;
+        };
+        let ours = match temp {
+            Temp::InstallerJob => matches!(
+                observed.installer,
+                JobState::Unreported
+                    | JobState::Seen(
+                        Observation::Progress(_) | Observation::Done(_) | Observation::Failed(_)
+                    )
+            ),
+            _ => matches!(observed.temps.get(&temp), Some(None)),
+        };
+        if ours {
+            actions.push(Action::Delete {
+                temp,
+                uid: recorded.uid.clone(),
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::bundle::CRCBundleSpec;
+    use k8s_openapi::jiff::Timestamp;
+    use serde_json::json;
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    fn at(secs: i64) -> Time {
+        Time(Timestamp::from_second(secs).unwrap())
+    }
+
+    fn bundle() -> CRCBundle {
+        let spec: CRCBundleSpec = serde_json::from_value(json!({"goldenVolumeSize": "80Gi",
+            "build": {"releaseImage": "quay.io/example/release:4.22", "pullSecretRef": {"name": "p"}}}))
+        .unwrap();
+        let mut b = CRCBundle::new("custom", spec);
+        b.metadata.generation = Some(1);
+        b.metadata.uid = Some("bundle-uid".into());
+        b
+    }
+
+    fn inputs(sha: &str) -> BuildInputs {
+        BuildInputs {
+            pull_secret_sha256: Some(sha.into()),
+            profile: Some("crc-kubevirt-v1".into()),
+            ..Default::default()
+        }
+    }
+
+    fn admitted() -> Observed {
+        Observed {
+            admitted: Some(Ok(inputs("aa"))),
+            key_secret: true,
+            ..Default::default()
+        }
+    }
+
+    /// Applies a decision as the pass would: status written, every create given a UID.
+    fn applied(mut b: CRCBundle, decision: &Decision) -> CRCBundle {
+        let mut status = decision.status.clone();
+        for action in &decision.actions {
+            if let Action::Create(temp) = action {
+                record_created(&mut status, *temp, format!("uid-{temp:?}"));
+            }
+        }
+        b.status = Some(status);
+        b
+    }
+
+    fn reason(status: &CRCBundleStatus, type_: &str) -> (String, String) {
+        let c = conditions::find(&status.conditions, type_).expect(type_);
+        (c.status.clone(), c.reason.clone())
+    }
+
+    fn prepared() -> CRCBundle {
+        let first = decide(&bundle(), &admitted(), HOUR, at(0));
+        applied(bundle(), &first)
+    }
+
+    fn with_installer(observation: Observation) -> Observed {
+        let mut observed = admitted();
+        observed.installer = JobState::Seen(observation);
+        for temp in Temp::PREPARE {
+            observed.temps.insert(temp, None);
+        }
+        observed
+    }
+
+    fn outcome() -> String {
+        serde_json::to_string(&Outcome {
+            release_digest: format!("sha256:{}", "1".repeat(64)),
+            version: "4.22.3".into(),
+            rhcos_version: "9.6.1".into(),
+            iso_sha256: "2".repeat(64),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn the_first_pass_records_inputs_and_names_before_anything_exists() {
+        let mut observed = admitted();
+        observed.key_secret = false;
+        let decision = decide(&bundle(), &observed, HOUR, at(0));
+        let status = &decision.status;
+        let build = status.build.as_ref().unwrap();
+        assert_eq!(build.attempt, Some(1));
+        assert_eq!(build.stage, Some(BuildStage::Prepare));
+        assert_eq!(status.phase, Some(BundlePhase::Building));
+        assert_eq!(status.inputs, Some(inputs("aa")));
+        assert_eq!(status.vm_profile.as_deref(), Some("crc-kubevirt-v1"));
+        assert_eq!(
+            status.release.as_ref().unwrap().image,
+            "quay.io/example/release:4.22"
+        );
+        let resources = build.resources.as_ref().unwrap();
+        for temp in Temp::PREPARE {
+            let slot = temp.slot(resources).expect("named");
+            assert!(slot.name.starts_with("custom-b1-"), "{slot:?}");
+            assert!(slot.uid.is_empty());
+        }
+        let mut expected = vec![Action::CreateKeySecret];
+        expected.extend(Temp::PREPARE.map(Action::Create));
+        assert_eq!(decision.actions, expected);
+        assert_eq!(reason(status, types::READY).1, reasons::BUILDING);
+        assert_eq!(decision.requeue, Some(HOUR));
+    }
+
+    #[test]
+    fn a_bad_input_fails_before_anything_is_named() {
+        let mut observed = admitted();
+        observed.admitted = Some(Err(admit::Error::PullSecretNotFound {
+            namespace: "ops".into(),
+            name: "p".into(),
+        }));
+        let decision = decide(&bundle(), &observed, HOUR, at(0));
+        let status = &decision.status;
+        assert_eq!(status.phase, Some(BundlePhase::Failed));
+        assert_eq!(
+            reason(status, types::PREPARED),
+            ("False".into(), reasons::INPUT_NOT_FOUND.into())
+        );
+        let ready = conditions::find(&status.conditions, types::READY).unwrap();
+        assert!(ready.message.contains("Secret ops/p"), "{}", ready.message);
+        assert!(
+            ready.message.contains(RETRY_ANNOTATION),
+            "{}",
+            ready.message
+        );
+        assert!(status.inputs.is_none());
+        assert!(decision.actions.is_empty(), "{:?}", decision.actions);
+        assert_eq!(decision.requeue, None);
+    }
+
+    #[test]
+    fn a_failed_attempt_waits_for_a_new_retry_value() {
+        let mut observed = admitted();
+        observed.admitted = Some(Err(admit::Error::PullSecretNotFound {
+            namespace: "ops".into(),
+            name: "p".into(),
+        }));
+        let failed = applied(bundle(), &decide(&bundle(), &observed, HOUR, at(0)));
+        let again = decide(&failed, &admitted(), HOUR, at(10));
+        assert_eq!(Some(&again.status), failed.status.as_ref(), "unchanged");
+        assert!(!reads_inputs(&failed, None));
+
+        let mut retry = admitted();
+        retry.retry = Some("1".into());
+        assert!(reads_inputs(&failed, Some("1")));
+        let second = decide(&failed, &retry, HOUR, at(20));
+        let build = second.status.build.as_ref().unwrap();
+        assert_eq!(
+            (build.attempt, build.retry.as_deref()),
+            (Some(2), Some("1"))
+        );
+        assert_eq!(build.stage, Some(BuildStage::Prepare));
+        assert_eq!(build.started_at, Some(at(20)));
+        assert!(
+            build
+                .resources
+                .as_ref()
+                .unwrap()
+                .installer_job
+                .as_ref()
+                .unwrap()
+                .name
+                == "custom-b2-installer"
+        );
+        assert!(
+            conditions::find(&second.status.conditions, types::PREPARED)
+                .is_some_and(|c| c.reason == reasons::BUILDING)
+        );
+    }
+
+    #[test]
+    fn a_finished_installer_records_the_release_and_moves_to_install() {
+        let decision = decide(
+            &prepared(),
+            &with_installer(Observation::Done(outcome())),
+            HOUR,
+            at(60),
+        );
+        let status = &decision.status;
+        assert!(decision.actions.is_empty(), "{:?}", decision.actions);
+        assert_eq!(status.ocp_version.as_deref(), Some("4.22.3"));
+        assert_eq!(
+            status.release.as_ref().unwrap().digest,
+            Some(format!("sha256:{}", "1".repeat(64)))
+        );
+        assert_eq!(
+            status.build.as_ref().unwrap().stage,
+            Some(BuildStage::Install)
+        );
+        assert_eq!(
+            reason(status, types::PREPARED),
+            ("True".into(), reasons::STAGE_SUCCEEDED.into())
+        );
+        assert_eq!(reason(status, types::INSTALLED).0, "False");
+        // Settled: the same observation writes nothing new.
+        let settled = applied(prepared(), &decision);
+        let again = decide(
+            &settled,
+            &with_installer(Observation::Done(outcome())),
+            HOUR,
+            at(90),
+        );
+        assert_eq!(Some(&again.status), settled.status.as_ref());
+        assert_eq!(again.requeue, Some(HOUR - Duration::from_secs(90)));
+    }
+
+    #[test]
+    fn a_failed_installer_fails_the_attempt_and_deletes_its_objects() {
+        let decision = decide(
+            &prepared(),
+            &with_installer(Observation::Failed("ChecksumMismatch: bad".into())),
+            HOUR,
+            at(60),
+        );
+        let status = &decision.status;
+        assert_eq!(status.phase, Some(BundlePhase::Failed));
+        assert_eq!(
+            reason(status, types::PREPARED),
+            ("False".into(), reasons::INSTALLER_JOB_FAILED.into())
+        );
+        let deleted: Vec<Temp> = decision
+            .actions
+            .iter()
+            .map(|a| match a {
+                Action::Delete { temp, uid } => {
+                    assert_eq!(uid, &format!("uid-{temp:?}"));
+                    *temp
+                }
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(deleted, Temp::PREPARE);
+    }
+
+    #[test]
+    fn a_lost_or_replaced_object_fails_the_attempt_and_is_never_touched() {
+        for (seen, want) in [
+            (Observation::Lost, reasons::RESOURCE_LOST),
+            (
+                Observation::Replaced {
+                    uid: "other".into(),
+                },
+                reasons::RESOURCE_REPLACED,
+            ),
+        ] {
+            let mut observed = with_installer(Observation::Progress("1 active".into()));
+            observed.temps.insert(Temp::WorkPvc, Some(seen));
+            let decision = decide(&prepared(), &observed, HOUR, at(60));
+            assert_eq!(reason(&decision.status, types::PREPARED).1, want);
+            let prepared_condition =
+                conditions::find(&decision.status.conditions, types::PREPARED).unwrap();
+            assert!(
+                prepared_condition.message.contains("custom-b1-work"),
+                "{}",
+                prepared_condition.message
+            );
+            assert!(
+                !decision.actions.iter().any(|a| matches!(
+                    a,
+                    Action::Delete {
+                        temp: Temp::WorkPvc,
+                        ..
+                    }
+                )),
+                "{:?}",
+                decision.actions
+            );
+            assert!(decision.actions.contains(&Action::Delete {
+                temp: Temp::InstallerJob,
+                uid: "uid-InstallerJob".into()
+            }));
+        }
+    }
+
+    #[test]
+    fn inputs_edited_after_admission_fail_the_attempt() {
+        let mut observed = with_installer(Observation::Progress("1 active".into()));
+        observed.admitted = Some(Ok(inputs("bb")));
+        let decision = decide(&prepared(), &observed, HOUR, at(60));
+        assert_eq!(
+            reason(&decision.status, types::PREPARED).1,
+            reasons::INPUTS_CHANGED
+        );
+    }
+
+    #[test]
+    fn the_deadline_fails_the_running_stage() {
+        let observed = with_installer(Observation::Progress("1 active".into()));
+        let decision = decide(&prepared(), &observed, HOUR, at(3600));
+        assert_eq!(
+            reason(&decision.status, types::PREPARED).1,
+            reasons::BUILD_DEADLINE_EXCEEDED
+        );
+        assert_eq!(decision.status.phase, Some(BundlePhase::Failed));
+    }
+
+    #[test]
+    fn a_crash_between_naming_and_creating_creates_again() {
+        let first = decide(&bundle(), &admitted(), HOUR, at(0));
+        let mut named = bundle();
+        named.status = Some(first.status.clone());
+        let mut observed = admitted();
+        observed.installer = JobState::Named;
+        let again = decide(&named, &observed, HOUR, at(5));
+        assert_eq!(again.actions, Temp::PREPARE.map(Action::Create).to_vec());
+        assert_eq!(
+            again.status, first.status,
+            "names unchanged, nothing new to write"
+        );
+    }
+}

@@ -1,0 +1,538 @@
+//! The build source of a CRCBundle: one pass of the bundle's actor for a bundle with
+//! `spec.build`. Observe (the inputs while they matter, the recorded temporary objects, the
+//! installer Job's child report), decide ([`decide::decide`], pure), write the status ahead of
+//! the actions, act, record the UIDs created, then start or stop the stage children from what
+//! is recorded.
+
+pub mod admit;
+pub mod decide;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, ServiceAccount};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::PropagationPolicy;
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use super::context::Context;
+use super::download::JobState;
+use super::kind_supervisor::Next;
+use super::stage::children::Children;
+use super::stage::installer_job::InstallerJob;
+use super::stage::{Stage, judge};
+use crate::api::bundle::{BuildSpec, CRCBundle, CRCBundleStatus, ManifestRef, ManifestSourceKind};
+use crate::api::conditions::types;
+use crate::contract::bundle_prep::SECRET_KEY;
+use crate::contract::installer::StagedFile;
+use crate::guest::keys;
+use crate::resources;
+use crate::resources::build::{InstallerInputs, Names};
+use crate::resources::common::{bundle_labels, controller_ref, is_controlled_by};
+use crate::resources::profile::inputs::SshPublicKey;
+use crate::resources::profile::{ignition, install_config, manifests};
+use crate::write;
+use admit::Admitted;
+use decide::{Action, Decision, Observed, Temp};
+
+/// The key of the bundle key Secret's public half.
+pub const PUBLIC_KEY: &str = "id_ecdsa.pub";
+
+/// Errors of a build pass; each is retried by the bundle's actor (the attempt does not fail on
+/// them: they are the API's or the operator's, not the build's).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("reading {what} for CRCBundle {name}: {source}")]
+    Observe {
+        name: String,
+        what: String,
+        source: kube::Error,
+    },
+    #[error("{action:?} for CRCBundle {name}: {source}")]
+    Act {
+        name: String,
+        action: Action,
+        source: kube::Error,
+    },
+    #[error("rendering the installer inputs of CRCBundle {name}: {detail}")]
+    Render { name: String, detail: String },
+    #[error(transparent)]
+    Status(#[from] super::bundle::Error),
+}
+
+/// One build pass.
+pub async fn pass(
+    bundle: &CRCBundle,
+    ctx: &Arc<Context>,
+    children: &mut Children,
+) -> Result<Next, Error> {
+    let name = bundle.name_any();
+    let spec = bundle.spec.build.clone().unwrap_or_else(empty_build);
+    let deadline =
+        crate::actors::lease_decide::parse_duration(&spec.deadline).unwrap_or(DEFAULT_DEADLINE);
+    let retry = decide::retry_of(bundle);
+    let mut admitted = None;
+    let mut observed = Observed {
+        retry: retry.clone(),
+        ..Default::default()
+    };
+    if decide::reads_inputs(bundle, retry.as_deref()) {
+        let read = read_inputs(ctx, &name, &spec).await?;
+        let result = admit::admit(&spec, &ctx.namespace, &read);
+        observed.admitted = Some(
+            result
+                .as_ref()
+                .map(|a| a.inputs.clone())
+                .map_err(Clone::clone),
+        );
+        admitted = result.ok();
+    }
+    observe(ctx, bundle, children, &mut observed).await?;
+    let Decision {
+        mut status,
+        actions,
+        requeue,
+    } = decide::decide(bundle, &observed, deadline, Time(Timestamp::now()));
+
+    // Write-ahead: the attempt, its inputs and the names of what is about to exist.
+    let mut current = bundle.clone();
+    super::bundle::write_status(ctx, &current, &status).await?;
+    current.status = Some(status.clone());
+    let mut created = false;
+    for action in &actions {
+        if let Some(uid) = act(ctx, bundle, &spec, &status, admitted.as_ref(), action).await?
+            && let Action::Create(temp) = action
+        {
+            decide::record_created(&mut status, *temp, uid);
+            created = true;
+        }
+    }
+    if created {
+        super::bundle::write_status(ctx, &current, &status).await?;
+    }
+    publish_stage_events(ctx, bundle, &status).await;
+
+    let owner = bundle.uid().unwrap_or_default();
+    match InstallerJob::slot(&status) {
+        Some(recorded) => children.ensure::<InstallerJob>(ctx, &owner, recorded).await,
+        None => children.stop(InstallerJob::KIND),
+    }
+    Ok(requeue.map_or(Next::Done, Next::Requeue))
+}
+
+/// `spec.build.deadline`'s default, for a deadline the schema let through but Go's syntax
+/// does not parse.
+const DEFAULT_DEADLINE: Duration = Duration::from_secs(6 * 3600);
+
+fn empty_build() -> BuildSpec {
+    BuildSpec {
+        release_image: String::new(),
+        pull_secret_ref: Default::default(),
+        profile: Default::default(),
+        installation_manifest_refs: Vec::new(),
+        post_install_manifest_refs: Vec::new(),
+        vm: Default::default(),
+        placement: None,
+        deadline: String::new(),
+    }
+}
+
+/// An Event for every stage condition that changed status or reason (`Ready` has its own, from
+/// the status write).
+async fn publish_stage_events(ctx: &Context, bundle: &CRCBundle, status: &CRCBundleStatus) {
+    let before = bundle
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    for type_ in [types::PREPARED, types::INSTALLED] {
+        ctx.events
+            .transition(bundle, type_, before, &status.conditions)
+            .await;
+    }
+}
+
+/// Reads the pull secret and every manifest source named by the spec.
+async fn read_inputs(ctx: &Context, name: &str, spec: &BuildSpec) -> Result<admit::Read, Error> {
+    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &ctx.namespace);
+    let config_maps = Api::<ConfigMap>::namespaced(ctx.client.clone(), &ctx.namespace);
+    let pull_secret = secrets
+        .get_opt(&spec.pull_secret_ref.name)
+        .await
+        .map_err(|source| Error::Observe {
+            name: name.to_owned(),
+            what: format!("Secret {}", spec.pull_secret_ref.name),
+            source,
+        })?
+        .map(secret_data);
+    let installation = read_sources(
+        &secrets,
+        &config_maps,
+        name,
+        &spec.installation_manifest_refs,
+    )
+    .await?;
+    let post_install = read_sources(
+        &secrets,
+        &config_maps,
+        name,
+        &spec.post_install_manifest_refs,
+    )
+    .await?;
+    Ok(admit::Read {
+        pull_secret,
+        installation,
+        post_install,
+    })
+}
+
+async fn read_sources(
+    secrets: &Api<Secret>,
+    config_maps: &Api<ConfigMap>,
+    name: &str,
+    refs: &[ManifestRef],
+) -> Result<Vec<admit::Source>, Error> {
+    let mut out = Vec::with_capacity(refs.len());
+    for reference in refs {
+        let err = |source| Error::Observe {
+            name: name.to_owned(),
+            what: format!("{:?} {}", reference.kind, reference.name),
+            source,
+        };
+        let data = match reference.kind {
+            ManifestSourceKind::Secret => secrets
+                .get_opt(&reference.name)
+                .await
+                .map_err(err)?
+                .map(secret_data),
+            ManifestSourceKind::ConfigMap => config_maps
+                .get_opt(&reference.name)
+                .await
+                .map_err(err)?
+                .map(config_map_data),
+        };
+        out.push(admit::Source {
+            reference: reference.clone(),
+            data,
+        });
+    }
+    Ok(out)
+}
+
+fn secret_data(secret: Secret) -> BTreeMap<String, Vec<u8>> {
+    let mut data: BTreeMap<String, Vec<u8>> = secret
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect();
+    // `stringData` is write-only, but a Secret read from a fake or a cache may still hold it.
+    for (k, v) in secret.string_data.unwrap_or_default() {
+        data.entry(k).or_insert_with(|| v.into_bytes());
+    }
+    data
+}
+
+fn config_map_data(config_map: ConfigMap) -> BTreeMap<String, Vec<u8>> {
+    let mut data: BTreeMap<String, Vec<u8>> = config_map
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.into_bytes()))
+        .collect();
+    for (k, v) in config_map.binary_data.unwrap_or_default() {
+        data.insert(k, v.0);
+    }
+    data
+}
+
+/// Judges every recorded temporary object (the installer Job through its child) and the key
+/// Secret.
+async fn observe(
+    ctx: &Context,
+    bundle: &CRCBundle,
+    children: &Children,
+    observed: &mut Observed,
+) -> Result<(), Error> {
+    let owner = bundle.uid().unwrap_or_default();
+    let name = bundle.name_any();
+    let resources = bundle
+        .status
+        .as_ref()
+        .and_then(|s| s.build.as_ref())
+        .and_then(|b| b.resources.clone())
+        .unwrap_or_default();
+    for temp in Temp::PREPARE {
+        let Some(recorded) = temp.slot(&resources).filter(|r| !r.uid.is_empty()) else {
+            continue;
+        };
+        let seen = match temp {
+            Temp::ServiceAccount => judged::<ServiceAccount>(ctx, &name, recorded, &owner).await?,
+            Temp::InstallerSecret => judged::<Secret>(ctx, &name, recorded, &owner).await?,
+            Temp::WorkPvc | Temp::IsoPvc => {
+                judged::<PersistentVolumeClaim>(ctx, &name, recorded, &owner).await?
+            }
+            Temp::InstallerJob => {
+                observed.installer = children
+                    .observation::<InstallerJob>(recorded)
+                    .cloned()
+                    .map_or(JobState::Unreported, JobState::Seen);
+                continue;
+            }
+        };
+        observed.temps.insert(temp, seen);
+    }
+    if resources
+        .installer_job
+        .as_ref()
+        .is_some_and(|j| j.uid.is_empty())
+    {
+        observed.installer = JobState::Named;
+    }
+    let key = Api::<Secret>::namespaced(ctx.client.clone(), &ctx.namespace)
+        .get_opt(&resources::bundle::Names::of(&name).ssh_secret)
+        .await
+        .map_err(|source| Error::Observe {
+            name: name.clone(),
+            what: "the key Secret".into(),
+            source,
+        })?;
+    observed.key_secret = key.is_some_and(|k| is_controlled_by(&k, &owner));
+    Ok(())
+}
+
+async fn judged<K>(
+    ctx: &Context,
+    bundle: &str,
+    recorded: &crate::api::common::ObjectIdentity,
+    owner: &str,
+) -> Result<Option<super::stage::Observation>, Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let object = Api::<K>::namespaced(ctx.client.clone(), &ctx.namespace)
+        .get_opt(&recorded.name)
+        .await
+        .map_err(|source| Error::Observe {
+            name: bundle.to_owned(),
+            what: format!("{} {}", K::kind(&()), recorded.name),
+            source,
+        })?;
+    Ok(judge(recorded, owner, object.as_ref()))
+}
+
+/// Performs `action`; for [`Action::Create`], returns the UID now under the recorded name.
+async fn act(
+    ctx: &Context,
+    bundle: &CRCBundle,
+    spec: &BuildSpec,
+    status: &CRCBundleStatus,
+    admitted: Option<&Admitted>,
+    action: &Action,
+) -> Result<Option<String>, Error> {
+    let ns = ctx.namespace.as_str();
+    let client = &ctx.client;
+    let name = bundle.name_any();
+    let attempt = status.build.as_ref().and_then(|b| b.attempt).unwrap_or(1);
+    let names = Names::of(&name, attempt);
+    let kube_err = |source| Error::Act {
+        name: name.clone(),
+        action: action.clone(),
+        source,
+    };
+    let result = match action {
+        Action::CreateKeySecret => {
+            let secret = key_secret(bundle, ns).map_err(|detail| Error::Render {
+                name: name.clone(),
+                detail,
+            })?;
+            write::create(&Api::namespaced(client.clone(), ns), &secret)
+                .await
+                .map_err(kube_err)?;
+            None
+        }
+        Action::Create(temp) => match temp {
+            Temp::ServiceAccount => write::create_uid(
+                &Api::namespaced(client.clone(), ns),
+                &resources::build::service_account(bundle, ns, &names),
+            )
+            .await
+            .map_err(kube_err)?,
+            Temp::InstallerSecret => {
+                let Some(admitted) = admitted else {
+                    // The inputs were not admitted this pass (they are read while the stage
+                    // needs them); the next pass creates it.
+                    return Ok(None);
+                };
+                let inputs = installer_inputs(ctx, bundle, admitted).await?;
+                let secret = resources::build::installer_secret(bundle, ns, &names, &inputs)
+                    .map_err(|e| Error::Render {
+                        name: name.clone(),
+                        detail: e.to_string(),
+                    })?;
+                write::create_uid(&Api::namespaced(client.clone(), ns), &secret)
+                    .await
+                    .map_err(kube_err)?
+            }
+            Temp::WorkPvc => write::create_uid(
+                &Api::namespaced(client.clone(), ns),
+                &resources::build::work_pvc(bundle, ns, &names),
+            )
+            .await
+            .map_err(kube_err)?,
+            Temp::IsoPvc => write::create_uid(
+                &Api::namespaced(client.clone(), ns),
+                &resources::build::iso_pvc(bundle, ns, &names),
+            )
+            .await
+            .map_err(kube_err)?,
+            Temp::InstallerJob => write::create_uid(
+                &Api::namespaced(client.clone(), ns),
+                &resources::build::installer_job(bundle, spec, ns, &names, &ctx.jobs),
+            )
+            .await
+            .map_err(kube_err)?,
+        },
+        Action::Delete { temp, uid } => {
+            let object = temp.name(&names).to_owned();
+            let background = PropagationPolicy::Background;
+            match temp {
+                Temp::ServiceAccount => {
+                    write::delete_exact::<ServiceAccount>(
+                        &Api::namespaced(client.clone(), ns),
+                        &object,
+                        uid,
+                        background,
+                    )
+                    .await
+                }
+                Temp::InstallerSecret => {
+                    write::delete_exact::<Secret>(
+                        &Api::namespaced(client.clone(), ns),
+                        &object,
+                        uid,
+                        background,
+                    )
+                    .await
+                }
+                Temp::WorkPvc | Temp::IsoPvc => {
+                    write::delete_exact::<PersistentVolumeClaim>(
+                        &Api::namespaced(client.clone(), ns),
+                        &object,
+                        uid,
+                        background,
+                    )
+                    .await
+                }
+                Temp::InstallerJob => {
+                    write::delete_exact::<Job>(
+                        &Api::namespaced(client.clone(), ns),
+                        &object,
+                        uid,
+                        background,
+                    )
+                    .await
+                }
+            }
+            .map_err(kube_err)?;
+            None
+        }
+    };
+    tracing::info!(crcbundle = %name, ?action, "done");
+    Ok(result)
+}
+
+/// A fresh ECDSA key pair for the bundle: the build's SSH key now, the bundle's `id_ecdsa` once
+/// it is Ready.
+fn key_secret(bundle: &CRCBundle, ns: &str) -> Result<Secret, String> {
+    let key = keys::generate_ecdsa_p256().map_err(|e| e.to_string())?;
+    let private = keys::to_openssh(&key).map_err(|e| e.to_string())?;
+    let public = keys::authorized_key_line(key.public_key(), "guestcluster-build")
+        .map_err(|e| e.to_string())?;
+    Ok(Secret {
+        metadata: ObjectMeta {
+            name: Some(resources::bundle::Names::of(&bundle.name_any()).ssh_secret),
+            namespace: Some(ns.to_owned()),
+            labels: Some(bundle_labels(&bundle.name_any())),
+            owner_references: controller_ref(bundle).map(|r| vec![r]),
+            ..Default::default()
+        },
+        type_: Some("Opaque".to_owned()),
+        data: Some(BTreeMap::from([
+            (SECRET_KEY.to_owned(), ByteString(private.into_bytes())),
+            (PUBLIC_KEY.to_owned(), ByteString(public.into_bytes())),
+        ])),
+        ..Default::default()
+    })
+}
+
+/// Renders the installer Secret's contents from the admitted inputs and the bundle's key.
+async fn installer_inputs(
+    ctx: &Context,
+    bundle: &CRCBundle,
+    admitted: &Admitted,
+) -> Result<InstallerInputs, Error> {
+    let name = bundle.name_any();
+    let render = |detail: String| Error::Render {
+        name: name.clone(),
+        detail,
+    };
+    let key = Api::<Secret>::namespaced(ctx.client.clone(), &ctx.namespace)
+        .get(&resources::bundle::Names::of(&name).ssh_secret)
+        .await
+        .map_err(|source| Error::Observe {
+            name: name.clone(),
+            what: "the key Secret".into(),
+            source,
+        })?;
+    let public = key
+        .data
+        .as_ref()
+        .and_then(|d| d.get(PUBLIC_KEY))
+        .and_then(|v| String::from_utf8(v.0.clone()).ok())
+        .ok_or_else(|| render(format!("the key Secret has no {PUBLIC_KEY}")))?;
+    let ssh_key = SshPublicKey::parse(&public).map_err(|e| render(e.to_string()))?;
+    let config = install_config::install_config(bundle.spec.arch, &admitted.pull_secret, &ssh_key)
+        .map_err(|e| render(e.to_string()))?;
+    let mut staging = vec![StagedFile {
+        path: "install-config.yaml".into(),
+        text: config.expose().to_owned(),
+    }];
+    for file in manifests::profile_manifests().map_err(|e| render(e.to_string()))? {
+        staging.push(StagedFile {
+            path: file.path(),
+            text: file.yaml,
+        });
+    }
+    for manifest in &admitted.installation_manifests {
+        staging.push(StagedFile {
+            path: user_manifest_path(&manifest.source, &manifest.key),
+            text: manifest.text.clone(),
+        });
+    }
+    let generator = serde_json::to_string(&ignition::generator_ignition(&ssh_key))
+        .map_err(|e| render(e.to_string()))?;
+    Ok(InstallerInputs {
+        pull_secret: admitted.pull_secret.expose().to_owned(),
+        generator_ignition: generator,
+        staging,
+    })
+}
+
+/// Where a user's installation manifest goes: `openshift/`, after the profile's own (which
+/// start with `99-`), named after its source and key so two sources never collide.
+pub fn user_manifest_path(source: &str, key: &str) -> String {
+    let key = key
+        .strip_suffix(".yaml")
+        .or_else(|| key.strip_suffix(".yml"))
+        .unwrap_or(key);
+    format!("openshift/99-user-{source}-{key}.yaml")
+}

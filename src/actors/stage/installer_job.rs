@@ -1,0 +1,49 @@
+//! The Prepare stage's child: the installer Job of a build attempt, recorded in
+//! `status.build.resources.installerJob`. Its result is the termination message of its
+//! succeeded pod ([`crate::contract::installer::Outcome`]); a lost installer Job fails the
+//! attempt, because what it left on the work volume cannot be trusted half-written.
+
+use k8s_openapi::api::batch::v1::Job;
+
+use super::prep_job::{last_failure, outcome, termination_message};
+use super::{Observation, Stage, WhenLost};
+use crate::actors::context::Context;
+use crate::api::bundle::CRCBundleStatus;
+use crate::api::common::ObjectIdentity;
+
+/// The installer Job stage.
+pub struct InstallerJob;
+
+impl Stage for InstallerJob {
+    type Object = Job;
+    const KIND: &'static str = "crcbundle.installerjob";
+    const WHEN_LOST: WhenLost = WhenLost::FailAttempt;
+
+    fn slot(status: &CRCBundleStatus) -> Option<&ObjectIdentity> {
+        status
+            .build
+            .as_ref()?
+            .resources
+            .as_ref()?
+            .installer_job
+            .as_ref()
+            .filter(|job| !job.uid.is_empty())
+    }
+
+    async fn observe(job: &Job, ctx: &Context) -> Result<Observation, kube::Error> {
+        let name = job.metadata.name.as_deref().unwrap_or_default();
+        Ok(match outcome(job) {
+            Observation::Done(_) => Observation::Done(
+                termination_message(&ctx.client, &ctx.namespace, name, |code| code == 0)
+                    .await?
+                    .unwrap_or_default(),
+            ),
+            Observation::Failed(why) => Observation::Failed(
+                last_failure(&ctx.client, &ctx.namespace, name)
+                    .await?
+                    .unwrap_or(why),
+            ),
+            other => other,
+        })
+    }
+}

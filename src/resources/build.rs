@@ -1,0 +1,291 @@
+//! Objects of a build-sourced CRCBundle's attempt, in the operator namespace (mission §5): the
+//! installer's ServiceAccount, its input Secret, the work and ISO PVCs and the installer Job.
+//! Every one is named after the bundle and the attempt, carries the attempt label and is
+//! controlled by the bundle, so an object of another attempt is never mistaken for this one's.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    EnvVar, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
+    PodTemplateSpec, SeccompProfile, Secret, SecretVolumeSource, ServiceAccount, Volume,
+    VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
+
+use super::bundle::{JobSettings, pvc};
+use super::common::{bundle_labels, controller_ref, job_container};
+use crate::api::CRCBundle;
+use crate::api::bundle::BuildSpec;
+use crate::api::labels;
+use crate::contract::installer as contract;
+use crate::contract::termination;
+
+/// Size of the work PVC: the extracted installer (~0.5 GiB), the stock live ISO (~1.2 GiB) and
+/// the staging directory, with room to spare.
+pub const WORK_SIZE: &str = "8Gi";
+/// Size of the ISO PVC: one live ISO with an Ignition embedded.
+pub const ISO_SIZE: &str = "4Gi";
+/// The installer Job's limits: a release extract and an ISO download take minutes, not hours;
+/// transient registry or network failures get two more pods.
+pub const INSTALLER_DEADLINE_SECONDS: i64 = 3600;
+pub const INSTALLER_BACKOFF_LIMIT: i32 = 2;
+/// Where the installer Job mounts its volumes.
+pub const INPUTS_DIR: &str = "/inputs";
+pub const WORK_DIR: &str = "/work";
+pub const ISO_DIR: &str = "/iso";
+
+/// Names of one attempt's objects: `<bundle>-b<attempt>-<what>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Names {
+    pub attempt: i32,
+    pub service_account: String,
+    pub installer_secret: String,
+    pub work_pvc: String,
+    pub iso_pvc: String,
+    pub installer_job: String,
+}
+
+impl Names {
+    pub fn of(bundle: &str, attempt: i32) -> Self {
+        let name = |what: &str| format!("{bundle}-b{attempt}-{what}");
+        Self {
+            attempt,
+            service_account: name("installer"),
+            installer_secret: name("installer"),
+            work_pvc: name("work"),
+            iso_pvc: name("iso"),
+            installer_job: name("installer"),
+        }
+    }
+}
+
+/// What the installer Secret holds: the admitted inputs rendered for the Job. The pull secret
+/// is in it twice (alone, and inside the install-config), which is why it is a Secret.
+pub struct InstallerInputs {
+    pub pull_secret: String,
+    pub generator_ignition: String,
+    pub staging: Vec<contract::StagedFile>,
+}
+
+fn meta(bundle: &CRCBundle, namespace: &str, name: &str, attempt: i32) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: Some(namespace.to_owned()),
+        labels: Some(attempt_labels(bundle, attempt)),
+        owner_references: controller_ref(bundle).map(|r| vec![r]),
+        ..Default::default()
+    }
+}
+
+fn attempt_labels(bundle: &CRCBundle, attempt: i32) -> BTreeMap<String, String> {
+    let mut labels = bundle_labels(&bundle.name_any());
+    labels.insert(labels::BUILD_ATTEMPT.to_owned(), attempt.to_string());
+    labels
+}
+
+/// The installer's own account: it talks to no API, so it has no token and no role.
+pub fn service_account(bundle: &CRCBundle, namespace: &str, names: &Names) -> ServiceAccount {
+    ServiceAccount {
+        metadata: meta(bundle, namespace, &names.service_account, names.attempt),
+        automount_service_account_token: Some(false),
+        ..Default::default()
+    }
+}
+
+pub fn installer_secret(
+    bundle: &CRCBundle,
+    namespace: &str,
+    names: &Names,
+    inputs: &InstallerInputs,
+) -> Result<Secret, serde_json::Error> {
+    let staging = serde_json::to_vec(&inputs.staging)?;
+    let data = BTreeMap::from([
+        (
+            contract::KEY_PULL_SECRET.to_owned(),
+            ByteString(inputs.pull_secret.as_bytes().to_vec()),
+        ),
+        (
+            contract::KEY_GENERATOR_IGNITION.to_owned(),
+            ByteString(inputs.generator_ignition.as_bytes().to_vec()),
+        ),
+        (contract::KEY_STAGING.to_owned(), ByteString(staging)),
+    ]);
+    Ok(Secret {
+        metadata: meta(bundle, namespace, &names.installer_secret, names.attempt),
+        type_: Some("Opaque".to_owned()),
+        data: Some(data),
+        ..Default::default()
+    })
+}
+
+pub fn work_pvc(bundle: &CRCBundle, namespace: &str, names: &Names) -> PersistentVolumeClaim {
+    let mut claim = pvc(&names.work_pvc, bundle, namespace, WORK_SIZE);
+    claim.metadata.labels = Some(attempt_labels(bundle, names.attempt));
+    claim
+}
+
+pub fn iso_pvc(bundle: &CRCBundle, namespace: &str, names: &Names) -> PersistentVolumeClaim {
+    let mut claim = pvc(&names.iso_pvc, bundle, namespace, ISO_SIZE);
+    claim.metadata.labels = Some(attempt_labels(bundle, names.attempt));
+    claim
+}
+
+/// The installer Job: `guestcluster installer`, no privileges, no `/dev/kvm`, no API token,
+/// within the build's placement.
+pub fn installer_job(
+    bundle: &CRCBundle,
+    build: &BuildSpec,
+    namespace: &str,
+    names: &Names,
+    settings: &JobSettings,
+) -> Job {
+    let env = [
+        (contract::ENV_RELEASE_IMAGE, build.release_image.as_str()),
+        (contract::ENV_ARCH, bundle.spec.arch.as_str()),
+        (contract::ENV_INPUTS_DIR, INPUTS_DIR),
+        (contract::ENV_WORK_DIR, WORK_DIR),
+        (contract::ENV_ISO_DIR, ISO_DIR),
+        (termination::ENV_PATH, termination::DEFAULT_PATH),
+    ]
+    .into_iter()
+    .map(|(name, value)| EnvVar {
+        name: name.to_owned(),
+        value: Some(value.to_owned()),
+        ..Default::default()
+    })
+    .collect();
+    let mount = |volume: &str, path: &str, read_only: bool| VolumeMount {
+        name: volume.to_owned(),
+        mount_path: path.to_owned(),
+        read_only: read_only.then_some(true),
+        ..Default::default()
+    };
+    let claim = |volume: &str, claim: &str| Volume {
+        name: volume.to_owned(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: claim.to_owned(),
+            read_only: None,
+        }),
+        ..Default::default()
+    };
+    let placement = build.placement.clone().unwrap_or_default();
+    let labels = attempt_labels(bundle, names.attempt);
+    Job {
+        metadata: meta(bundle, namespace, &names.installer_job, names.attempt),
+        spec: Some(JobSpec {
+            backoff_limit: Some(INSTALLER_BACKOFF_LIMIT),
+            active_deadline_seconds: Some(INSTALLER_DEADLINE_SECONDS),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    restart_policy: Some("Never".to_owned()),
+                    service_account_name: Some(names.service_account.clone()),
+                    automount_service_account_token: Some(false),
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        run_as_user: Some(1001),
+                        fs_group: Some(1001),
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".to_owned(),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    containers: vec![job_container(
+                        "installer",
+                        &settings.image,
+                        "installer",
+                        env,
+                        vec![
+                            mount("inputs", INPUTS_DIR, true),
+                            mount("work", WORK_DIR, false),
+                            mount("iso", ISO_DIR, false),
+                        ],
+                    )],
+                    volumes: Some(vec![
+                        Volume {
+                            name: "inputs".to_owned(),
+                            secret: Some(SecretVolumeSource {
+                                secret_name: Some(names.installer_secret.clone()),
+                                default_mode: Some(0o400),
+                                ..Default::default()
+                            }),
+                            ..Default::default()
+                        },
+                        claim("work", &names.work_pvc),
+                        claim("iso", &names.iso_pvc),
+                    ]),
+                    node_selector: (!placement.node_selector.is_empty())
+                        .then_some(placement.node_selector),
+                    tolerations: (!placement.tolerations.is_empty())
+                        .then_some(placement.tolerations),
+                    affinity: placement.affinity,
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::profile::golden_check_objects;
+
+    fn bundle() -> CRCBundle {
+        let mut bundle: CRCBundle = serde_json::from_value(serde_json::json!({
+            "apiVersion": "guestcluster.opdev.io/v1alpha1", "kind": "CRCBundle",
+            "metadata": {"name": "custom", "uid": "bundle-uid"},
+            "spec": {"arch": "amd64", "storageClassName": "fast", "goldenVolumeSize": "80Gi",
+                "build": {"releaseImage": "quay.io/example/release:4.22.0-x86_64",
+                    "pullSecretRef": {"name": "pull"},
+                    "placement": {"nodeSelector": {"builds": "yes"}}}}}))
+        .unwrap();
+        bundle.metadata.uid = Some("bundle-uid".into());
+        bundle
+    }
+
+    #[test]
+    fn attempt_objects_match_golden() {
+        let bundle = bundle();
+        let names = Names::of("custom", 3);
+        let inputs = InstallerInputs {
+            pull_secret: "{\"auths\":{\"x\":{}}}".into(),
+            generator_ignition: "{}".into(),
+            staging: vec![contract::StagedFile {
+                path: "install-config.yaml".into(),
+                text: "apiVersion: v1\n".into(),
+            }],
+        };
+        let objects = serde_json::json!([
+            service_account(&bundle, "ops", &names),
+            installer_secret(&bundle, "ops", &names, &inputs).unwrap(),
+            work_pvc(&bundle, "ops", &names),
+            iso_pvc(&bundle, "ops", &names),
+            installer_job(
+                &bundle,
+                bundle.spec.build.as_ref().unwrap(),
+                "ops",
+                &names,
+                &JobSettings::default()
+            ),
+        ]);
+        golden_check_objects("build/attempt-objects.yaml", &objects);
+    }
+
+    #[test]
+    fn names_carry_bundle_and_attempt() {
+        let names = Names::of("b", 2);
+        assert_eq!(names.installer_job, "b-b2-installer");
+        assert_eq!(names.work_pvc, "b-b2-work");
+        assert_eq!(names.iso_pvc, "b-b2-iso");
+    }
+}
