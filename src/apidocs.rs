@@ -459,7 +459,7 @@ mod tests {
             "spec.build.{installationManifestRefs, postInstallManifestRefs}[]",
             "status.build.resources",
             "status.build.resources.{buildVM, diskJob, helperJob, installerAuthSecret, installerJob, \
-             isoPVC, rootDataVolume, serviceAccount, validationDataVolume, validationJob, validationVM}",
+             isoPVC, rootDataVolume, serviceAccount, validationDataVolume, validationJob, validationVM, workPVC}",
             "status.inputs.{installationManifests, postInstallManifests}[]",
         ] {
             section(&doc, path);
