@@ -329,7 +329,11 @@ mod tests {
 
     #[test]
     fn each_bad_input_names_its_object_key_and_reason() {
-        type Case = (Box<dyn Fn(&mut Read)>, &'static str, &'static [&'static str]);
+        type Case = (
+            Box<dyn Fn(&mut Read)>,
+            &'static str,
+            &'static [&'static str],
+        );
         let cases: Vec<Case> = vec![
             (
                 Box::new(|r| r.pull_secret = None),

@@ -207,7 +207,7 @@ pub async fn run(config: &Config, http: &HttpOptions) -> Result<Outcome, Error> 
     )))?;
     Ok(Outcome {
         release_digest: info.digest,
-        version: version.version,
+        version: info.version,
         rhcos_version: iso.release,
         iso_sha256: iso.sha256,
     })
