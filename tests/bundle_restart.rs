@@ -1,7 +1,9 @@
 //! Crash safety of the bundle's actor tree: the operator process is killed (SIGKILL) while a
 //! download bundle's prep Job runs, and a new process takes over. The new bundle actor starts the
 //! prep Job's child from `status.prepJob`, which follows the same Job (same UID): no second Job
-//! is created and the one download finishes into a Ready bundle.
+//! is created and the one download finishes into a Ready bundle. The same holds for a build
+//! killed mid-Prepare: the installer Job and every object of the attempt are followed, not made
+//! again.
 // Tests act as users and other controllers: they write directly, not through the operator's write path.
 #![allow(clippy::disallowed_methods)]
 
@@ -140,6 +142,140 @@ async fn a_restarted_operator_resumes_the_same_prep_job() {
     assert!(
         !second.log().contains("CreatePrepJob"),
         "the second operator created no prep Job:\n{}",
+        second.log()
+    );
+    api.delete(&name, &DeleteParams::default()).await.unwrap();
+}
+
+/// The objects of bundle `name`'s build attempts, by kind and UID.
+async fn build_objects(client: &kube::Client, name: &str) -> Vec<String> {
+    let selector = ListParams::default().labels(&format!("opdev.io/crc-bundle={name}"));
+    let mut out = Vec::new();
+    macro_rules! uids {
+        ($kind:ty) => {
+            for o in Api::<$kind>::namespaced(client.clone(), OPERATOR_NS)
+                .list(&selector)
+                .await
+                .expect("list")
+                .items
+            {
+                out.push(format!(
+                    "{} {} {}",
+                    stringify!($kind),
+                    o.name_any(),
+                    o.uid().unwrap_or_default()
+                ));
+            }
+        };
+    }
+    uids!(Job);
+    uids!(k8s_openapi::api::core::v1::Secret);
+    uids!(k8s_openapi::api::core::v1::PersistentVolumeClaim);
+    uids!(k8s_openapi::api::core::v1::ServiceAccount);
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn a_restarted_operator_resumes_the_same_installer_job() {
+    use guestcluster::actors::stage::installer_job::InstallerJob;
+    use guestcluster::api::conditions::{self, reasons, types};
+
+    let world = bare_world();
+    let client = support::client().await;
+    // The installer Job downloads the live ISO from the file server, which holds it: the Job is
+    // mid-Prepare when the operator is killed.
+    let sim_root = world.root.join("sim");
+    sim::tools::install(&sim_root).expect("fake tools");
+    let iso_path = format!("{}/rhcos-live.iso", support::unique("iso"));
+    let iso_url = world.files.publish(
+        &iso_path,
+        sim::tools::tools_dir(&sim_root).join("rhcos-live.iso"),
+        Fault::None,
+    );
+    let hold = world.files.hold(&iso_path);
+    sim::tools::write_config(
+        &sim_root,
+        &sim::tools::ToolsConfig {
+            rhcos_iso_url: Some(iso_url),
+            ..Default::default()
+        },
+    )
+    .expect("tools config");
+
+    let mut first = operator("first-build-operator").await;
+    let name = support::unique("build-restart");
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("{name}-pull")},
+        "stringData": {".dockerconfigjson": "{\"auths\":{\"quay.io\":{\"auth\":\"eDp5\"}}}"}
+    }))
+    .unwrap();
+    Api::namespaced(client.clone(), OPERATOR_NS)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("pull secret");
+    let spec: CRCBundleSpec = serde_json::from_value(serde_json::json!({
+        "goldenVolumeSize": "80Gi",
+        "build": {"releaseImage": "quay.io/example/ocp-release:4.22.1-x86_64",
+            "pullSecretRef": {"name": format!("{name}-pull")}}
+    }))
+    .unwrap();
+    let api = Api::<CRCBundle>::all(client.clone());
+    api.create(&PostParams::default(), &CRCBundle::new(&name, spec))
+        .await
+        .expect("create CRCBundle");
+
+    let recorded = wait_long("installer Job recorded with its UID", || async {
+        let b = api.get(&name).await.ok()?;
+        b.status?
+            .build?
+            .resources
+            .filter(|r| r.installer_job.as_ref().is_some_and(|j| !j.uid.is_empty()))
+    })
+    .await;
+    wait_for("the installer downloading the live ISO", || async {
+        (world.files.requests(&iso_path) >= 1).then_some(())
+    })
+    .await;
+    wait_for(
+        "the first operator runs the installer Job's child",
+        || async { (live(&first, InstallerJob::KIND).await? >= 1).then_some(()) },
+    )
+    .await;
+    let objects = build_objects(&client, &name).await;
+    assert_eq!(objects.len(), 6, "{objects:#?}");
+
+    first.kill();
+    let second = operator("second-build-operator").await;
+    wait_long(
+        "the second operator runs the installer Job's child",
+        || async { (live(&second, InstallerJob::KIND).await? >= 1).then_some(()) },
+    )
+    .await;
+    let b = api.get(&name).await.unwrap();
+    assert_eq!(b.status.unwrap().build.unwrap().resources, Some(recorded));
+    assert_eq!(
+        build_objects(&client, &name).await,
+        objects,
+        "no object made twice"
+    );
+
+    hold.release();
+    let b = wait_long("Prepared=True", || async {
+        let b = api.get(&name).await.ok()?;
+        let c = conditions::find(&b.status.as_ref()?.conditions, types::PREPARED)?;
+        (c.status == "True" && c.reason == reasons::STAGE_SUCCEEDED).then_some(b)
+    })
+    .await;
+    assert_eq!(b.status.unwrap().build.unwrap().attempt, Some(1));
+    assert_eq!(
+        build_objects(&client, &name).await,
+        objects,
+        "the same objects finished the stage"
+    );
+    assert!(
+        !second.log().contains("Create("),
+        "the second operator created nothing:\n{}",
         second.log()
     );
     api.delete(&name, &DeleteParams::default()).await.unwrap();

@@ -275,6 +275,7 @@ async fn drive(
         progress
             .step("every object the operator wrote was stored as sent (each write is read back)");
     }
+    build_stages(&client, &opts.samples_dir, progress).await?;
     let handoffs = crate::handoffs::Summary::of(&recorder.handoffs());
     drop(recorder);
     match &handoffs {
@@ -555,6 +556,104 @@ async fn ensure_pull_secret(client: &kube::Client) -> Result<(), Error> {
         )
         .await?;
     Ok(())
+}
+
+/// The build source as far as this operator version runs it: the sample build bundle's inputs
+/// (a pull secret and two manifest ConfigMaps), the bundle, then each stage change until
+/// `Prepared=True` (the installer Job: release resolved, installer extracted, live ISO verified,
+/// generator Ignition embedded).
+async fn build_stages(
+    client: &kube::Client,
+    samples_dir: &Path,
+    progress: &Progress,
+) -> Result<(), Error> {
+    use guestcluster::api::conditions::{self, types};
+    const MACHINE_CONFIG: &str = "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n  name: 99-custom-motd\n  labels:\n    machineconfiguration.openshift.io/role: master\nspec:\n  config:\n    ignition:\n      version: 3.2.0\n";
+    const CONFIG_MAP: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: team-settings\n  namespace: openshift-config\ndata:\n  owner: platform-team\n";
+    let inputs = [
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "bundle-build-pull-secret", "namespace": OPERATOR_NAMESPACE},
+            "type": "kubernetes.io/dockerconfigjson",
+            "stringData": {".dockerconfigjson": "{\"auths\":{\"quay.io\":{\"auth\":\"ZGVtbzpkZW1v\"}}}"}}),
+        serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "custom-machineconfigs", "namespace": OPERATOR_NAMESPACE},
+            "data": {"motd.yaml": MACHINE_CONFIG}}),
+        serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "custom-cluster-resources", "namespace": OPERATOR_NAMESPACE},
+            "data": {"settings.yaml": CONFIG_MAP}}),
+    ];
+    let objects = inputs
+        .into_iter()
+        .map(serde_json::from_value)
+        .collect::<Result<Vec<DynamicObject>, _>>()
+        .map_err(|e| Error::Demo(format!("build inputs: {e}")))?;
+    manifests::apply_all(client, objects, FIELD_MANAGER).await?;
+    progress.step(format!(
+        "applied the build's inputs in {OPERATOR_NAMESPACE}: Secret bundle-build-pull-secret, ConfigMaps custom-machineconfigs and custom-cluster-resources"
+    ));
+    let mut bundle = None;
+    for obj in manifests::apply_all(
+        client,
+        read_sample(samples_dir, "crcbundle-build.yaml")?,
+        FIELD_MANAGER,
+    )
+    .await?
+    {
+        progress.step(format!(
+            "  applied CRCBundle {} (build source, crcbundle-build.yaml)",
+            obj.metadata.name.as_deref().unwrap_or("?")
+        ));
+        bundle = obj.metadata.name;
+    }
+    let name =
+        bundle.ok_or_else(|| Error::Demo("crcbundle-build.yaml holds no CRCBundle".into()))?;
+    progress.step(format!(
+        "waiting for {name} to pass Admit (inputs digested into status) and Prepare (installer Job: release resolved to a digest, openshift-install extracted, live ISO verified, generator Ignition embedded)"
+    ));
+    let api: Api<CRCBundle> = Api::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let mut last = String::new();
+    loop {
+        let b = api.get(&name).await?;
+        let status = b.status.clone().unwrap_or_default();
+        let stage = status.build.as_ref().and_then(|b| b.stage);
+        let lines: Vec<String> = [types::READY, types::PREPARED, types::INSTALLED]
+            .into_iter()
+            .filter_map(|t| conditions::find(&status.conditions, t))
+            .map(|c| format!("{}={} {}", c.type_, c.status, c.reason))
+            .collect();
+        let stage_name = stage.map_or_else(|| "-".to_owned(), |s| format!("{s:?}"));
+        let line = format!("  {name}: stage {stage_name}, {}", lines.join(", "));
+        if !lines.is_empty() && line != last {
+            progress.step(&line);
+            last = line;
+        }
+        if conditions::find(&status.conditions, types::PREPARED).is_some_and(|c| {
+            c.status != "False" || stage == Some(guestcluster::api::bundle::BuildStage::Failed)
+        }) {
+            let prepared = conditions::find(&status.conditions, types::PREPARED)
+                .map(|c| c.message.clone())
+                .unwrap_or_default();
+            if stage == Some(guestcluster::api::bundle::BuildStage::Failed) {
+                return Err(Error::Demo(format!(
+                    "the build of {name} failed: {prepared}"
+                )));
+            }
+            progress.step(format!("  Prepared: {prepared}"));
+            let installed = conditions::find(&status.conditions, types::INSTALLED)
+                .map(|c| c.message.clone())
+                .unwrap_or_default();
+            progress.step(format!("  Installed: {installed}"));
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Timeout(
+                Duration::from_secs(300),
+                format!("CRCBundle {name} to be Prepared"),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 /// Waits until the sample pool has [`POOL_SIZE`] Ready instances, printing each change of an
