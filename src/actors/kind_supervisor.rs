@@ -245,7 +245,7 @@ impl<A: ObjectActor> Actor for ObjectWorker<A> {
         if let Some(timer) = state.requeue.take() {
             timer.abort();
         }
-        state.children.stop_all();
+        state.children.stop_all().await;
         state
             .args
             .ctx

@@ -21,6 +21,9 @@ use crate::actors::names::object_actor_name;
 use crate::api::common::ObjectIdentity;
 use crate::metrics::Metrics;
 
+/// How long a stopping parent waits for each child.
+const CHILD_STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How the parent is reached: its cell (children are linked to it), its mailbox for reports, and
 /// its timer for "restart the child of this kind now".
 pub struct Parent {
@@ -160,12 +163,16 @@ impl Children {
         }
     }
 
-    /// Stops every child (the parent is stopping: ractor does not stop linked children with
-    /// their parent).
-    pub fn stop_all(&mut self) {
-        let kinds: Vec<&'static str> = self.slots.keys().copied().collect();
-        for kind in kinds {
-            self.stop(kind);
+    /// Stops every child and waits until each has stopped (the parent is stopping: ractor does
+    /// not stop linked children with their parent, and a child still watching after its
+    /// operator stopped would outlive the client it watches with).
+    pub async fn stop_all(&mut self) {
+        let slots = std::mem::take(&mut self.slots);
+        for actor in slots.into_values().filter_map(|slot| slot.actor) {
+            actor
+                .stop_and_wait(Some("parent stopping".into()), Some(CHILD_STOP_TIMEOUT))
+                .await
+                .ok();
         }
     }
 
