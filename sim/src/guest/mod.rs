@@ -7,6 +7,7 @@
 //! | [`disk`] | the model inside `disk.img` (magic + length + JSON at offset 0) |
 //! | [`boot`] | firmware: which disk boots (boot order, blank fall-through, live ISO) |
 //! | [`ignition`] | the live ISO applying its Ignition config |
+//! | [`install`] | bootstrap in place: bootkube's certificate check, the installed system |
 //! | [`shell`] | the accepted command-line syntax (no scripts) |
 //! | [`exec`] | the pure command interpreter |
 //! | [`time`] | guest clock and date formatting |
@@ -19,6 +20,7 @@ pub mod boot;
 pub mod disk;
 pub mod exec;
 pub mod ignition;
+pub mod install;
 pub mod shell;
 mod sshd;
 pub mod state;

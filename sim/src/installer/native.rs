@@ -556,5 +556,40 @@ impl InstallFs for HostFs {
     }
 }
 
+/// A single-node Ignition made by this installer at `now`, for an install-config with
+/// `ssh_key` and installation disk `disk` (tests of what consumes it).
+#[cfg(test)]
+pub fn test_ignition(now: i64, ssh_key: &str, disk: &str) -> String {
+    let root = tempfile::tempdir().expect("tempdir");
+    let mut fs = HostFs {
+        root: root.path().to_path_buf(),
+    };
+    let config = format!(
+        "apiVersion: v1\nbaseDomain: testing\nmetadata:\n  name: crc\nbootstrapInPlace:\n  installationDisk: {disk}\npullSecret: '{{\"auths\":{{\"quay.io\":{{\"auth\":\"eDp5\"}}}}}}'\nsshKey: '{ssh_key}'\n"
+    );
+    fs.write("/i/install-config.yaml", config.as_bytes(), 0o644)
+        .expect("install-config");
+    let launcher = Launcher {
+        release_image: "quay.io/openshift-release-dev/ocp-release:4.22.3-x86_64".into(),
+        release_version: "4.22.3".into(),
+        release_digest: "sha256:11".into(),
+    };
+    let env = BTreeMap::new();
+    let call = Invocation {
+        launcher: &launcher,
+        env: &env,
+        cwd: "/",
+        now,
+        seed: 3,
+    };
+    let args = ["create", "single-node-ignition-config", "--dir=/i"].map(str::to_owned);
+    run(&mut fs, &call, &args).expect("single-node-ignition-config");
+    String::from_utf8(
+        fs.read("/i/bootstrap-in-place-for-live-iso.ign")
+            .expect("ignition"),
+    )
+    .expect("utf-8")
+}
+
 #[cfg(test)]
 mod tests;
