@@ -522,3 +522,388 @@ async fn a_disk_whose_install_did_not_finish_needs_its_iso() {
         other => panic!("{other}"),
     }
 }
+
+/// A field of a kubeconfig (base64 data, decoded).
+fn kubeconfig_field(kubeconfig: &str, section: &str, inner: &str, key: &str) -> String {
+    use base64::Engine as _;
+    let value: serde_json::Value = serde_saphyr::from_str(kubeconfig).expect("kubeconfig YAML");
+    let encoded = value[section][0][inner][key].as_str().expect("field");
+    String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+fn dynamic(
+    client: &kube::Client,
+    group: &str,
+    kind: &str,
+    plural: &str,
+) -> kube::Api<kube::api::DynamicObject> {
+    kube::Api::all_with(
+        client.clone(),
+        &kube::core::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk(group, "v1", kind),
+            plural,
+        ),
+    )
+}
+
+fn condition(obj: &kube::api::DynamicObject, type_: &str) -> Option<(String, String)> {
+    obj.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or_default().to_owned(),
+                c["message"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+}
+
+/// A build through the install boot, with or without SNC's certificate steps, then the cold
+/// restart at offset 0; returns the guest's verdict on the kubelet certificates (the 25-day
+/// check) and the CSR signer they came from.
+async fn build(
+    sim: &std::sync::Arc<sim::Sim>,
+    pod: &Pod,
+    dir: &Path,
+    n: u8,
+    snc_steps: bool,
+) -> (bool, String) {
+    use guestcluster::guest::api::{self, Credentials};
+    use guestcluster::guest::cluster::{Patience, approve_csrs};
+    use std::sync::Arc;
+
+    let host = &sim.ctx.guests;
+    let launcher = std::fs::read(pod.extract()).unwrap();
+    let key = keys::generate_ecdsa_p256().unwrap();
+    let line = keys::authorized_key_line(key.public_key(), "build").unwrap();
+    let root = dir.join(format!("root-{n}.img"));
+    create_disk(&root, 4 * GIB, None).unwrap();
+    let generator_iso = dir.join(format!("generator-{n}.iso"));
+    pod.iso_with(&generator_ignition(&line), &generator_iso);
+
+    let uid = format!("gen-{n}");
+    host.boot(spec(
+        &uid,
+        ip(20 + n),
+        vec![root_disk(&root), cdrom(&generator_iso)],
+        -DAY,
+    ))
+    .await
+    .unwrap();
+    let guest = connect(ip(20 + n), &key).await;
+    let (ignition, kubeconfig, _) = generate(&guest, &launcher, &install_config(&line)).await;
+    power_off(host, guest, &uid).await;
+    use base64::Engine as _;
+    let kubeconfig = String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(kubeconfig.trim())
+            .unwrap(),
+    )
+    .unwrap();
+
+    // The profile's live patches, reduced to what the test needs: chronyd masked, and the API
+    // names resolving to the node IP inside the guest.
+    let mut patched: serde_json::Value = serde_json::from_str(&ignition).unwrap();
+    patched["systemd"]["units"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"name": "chronyd.service", "mask": true}));
+    patched["storage"]["files"].as_array_mut().unwrap().push(serde_json::json!({
+        "path": "/etc/hosts", "mode": 420, "overwrite": true,
+        "contents": {"source": "data:,127.0.0.1%20localhost%0A192.168.126.11%20api.crc.testing%20api-int.crc.testing%0A"}}));
+    let install_iso = dir.join(format!("install-{n}.iso"));
+    pod.iso_with(&patched.to_string(), &install_iso);
+
+    let uid = format!("install-{n}");
+    let mut events = host.subscribe_events();
+    host.boot(spec(
+        &uid,
+        ip(30 + n),
+        vec![root_disk(&root), cdrom(&install_iso)],
+        -DAY,
+    ))
+    .await
+    .unwrap();
+    let mut rebooted = false;
+    tokio::time::timeout(DEADLINE, async {
+        loop {
+            let event = events.recv().await.unwrap();
+            match event.kind {
+                GuestEventKind::Rebooting if event.vmi_uid == uid => rebooted = true,
+                GuestEventKind::Booted if rebooted && event.vmi_uid == uid => return,
+                _ => {}
+            }
+        }
+    })
+    .await
+    .expect("installed and rebooted");
+
+    // The installer's admin kubeconfig reaches the installed cluster, TLS checked at guest time.
+    let credentials = Credentials {
+        server_ca: kubeconfig_field(
+            &kubeconfig,
+            "clusters",
+            "cluster",
+            "certificate-authority-data",
+        ),
+        client_cert: kubeconfig_field(&kubeconfig, "users", "user", "client-certificate-data"),
+        client_key: kubeconfig_field(&kubeconfig, "users", "user", "client-key-data"),
+    };
+    let ssh = Arc::new(connect(ip(30 + n), &key).await);
+    let clock_sim = sim.clone();
+    let clock_uid = uid.clone();
+    let clock: api::Clock = Arc::new(move || {
+        clock_sim
+            .ctx
+            .guests
+            .guest_time(&clock_uid)
+            .unwrap_or_default()
+    });
+    let client = api::client(ssh.clone(), &credentials, clock).unwrap();
+    let versions = dynamic(
+        &client,
+        "config.openshift.io",
+        "ClusterVersion",
+        "clusterversions",
+    );
+    let progress = wait_for("install progress on the ClusterVersion", || async {
+        let cv = versions.get("version").await.ok()?;
+        let (status, message) = condition(&cv, "Progressing")?;
+        (status == "True" && condition(&cv, "Available")?.0 == "False").then_some(message)
+    })
+    .await;
+    assert!(
+        progress.starts_with("Working towards 4.22.3: "),
+        "{progress}"
+    );
+    wait_for("the install to complete", || async {
+        let cv = versions.get("version").await.ok()?;
+        (condition(&cv, "Available")?.0 == "True" && condition(&cv, "Progressing")?.0 == "False")
+            .then_some(())
+    })
+    .await;
+    let operators = dynamic(
+        &client,
+        "config.openshift.io",
+        "ClusterOperator",
+        "clusteroperators",
+    );
+    let all = operators.list(&Default::default()).await.unwrap().items;
+    assert!(
+        all.iter()
+            .all(|op| condition(op, "Available").is_some_and(|c| c.0 == "True"))
+    );
+    let client_pem = paths::KUBELET_CLIENT_CERT;
+    let installer_issuer = sudo(
+        &ssh,
+        &["openssl", "x509", "-noout", "-issuer", "-in", client_pem],
+    )
+    .await;
+    assert_eq!(installer_issuer, "issuer=CN=kubelet-signer, OU=openshift\n");
+
+    // SNC's certificate steps: the cred-manager, then a new CSR signer.
+    let daemonset: k8s_openapi::api::apps::v1::DaemonSet = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "kubelet-bootstrap-cred-manager", "namespace": "openshift-machine-config-operator"},
+        "spec": {"selector": {"matchLabels": {"k8s-app": "kubelet-bootstrap-cred-manager"}},
+                 "template": {"metadata": {"labels": {"k8s-app": "kubelet-bootstrap-cred-manager"}},
+                              "spec": {"containers": [{"name": "c", "image": "quay.io/openshift/origin-cli:latest"}]}}}
+    }))
+    .unwrap();
+    kube::Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(
+        client.clone(),
+        "openshift-machine-config-operator",
+    )
+    .create(&Default::default(), &daemonset)
+    .await
+    .unwrap();
+    let secrets = kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(
+        client.clone(),
+        "openshift-kube-controller-manager-operator",
+    );
+    let signer_of = |secret: k8s_openapi::api::core::v1::Secret| {
+        let data = secret.data.unwrap_or_default();
+        String::from_utf8(data["tls.crt"].0.clone()).unwrap()
+    };
+    let first_signer = wait_for("the signer Secrets", || async {
+        secrets
+            .get_opt("csr-signer")
+            .await
+            .ok()
+            .flatten()
+            .map(signer_of)
+    })
+    .await;
+    assert!(
+        first_signer.contains("subject: CN=kubelet-signer, OU=openshift"),
+        "{first_signer}"
+    );
+    if snc_steps {
+        for name in ["csr-signer-signer", "csr-signer"] {
+            secrets.delete(name, &Default::default()).await.unwrap();
+        }
+        let replaced = wait_for("a new CSR signer", || async {
+            let signer = secrets
+                .get_opt("csr-signer")
+                .await
+                .ok()
+                .flatten()
+                .map(signer_of)?;
+            (!signer.contains("CN=kubelet-signer")).then_some(signer)
+        })
+        .await;
+        assert!(
+            replaced.contains("subject: CN=kube-csr-signer_@"),
+            "{replaced}"
+        );
+    }
+    wait_for("the cred-manager's kubeconfig on the node", || async {
+        host.state(&uid)
+            .is_some_and(|s| !s.certificates.contains_key(paths::KUBELET_BOOTSTRAP_CERT))
+            .then_some(())
+    })
+    .await;
+    drop(client);
+    drop(ssh);
+
+    // The cold restart: a new VMI, the root disk alone, offset 0.
+    host.shutdown(&uid).await;
+    let uid = format!("cold-{n}");
+    host.boot(spec(&uid, ip(40 + n), vec![root_disk(&root)], 0))
+        .await
+        .expect("the installed disk boots alone");
+    let ssh = Arc::new(connect(ip(40 + n), &key).await);
+    let now = guest_now(&ssh).await;
+    assert!(
+        (sim::guest::time::host_now() - now).abs() <= 5,
+        "back on real time"
+    );
+    let clock_sim = sim.clone();
+    let clock_uid = uid.clone();
+    let clock: api::Clock = Arc::new(move || {
+        clock_sim
+            .ctx
+            .guests
+            .guest_time(&clock_uid)
+            .unwrap_or_default()
+    });
+    let client = api::client(ssh.clone(), &credentials, clock).unwrap();
+
+    // The day-long control-plane certificates rotate by guest time.
+    let lb = format!(
+        "{}/kube-apiserver-lb-server.crt",
+        paths::CONTROL_PLANE_CERTS
+    );
+    wait_for("the control plane's rotation", || async {
+        let state = host.state(&uid)?;
+        let cert = state.certificates.get(&lb)?;
+        (cert.not_before >= now && cert.not_after - cert.not_before == 30 * DAY).then_some(())
+    })
+    .await;
+
+    // The helper's loop: approve CSRs until both kubelet certificates pass the 25-day check,
+    // or (without SNC's steps) until the signer has refused to issue.
+    let quick = Patience::new(Duration::from_millis(200), Duration::from_secs(10));
+    let csrs = kube::Api::<k8s_openapi::api::certificates::v1::CertificateSigningRequest>::all(
+        client.clone(),
+    );
+    let checkend = |path: &'static str| {
+        let ssh = ssh.clone();
+        async move {
+            ssh.run(&Command::sudo([
+                "openssl",
+                "x509",
+                "-noout",
+                "-checkend",
+                "2160000",
+                "-in",
+                path,
+            ]))
+            .await
+            .unwrap()
+            .status
+                == 0
+        }
+    };
+    let passed = wait_for("the kubelet certificates' outcome", || async {
+        let _ = approve_csrs(&client, quick).await;
+        if checkend(paths::KUBELET_CLIENT_CERT).await && checkend(paths::KUBELET_SERVER_CERT).await
+        {
+            return Some(true);
+        }
+        let items = csrs.list(&Default::default()).await.ok()?.items;
+        let refused = items.iter().any(|csr| {
+            csr.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| {
+                    c.iter().any(|c| {
+                        c.type_ == "Failed"
+                            && c.reason.as_deref() == Some("SignerValidationFailure")
+                    })
+                })
+        });
+        refused.then_some(false)
+    })
+    .await;
+    let issuer = sudo(
+        &ssh,
+        &["openssl", "x509", "-noout", "-issuer", "-in", client_pem],
+    )
+    .await;
+    drop(client);
+    drop(ssh);
+    host.shutdown(&uid).await;
+    (passed, issuer)
+}
+
+#[tokio::test]
+async fn certificates_rotate_by_guest_time_and_only_snc_steps_pass_the_25_day_check() {
+    let cp = testenv::ControlPlane::shared()
+        .await
+        .expect("control plane");
+    let dir = tempfile::tempdir().unwrap();
+    let mut sim = sim::Sim::start(
+        cp.client().unwrap(),
+        sim::Options {
+            root: dir.path().join("sim"),
+            // Long enough to watch the operators come up one by one.
+            timings: Timings {
+                operators: Duration::from_secs(2),
+                ..Timings::fast()
+            },
+            kubeconfig: cp.kubeconfig_path().to_path_buf(),
+            guestcluster_bin: env!("CARGO_BIN_EXE_guestcluster").into(),
+            our_image_prefix: "quay.io/opdev/guestcluster".into(),
+            node_name: "sim-node".into(),
+        },
+    )
+    .await
+    .unwrap();
+    sim.serve_guest_apis(cp.apiserver_launcher());
+    let sim = std::sync::Arc::new(sim);
+    let pod = Pod::new(dir.path());
+    let ((with, with_issuer), (without, without_issuer)) = tokio::join!(
+        build(&sim, &pod, dir.path(), 1, true),
+        build(&sim, &pod, dir.path(), 2, false),
+    );
+    assert!(
+        with,
+        "SNC's steps: both kubelet certificates valid 25 days by guest time"
+    );
+    assert!(
+        with_issuer.starts_with("issuer=CN=kube-csr-signer_@"),
+        "{with_issuer}"
+    );
+    assert!(
+        !without,
+        "without a new signer the kubelet cannot get 25 days"
+    );
+    assert_eq!(without_issuer, "issuer=CN=kubelet-signer, OU=openshift\n");
+}
