@@ -450,10 +450,10 @@ pub fn yaml_top(key: &str, text: &str) -> Option<String> {
     while let Some(line) = lines.next() {
         if let Some(rest) = line.strip_prefix(&prefix) {
             let mut value = rest.trim_start_matches([' ', '\t']).to_owned();
-            if value.starts_with(['|', '>']) {
-                if let Some(next) = lines.next() {
-                    value = next.trim_start_matches([' ', '\t']).to_owned();
-                }
+            if value.starts_with(['|', '>'])
+                && let Some(next) = lines.next()
+            {
+                value = next.trim_start_matches([' ', '\t']).to_owned();
             }
             return Some(strip_quotes(&value));
         }
