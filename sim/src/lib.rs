@@ -11,6 +11,7 @@
 //! | [`volumes`] | the storage provisioner: binds PVCs, one directory (with `disk.img`) per PVC |
 //! | [`cdi`] | CDI: DataVolumes (blank, pvc clone, http import) |
 //! | [`kubelet`] | the scheduler + kubelet of one Node: runs our Job pods as local processes |
+//! | [`installer`] | what the fake `openshift-install` makes (shell and guest-native), defined once |
 //! | [`tools`] | fake `oc`, `openshift-install`, `coreos-installer` put first on Job pods' `PATH` |
 //! | [`network`] | pod IPs: one loopback address (127.0.0.0/8) per pod |
 //! | [`kubevirt`] | KubeVirt: VirtualMachines, VMIs, virt-launcher pods |
@@ -34,6 +35,7 @@ pub mod demo;
 pub mod file_server;
 pub mod guest;
 pub mod handoffs;
+pub mod installer;
 pub mod kubelet;
 pub mod kubevirt;
 pub mod network;

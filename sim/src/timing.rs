@@ -14,6 +14,9 @@ pub struct Timings {
     pub boot: Duration,
     /// Guest: graceful shutdown (ACPI) until the VMI ends.
     pub shutdown: Duration,
+    /// Guest: a bootstrap-in-place live ISO booted until bootkube has checked the Ignition's
+    /// certificates (and fails, or starts the install).
+    pub bootkube: Duration,
     /// Guest: live-ISO install of OpenShift until the installed disk is ready.
     pub install: Duration,
     /// Guest: a MachineConfig rollout (reboot of the node).
@@ -34,6 +37,7 @@ impl Timings {
             vm_start: ms(100),
             boot: ms(100),
             shutdown: ms(50),
+            bootkube: ms(100),
             install: ms(300),
             rollout: ms(200),
             operators: ms(300),
@@ -50,6 +54,7 @@ impl Timings {
             vm_start: s(2),
             boot: s(3),
             shutdown: s(1),
+            bootkube: s(5),
             install: s(10),
             rollout: s(3),
             operators: s(5),

@@ -10,6 +10,7 @@
 //! | `bin/oc`, `bin/coreos-installer` | on `PATH` |
 //! | `libexec/openshift-install` | not on `PATH`: `oc adm release extract` writes a launcher for it |
 //! | `lib/common.sh` | shared by the scripts |
+//! | `lib/installer-certs` | the certificates the installer mints ([`crate::installer::certs_table`]) |
 //! | `config.env` | optional settings ([`ToolsConfig`]); the process environment overrides them |
 //! | `rhcos-live.iso` | the simulated RHCOS live ISO that the stream JSON points to |
 //! | `calls.log` | one line per tool invocation, for debugging |
@@ -20,6 +21,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use super::Error;
+use crate::installer;
 
 const COMMON: &str = include_str!("tools/common.sh");
 const OC: &str = include_str!("tools/oc.sh");
@@ -104,12 +106,20 @@ pub fn install(root: &Path) -> Result<PathBuf, Error> {
         ("libexec/openshift-install", OPENSHIFT_INSTALL, 0o755),
     ];
     for (path, text, mode) in scripts {
-        write_atomically(
-            &dir.join(path),
-            text.replace("@TOOLS_DIR@", &quoted_dir).as_bytes(),
-            mode,
-        )?;
+        let text = text
+            .replace("@TOOLS_DIR@", &quoted_dir)
+            .replace("@CERT_MAGIC@", &shell_quote(installer::CERT_MAGIC))
+            .replace(
+                "@LAUNCHER_MARKER@",
+                &shell_quote(installer::LAUNCHER_MARKER),
+            );
+        write_atomically(&dir.join(path), text.as_bytes(), mode)?;
     }
+    write_atomically(
+        &dir.join("lib/installer-certs"),
+        installer::certs_table().as_bytes(),
+        0o644,
+    )?;
     let iso = dir.join("rhcos-live.iso");
     if !iso.exists() {
         write_atomically(&iso, base_iso().as_bytes(), 0o644)?;

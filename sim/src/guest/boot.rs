@@ -111,6 +111,13 @@ pub fn choose_with(
             notes.push(format!("{}: cdrom without a live ISO", candidate.name));
             continue;
         }
+        if state.install_incomplete {
+            notes.push(format!(
+                "{}: installation not finished (no bootable system)",
+                candidate.name
+            ));
+            continue;
+        }
         return (
             Some(Boot::Disk {
                 path: candidate.image.clone(),
@@ -229,6 +236,29 @@ mod tests {
         let blank = dir.path().join("blank.img");
         disk::create_disk(&blank, 1 << 20, None).unwrap();
         assert_eq!(read_image(&blank).unwrap(), None);
+    }
+
+    #[test]
+    fn a_disk_whose_install_did_not_finish_does_not_boot() {
+        let disks = vec![
+            disk("root", Some(1), DiskKind::Disk),
+            disk("iso", Some(2), DiskKind::Cdrom),
+        ];
+        let read = |path: &Path| -> Result<Option<GuestState>, DiskError> {
+            Ok(Some(if path.ends_with("iso") {
+                GuestState::live_iso("{}")
+            } else {
+                crate::guest::install::in_progress()
+            }))
+        };
+        let (boot, notes) = choose_with(&disks[..1], read, |_| 1);
+        assert!(boot.is_none());
+        assert!(notes[0].contains("installation not finished"), "{notes:?}");
+        let (boot, _) = choose_with(&disks, read, |_| 1);
+        assert!(
+            matches!(boot, Some(Boot::Live { .. })),
+            "the ISO installs again"
+        );
     }
 
     #[test]

@@ -76,6 +76,15 @@ pub fn apply(state: &mut GuestState, config: &str) -> Result<Vec<String>, Igniti
             }
         }
         if !skipped {
+            // A certificate the simulated installer minted: `openssl` and the cluster see it.
+            match crate::installer::parse_record(&content) {
+                Some(cert) => {
+                    state.certificates.insert(path.to_string(), cert);
+                }
+                None => {
+                    state.certificates.remove(path);
+                }
+            }
             state
                 .files
                 .insert(path.to_string(), File::root(content, mode));

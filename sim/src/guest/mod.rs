@@ -7,6 +7,7 @@
 //! | [`disk`] | the model inside `disk.img` (magic + length + JSON at offset 0) |
 //! | [`boot`] | firmware: which disk boots (boot order, blank fall-through, live ISO) |
 //! | [`ignition`] | the live ISO applying its Ignition config |
+//! | [`install`] | bootstrap in place: bootkube's certificate check, the installed system |
 //! | [`shell`] | the accepted command-line syntax (no scripts) |
 //! | [`exec`] | the pure command interpreter |
 //! | [`time`] | guest clock and date formatting |
@@ -19,6 +20,7 @@ pub mod boot;
 pub mod disk;
 pub mod exec;
 pub mod ignition;
+pub mod install;
 pub mod shell;
 mod sshd;
 pub mod state;
@@ -153,8 +155,13 @@ struct Guest {
     sshd: Mutex<Option<sshd::Sshd>>,
 }
 
+/// Numbers boots, so a task of an earlier boot (bootkube) never acts on a later one.
+static BOOTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// The booted operating system.
 struct Os {
+    /// This boot's number.
+    serial: u64,
     machine: Machine,
     /// The boot disk the state is written through to (`None` under a live ISO).
     persist: Option<PathBuf>,
@@ -411,6 +418,8 @@ impl Inner {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| GuestError::Bind { addr, source })?;
+        let bootstrap = install::is_bootstrap_in_place(&prepared.os.machine.state)
+            .then_some(prepared.os.serial);
         *lock(&guest.os) = Some(prepared.os);
         let server = sshd::start(listener, prepared.host_key, guest.clone(), self.clone());
         *lock(&guest.sshd) = Some(server);
@@ -421,7 +430,75 @@ impl Inner {
             "simulated guest booted"
         );
         self.event(&guest.spec.vmi_uid, GuestEventKind::Booted);
+        if let Some(serial) = bootstrap {
+            tokio::spawn(self.clone().bootstrap_in_place(guest.clone(), serial));
+        }
         Ok(())
+    }
+
+    /// A bootstrap-in-place live boot: after `Timings::bootkube`, bootkube checks the Ignition's
+    /// certificates by guest time (a failure stays visible: unit failed, journal, blank disk);
+    /// then the installation disk is marked incomplete, after `Timings::install` the installed
+    /// system is written to it, and the guest reboots into it within the same VMI (the clock
+    /// offset carries over).
+    async fn bootstrap_in_place(self: Arc<Self>, guest: Arc<Guest>, serial: u64) {
+        let vmi_uid = guest.spec.vmi_uid.clone();
+        tokio::time::sleep(self.timings.bootkube).await;
+        let target = {
+            let mut os = lock(&guest.os);
+            let Some(os) = os.as_mut().filter(|os| os.serial == serial) else {
+                return;
+            };
+            let now = os.machine.guest_time(time::host_now()).0;
+            let target = os.install_target.clone();
+            match install::bootkube(&mut os.machine, now, target.is_some()) {
+                Ok(()) => target,
+                Err(reason) => {
+                    tracing::warn!(vmi_uid = %vmi_uid, "simulated bootstrap in place failed: {reason}");
+                    return;
+                }
+            }
+        };
+        let Some(target) = target else { return };
+        if let Err(err) = disk::write_state_synced(&target, &install::in_progress()) {
+            self.crash(&guest, format!("writing the installation disk: {err}"));
+            return;
+        }
+        tracing::info!(vmi_uid = %vmi_uid, disk = %target.display(), "simulated bootstrap in place: installing");
+        tokio::time::sleep(self.timings.install).await;
+        let installed = {
+            let os = lock(&guest.os);
+            let Some(os) = os.as_ref().filter(|os| os.serial == serial) else {
+                return;
+            };
+            let now = os.machine.guest_time(time::host_now()).0;
+            install::installed_state(&os.machine.state, now, os.machine.runtime.disk_bytes)
+        };
+        let installed = match installed {
+            Ok(state) => state,
+            Err(err) => {
+                tracing::warn!(vmi_uid = %vmi_uid, "simulated bootstrap in place failed: {err}");
+                return;
+            }
+        };
+        if let Err(err) = disk::write_state_synced(&target, &installed) {
+            self.crash(&guest, format!("writing the installation disk: {err}"));
+            return;
+        }
+        if !self.is_current(&guest) {
+            return;
+        }
+        tracing::info!(vmi_uid = %vmi_uid, "simulated bootstrap in place: installed, rebooting");
+        self.reboot_boxed(guest).await;
+    }
+
+    /// [`Self::reboot`] behind a named type: a boot can start a bootstrap that reboots, and
+    /// the compiler needs the cycle broken to see that these futures are `Send`.
+    fn reboot_boxed(
+        self: Arc<Self>,
+        guest: Arc<Guest>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        Box::pin(self.reboot(guest))
     }
 
     /// Stops sshd (dropping every session and tunnel) and flushes the state to the boot disk.
@@ -622,6 +699,7 @@ fn firmware(spec: &BootSpec, ntp_reachable: bool) -> Result<Prepared, GuestError
     }
     Ok(Prepared {
         os: Os {
+            serial: BOOTS.fetch_add(1, Ordering::Relaxed),
             machine,
             persist,
             install_target,

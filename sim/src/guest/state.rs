@@ -70,6 +70,34 @@ pub struct GuestState {
     /// real CRC); `None` before OpenShift is installed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pki: Option<crate::openshift::GuestPki>,
+    /// Journal lines by unit (`journalctl -u UNIT`), for units that log something the operator
+    /// may need to read (a failed bootstrap).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub journal: BTreeMap<String, Vec<String>>,
+    /// Set on a disk that went through the simulated bootstrap-in-place install (not on disks
+    /// made directly, like [`Self::sealed_crc`]): what the guest cluster needs to know about it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub install: Option<InstallState>,
+    /// The install to this disk began and did not finish: the disk does not boot.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub install_incomplete: bool,
+}
+
+/// What an installed cluster's disk records about its install and its certificate signers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstallState {
+    /// The installer's stamp: `notBefore` of the certificates it minted (its caller's clock).
+    pub stamp: i64,
+    /// The cluster's CSR signer now: the installer's `kubelet-signer` until the kube-controller-
+    /// manager operator makes a new one (after its signer Secrets are deleted).
+    pub csr_signer: Certificate,
+    /// The signer Secrets were created in the guest API (a missing one was deleted since).
+    #[serde(default)]
+    pub signer_secrets_created: bool,
+    /// Guest time the cluster first reported Available; `None` while installing.
+    #[serde(default)]
+    pub completed_at: Option<i64>,
 }
 
 impl Default for GuestState {
@@ -95,6 +123,9 @@ impl Default for GuestState {
             live_iso: None,
             boot_count: 0,
             pki: None,
+            journal: BTreeMap::new(),
+            install: None,
+            install_incomplete: false,
         }
     }
 }
@@ -132,6 +163,9 @@ pub struct Unit {
     /// Running now; recomputed at every boot from `enabled && !masked`.
     pub active: bool,
     pub masked: bool,
+    /// Its last run failed (`systemctl is-active` says `failed`); cleared when it starts again.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub failed: bool,
 }
 
 impl Unit {
@@ -140,6 +174,7 @@ impl Unit {
             enabled: true,
             active: true,
             masked: false,
+            failed: false,
         }
     }
 
@@ -297,6 +332,14 @@ pub mod paths {
     pub const RESOLV_CONF: &str = "/etc/resolv.conf";
     pub const HOSTS: &str = "/etc/hosts";
     pub const NODE_IP_DROPIN: &str = "/etc/systemd/system/kubelet.service.d/80-nodeip.conf";
+    /// The kubelet's bootstrap kubeconfig (the cred-manager keeps a working one here).
+    pub const BOOTSTRAP_KUBECONFIG: &str = "/etc/kubernetes/kubeconfig";
+    /// Simulation-specific: the client certificate of the installer's bootstrap kubeconfig, as
+    /// its own certificate path (gone once the cred-manager replaced the kubeconfig).
+    pub const KUBELET_BOOTSTRAP_CERT: &str = "/etc/kubernetes/kubelet-bootstrap-client.crt";
+    /// Simulation-specific: where an installed system keeps the control plane's certificates
+    /// the installer minted (`<name>.crt`), which the cluster rotates.
+    pub const CONTROL_PLANE_CERTS: &str = "/etc/kubernetes/static-pod-certs";
 }
 
 impl GuestState {

@@ -87,6 +87,19 @@ pub fn openssl_date(unix: i64) -> String {
     )
 }
 
+/// The journal's short timestamp: `Dec 02 12:23:44`.
+pub fn journal_date(unix: i64) -> String {
+    let c = civil(unix);
+    format!(
+        "{} {:02} {:02}:{:02}:{:02}",
+        MONTHS[(c.month - 1) as usize],
+        c.day,
+        c.hour,
+        c.minute,
+        c.second
+    )
+}
+
 /// `date +FORMAT` for the conversions scripts use; `None` for an unsupported one.
 pub fn strftime(unix: i64, format: &str) -> Option<String> {
     let c = civil(unix);
@@ -146,6 +159,7 @@ mod tests {
     fn formats_like_date_and_openssl() {
         assert_eq!(date_default(1_796_214_224), "Wed Dec  2 12:23:44 UTC 2026");
         assert_eq!(openssl_date(1_796_214_224), "Dec  2 12:23:44 2026 GMT");
+        assert_eq!(journal_date(1_796_214_224), "Dec 02 12:23:44");
         assert_eq!(
             strftime(1_796_214_224, "%F %T %s %%").as_deref(),
             Some("2026-12-02 12:23:44 1796214224 %")

@@ -32,9 +32,11 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 use sha2::Digest as _;
 
+mod installed;
+
 use super::pki::{CsrSigner, GuestPki};
 use crate::Timings;
-use crate::guest::state::paths;
+use crate::guest::state::{GuestState, paths};
 use testenv::{ApiServerLauncher, ExtraApiServer, ExtraApiServerSpec};
 
 const MANAGER: &str = "guestcluster-sim-openshift";
@@ -94,6 +96,10 @@ pub trait GuestView: Send + Sync + 'static {
     fn write_files(&self, files: Vec<(String, Vec<u8>, u32)>);
     /// A guest file's bytes, if it exists.
     fn file(&self, path: &str) -> Option<Vec<u8>>;
+    /// A copy of the guest's state (`None` when it is not running).
+    fn state(&self) -> Option<GuestState>;
+    /// Changes the guest's state as a process in it would (written through to its disk).
+    fn update(&self, change: Box<dyn FnOnce(&mut GuestState) + Send>);
 }
 
 /// The namespace of the Secrets `namedCertificates` refer to, as in OpenShift.
@@ -190,6 +196,7 @@ impl GuestCluster {
             csr_epoch: None,
             csr_pending: Vec::new(),
             csr_signers: BTreeMap::new(),
+            renewals_requested: BTreeMap::new(),
             failures: BTreeMap::new(),
             rollouts: BTreeMap::new(),
         }));
@@ -392,6 +399,9 @@ struct Controllers {
     csr_pending: Vec<&'static str>,
     /// The simulated kube-controller-manager's signers, made on first use.
     csr_signers: BTreeMap<String, CsrSigner>,
+    /// An installed cluster's kubelet: the renewal CSR filed per signer, for which certificate
+    /// (`notBefore`) and CSR signer.
+    renewals_requested: BTreeMap<&'static str, (i64, String)>,
     /// The last error of each controller sub-step that is failing, to log each error once.
     failures: BTreeMap<&'static str, String>,
     /// MachineConfigPool rollouts in progress: rendered config name → when it started.
@@ -419,17 +429,27 @@ impl Controllers {
         };
         let result = self.keep_server_running().await;
         self.outcome("API server", result);
+        let state = self.guest.state();
+        if let Some(state) = state.as_ref().filter(|s| s.install.is_some()) {
+            let result = self.installed_cluster(state).await;
+            self.outcome("installed cluster", result);
+        }
+        let installing = state
+            .as_ref()
+            .and_then(|s| s.install.as_ref())
+            .is_some_and(|i| i.completed_at.is_none());
         let result = self.sync_client_ca().await;
         self.outcome("client CA", result);
         let result = self.named_certificates().await;
         self.outcome("named certificates", result);
         let result = self.mirror_pull_secret().await;
         self.outcome("pull secret", result);
-        let result = self.kubelet_csrs().await;
+        let installed = state.as_ref().is_some_and(|s| s.install.is_some());
+        let result = self.kubelet_csrs(installed).await;
         self.outcome("kubelet CSRs", result);
-        let result = self.operators().await;
+        let result = self.operators(installing).await;
         self.outcome("cluster operators", result);
-        let result = self.cluster_version().await;
+        let result = self.cluster_version(installing).await;
         self.outcome("cluster version", result);
         let result = self.machine_configs().await;
         self.outcome("machine configs", result);
@@ -657,10 +677,14 @@ impl Controllers {
     /// (and the kubelet ones renew the guest's kubelet certificates). Each CSR is handled on its
     /// own: one that cannot be issued is marked Failed, as the kube-controller-manager does, and
     /// one the API server refuses is retried on the next pass without holding up the others.
-    async fn kubelet_csrs(&mut self) -> Result<(), Error> {
+    /// Kubelet CSRs: on a sealed disk two appear at every kubelet start (the crc-agent approves
+    /// them); an installed cluster's kubelet files its own renewals (`installed::renewal_csrs`).
+    /// Approved ones are issued.
+    async fn kubelet_csrs(&mut self, installed: bool) -> Result<(), Error> {
         let api: Api<CertificateSigningRequest> = Api::all(self.client.clone());
         if let Some(since) = self.kubelet_since
             && self.csr_epoch != Some(since)
+            && !installed
         {
             self.csr_epoch = Some(since);
             self.csr_pending = KUBELET_SIGNERS.to_vec();
@@ -723,17 +747,44 @@ impl Controllers {
         let lifetime = csr.spec.expiration_seconds.map_or(SIGNING_DURATION, |s| {
             i64::from(s).clamp(600, SIGNING_DURATION)
         });
-        let signed = match self.csr_signers.entry(signer.to_owned()) {
-            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::btree_map::Entry::Vacant(e) => e.insert(CsrSigner::generate(signer)?),
-        }
-        .sign(
-            &csr.spec.request.0,
-            &csr.spec.usages.clone().unwrap_or_default(),
-            now - 300,
-            now + lifetime,
-        );
-        let body = match signed {
+        // An installed cluster's kubelet certificates come from its current CSR signer (the
+        // installer's until the operator made a new one), which caps their lifetime.
+        let install_signer = KUBELET_SIGNERS
+            .contains(&signer)
+            .then(|| self.guest.state().and_then(|s| s.install))
+            .flatten()
+            .map(|install| install.csr_signer);
+        let window = match &install_signer {
+            Some(current) => installed::issue_window(current, now)
+                .map(|(from, until)| (from, until.min(now + lifetime)))
+                .map_err(super::pki::Error::Request),
+            None => Ok((now - 300, now + lifetime)),
+        };
+        // One CA per signer name (and, on an installed cluster, per CSR signer generation).
+        let ca_key = match &install_signer {
+            Some(current) => format!("{signer}|{}", current.subject),
+            None => signer.to_owned(),
+        };
+        let signed = window.and_then(|(from, until)| {
+            match self.csr_signers.entry(ca_key) {
+                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    e.insert(CsrSigner::generate(signer)?)
+                }
+            }
+            .sign(
+                &csr.spec.request.0,
+                &csr.spec.usages.clone().unwrap_or_default(),
+                from,
+                until,
+            )
+            .map(|pem| (pem, from, until))
+        });
+        let mut issued = None;
+        let body = match signed.map(|(pem, from, until)| {
+            issued = Some((from, until));
+            pem
+        }) {
             Ok(pem) => {
                 json!({"status": {"certificate": base64::engine::general_purpose::STANDARD.encode(pem)}})
             }
@@ -751,18 +802,41 @@ impl Controllers {
         };
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
             .await?;
-        if body["status"]["certificate"].is_string() && KUBELET_SIGNERS.contains(&signer) {
-            self.guest
-                .renew_kubelet_certificates(now, SIGNING_DURATION / 86_400);
+        match (issued, install_signer) {
+            (Some((from, until)), Some(current)) => {
+                let path = installed::kubelet_cert_path(signer);
+                self.guest.update(Box::new(move |s| {
+                    if let Some(cert) = s.certificates.get_mut(path) {
+                        cert.not_before = from;
+                        cert.not_after = until;
+                        cert.issuer = current.subject;
+                    }
+                }));
+            }
+            (Some(_), None) if KUBELET_SIGNERS.contains(&signer) => {
+                self.guest
+                    .renew_kubelet_certificates(now, SIGNING_DURATION / 86_400);
+            }
+            _ => {}
         }
         Ok(())
     }
 
-    /// Whether the cluster is Available now, with the reason and message the operators report.
-    fn availability(&self) -> (bool, &'static str, &'static str) {
-        let warmed = self
-            .kubelet_since
-            .is_some_and(|since| since.elapsed() >= self.timings.operators);
+    /// Whether operator `index` is Available now, with the reason and message it reports. While
+    /// a cluster installs, its operators come up one after another within `Timings.operators`.
+    fn availability(&self, index: usize, installing: bool) -> (bool, &'static str, &'static str) {
+        let warmed = self.kubelet_since.is_some_and(|since| {
+            if installing {
+                installed::operator_up_during_install(
+                    index,
+                    OPERATORS.len(),
+                    since.elapsed(),
+                    self.timings.operators,
+                )
+            } else {
+                since.elapsed() >= self.timings.operators
+            }
+        });
         let certs = self.guest.certificates_valid();
         match (warmed, certs) {
             (true, true) => (true, "AsExpected", "All is well"),
@@ -771,6 +845,7 @@ impl Controllers {
                 "CertificatesExpired",
                 "certificates are not valid at guest time",
             ),
+            (false, true) if installing => (false, "Installing", "the operator is being installed"),
             (false, true) => (
                 false,
                 "KubeletNotReady",
@@ -780,20 +855,22 @@ impl Controllers {
     }
 
     /// Each ClusterOperator's conditions; one that cannot be updated does not hold up the others.
-    async fn operators(&self) -> Result<(), Error> {
-        let (available, reason, message) = self.availability();
+    async fn operators(&self, installing: bool) -> Result<(), Error> {
         let api = config_api(&self.client, "ClusterOperator", "clusteroperators");
         let mut first_error = None;
-        for op in OPERATORS {
-            // Only the kube-apiserver operator rolls out the serving certificates.
-            let progressing = op == "kube-apiserver" && self.sni_rollout.is_some();
+        for (index, op) in OPERATORS.into_iter().enumerate() {
+            let (available, reason, message) = self.availability(index, installing);
+            // The kube-apiserver operator rolls out the serving certificates; while the cluster
+            // installs, every operator not yet up is progressing.
+            let rolling = op == "kube-apiserver" && self.sni_rollout.is_some();
+            let progressing = rolling || (installing && !available);
             let status = |t: &str, s: bool| json!({"type": t, "status": if s {"True"} else {"False"}, "reason": reason, "message": message, "lastTransitionTime": now_rfc3339()});
             let mut conditions = vec![
                 status("Available", available),
-                status("Progressing", false),
+                status("Progressing", progressing),
                 status("Degraded", false),
             ];
-            if progressing {
+            if rolling {
                 conditions[1] = json!({"type": "Progressing", "status": "True", "reason": "NodeInstaller",
                     "message": "NodeInstallerProgressing: rolling out a new revision with the named serving certificates",
                     "lastTransitionTime": now_rfc3339()});
@@ -811,17 +888,57 @@ impl Controllers {
         first_error.map_or(Ok(()), Err)
     }
 
-    async fn cluster_version(&self) -> Result<(), Error> {
-        let (available, _, _) = self.availability();
+    /// The ClusterVersion: Available once every operator is. While an installed cluster
+    /// installs, it is Progressing with how many operators are done; the first time it is
+    /// Available the install is complete (recorded in the disk).
+    async fn cluster_version(&self, installing: bool) -> Result<(), Error> {
+        let done = (0..OPERATORS.len())
+            .filter(|i| self.availability(*i, installing).0)
+            .count();
+        let available = done == OPERATORS.len();
+        let progressing = installing && !available;
         let api = config_api(&self.client, "ClusterVersion", "clusterversions");
-        if current_conditions(&api, "version", ["Available"]).await == [Some(available)] {
-            return Ok(());
+        let message = if progressing {
+            format!(
+                "Working towards {}: {done} of {} done ({}% complete)",
+                self.version,
+                OPERATORS.len(),
+                done * 100 / OPERATORS.len()
+            )
+        } else {
+            format!("Cluster version is {}", self.version)
+        };
+        let current = api.get_opt("version").await.ok().flatten();
+        let same = current.as_ref().is_some_and(|cv| {
+            let conditions = cv.data["status"]["conditions"].as_array();
+            let find = |t: &str| conditions.and_then(|c| c.iter().find(|c| c["type"] == t));
+            find("Available")
+                .is_some_and(|c| c["status"] == if available { "True" } else { "False" })
+                && find("Progressing").is_some_and(|c| {
+                    c["status"] == if progressing { "True" } else { "False" }
+                        && c["message"] == message
+                })
+        });
+        if !same {
+            let flag = |b: bool| if b { "True" } else { "False" };
+            let body = json!({"apiVersion": "config.openshift.io/v1", "kind": "ClusterVersion", "metadata": {"name": "version"},
+                "status": {"desired": {"version": self.version},
+                           "history": [{"state": if progressing {"Partial"} else {"Completed"}, "version": self.version}],
+                           "conditions": [
+                               {"type": "Available", "status": flag(available), "message": message, "lastTransitionTime": now_rfc3339()},
+                               {"type": "Progressing", "status": flag(progressing), "message": message, "lastTransitionTime": now_rfc3339()}]}});
+            apply_status(&api, "version", body).await?;
         }
-        let body = json!({"apiVersion": "config.openshift.io/v1", "kind": "ClusterVersion", "metadata": {"name": "version"},
-            "status": {"desired": {"version": self.version},
-                       "history": [{"state": "Completed", "version": self.version}],
-                       "conditions": [{"type": "Available", "status": if available {"True"} else {"False"}, "lastTransitionTime": now_rfc3339()}]}});
-        apply_status(&api, "version", body).await
+        if installing && available {
+            let now = self.guest.guest_now();
+            self.guest.update(Box::new(move |s| {
+                if let Some(install) = s.install.as_mut() {
+                    install.completed_at.get_or_insert(now);
+                }
+            }));
+            tracing::info!(version = %self.version, "guest cluster installed");
+        }
+        Ok(())
     }
 
     /// Renders all MachineConfigs of the master pool; a new rendering rolls out.

@@ -218,6 +218,16 @@ impl GuestView for View {
             .and_then(|s| s.file(path).map(<[u8]>::to_vec))
     }
 
+    fn state(&self) -> Option<crate::guest::GuestState> {
+        self.ctx.guests.state(&self.uid)
+    }
+
+    fn update(&self, change: Box<dyn FnOnce(&mut crate::guest::GuestState) + Send>) {
+        if let Err(err) = self.ctx.guests.update_state(&self.uid, change) {
+            tracing::warn!(vmi = %self.uid, "guest cluster: changing the guest: {err}");
+        }
+    }
+
     fn write_files(&self, files: Vec<(String, Vec<u8>, u32)>) {
         let _ = self.ctx.guests.update_state(&self.uid, |s| {
             for (path, content, mode) in files {

@@ -4,6 +4,8 @@
 set -eu
 . @TOOLS_DIR@/lib/common.sh
 SIM_TOOL=oc
+# Recognised by the simulated guest, which runs its own installer for such a file.
+LAUNCHER_MARKER=@LAUNCHER_MARKER@
 sim_begin oc "$@"
 
 release_info() {
@@ -101,7 +103,7 @@ release_extract() {
     # The extracted installer remembers which release it came from, like the real binary.
     {
         echo '#!/bin/sh'
-        echo "# openshift-install extracted by the simulation's fake oc"
+        echo "$LAUNCHER_MARKER"
         printf 'SIM_INSTALL_RELEASE_IMAGE=%s\n' "$(shell_quote "$image")"
         printf 'SIM_INSTALL_RELEASE_VERSION=%s\n' "$(shell_quote "$(release_version "$image")")"
         printf 'SIM_INSTALL_RELEASE_DIGEST=%s\n' "$(shell_quote "$(release_digest "$image")")"

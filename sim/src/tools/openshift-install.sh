@@ -6,6 +6,10 @@ set -eu
 . @TOOLS_DIR@/lib/common.sh
 SIM_TOOL=openshift-install
 sim_begin openshift-install "$@"
+# The certificate record format and the certificates to mint are the simulation's
+# (sim::installer), shared with the guest's own installer.
+CERT_MAGIC=@CERT_MAGIC@
+CERTS_TABLE=$SIM_TOOLS_DIR/lib/installer-certs
 
 [ -n "${SIM_INSTALL_RELEASE_IMAGE:-}" ] ||
     die 1 "not extracted from a release image (use: oc adm release extract --command=openshift-install)"
@@ -95,12 +99,25 @@ write_cluster_config() {
     } >"$2"
 }
 
+# Mints the certificates of one stage (manifests, ignition) into $dir/tls/ as certificate
+# records, stamped with this process's clock: like the real installer, notBefore is "now".
+mint_certs() {
+    now=$(date +%s)
+    mkdir -p "$dir/tls"
+    while IFS='|' read -r name subject issuer lifetime stage; do
+        [ "$stage" = "$1" ] || continue
+        printf '%s\nsubject: %s\nissuer: %s\nnotBefore: %s\nnotAfter: %s\n' \
+            "$CERT_MAGIC" "$subject" "$issuer" "$now" "$((now + lifetime))" >"$dir/tls/$name.crt"
+    done <"$CERTS_TABLE"
+}
+
 create_manifests() {
     parse_dir "$@"
     config=$(install_config)
     validate_install_config "$config"
     mkdir -p "$dir/manifests" "$dir/openshift" "$(state_dir)"
     write_cluster_config "$config" "$dir/manifests/cluster-config.yaml"
+    mint_certs manifests
     if [ "$config" = "$dir/install-config.yaml" ]; then
         mv -f "$config" "$(state_dir)/install-config.yaml"
     fi
@@ -116,7 +133,7 @@ string_entry() {
     file_entry "$1" "$tmp/entry" 420
 }
 
-# Every manifest file of one directory as Ignition file entries under /opt/openshift/<sub>/.
+# Every file of one directory as Ignition file entries under /opt/openshift/<sub>/.
 manifest_entries() {
     [ -d "$dir/$1" ] || return 0
     for f in "$dir/$1"/*; do
@@ -135,11 +152,12 @@ write_ignition() {
         printf '"storage":{"files":['
         file_entry /opt/openshift/install-config.yaml "$config" 384
         printf ','
-        string_entry /opt/openshift/release-image "$SIM_INSTALL_RELEASE_IMAGE"
+        string_entry /opt/openshift/release-image "${OPENSHIFT_INSTALL_RELEASE_IMAGE_OVERRIDE:-$SIM_INSTALL_RELEASE_IMAGE}"
         printf ','
         string_entry /opt/openshift/release-version "$SIM_INSTALL_RELEASE_VERSION"
         printf ','
         string_entry /opt/openshift/installation-disk "$disk"
+        manifest_entries tls
         manifest_entries manifests
         manifest_entries openshift
         printf ']},'
@@ -193,6 +211,8 @@ create_single_node_ignition_config() {
         mkdir -p "$dir/manifests"
         write_cluster_config "$config" "$dir/manifests/cluster-config.yaml"
     fi
+    [ -f "$dir/tls/root-ca.crt" ] || mint_certs manifests
+    mint_certs ignition
     write_ignition
     write_auth
     # The real installer consumes the assets it used.

@@ -250,12 +250,19 @@ fn single_node_ignition_embeds_install_config_manifests_and_ssh_key() {
     let dir = tools.work().join("install");
     write(&dir.join("install-config.yaml"), INSTALL_CONFIG);
     let dir_arg = format!("--dir={}", dir.display());
+    let before = crate::guest::time::host_now();
     tools.ok(&installer, &["create", "manifests", &dir_arg]);
     assert!(
         !dir.join("install-config.yaml").exists(),
         "consumed like the real installer"
     );
     assert!(dir.join("manifests/cluster-config.yaml").exists());
+    let root_ca = crate::installer::parse_record(
+        &std::fs::read(dir.join("tls/root-ca.crt")).expect("create manifests mints the root CA"),
+    )
+    .expect("a certificate record");
+    assert!(root_ca.not_before >= before && root_ca.not_before <= crate::guest::time::host_now());
+    assert_eq!(root_ca.not_after - root_ca.not_before, 3650 * 86_400);
     write(
         &dir.join("openshift/99-custom.yaml"),
         "kind: MachineConfig\n",
@@ -289,6 +296,24 @@ fn single_node_ignition_embeds_install_config_manifests_and_ssh_key() {
     );
     assert!(text("/opt/openshift/manifests/cluster-config.yaml").contains("cluster-config-v1"));
     assert_eq!(text("/opt/openshift/installation-disk"), "/dev/vda\n");
+    // Every installer certificate, stamped with the caller's (the pod's, the host's) clock.
+    let after = crate::guest::time::host_now();
+    for cert in crate::installer::INSTALLER_CERTS {
+        let path = format!("/opt/openshift/tls/{}.crt", cert.name);
+        let record = crate::installer::parse_record(&files[&path].contents).expect("a record");
+        assert!((before..=after).contains(&record.not_before), "{path}");
+        assert_eq!(
+            record.not_after - record.not_before,
+            cert.lifetime,
+            "{path}"
+        );
+        assert_eq!(record.subject, cert.subject);
+    }
+    assert_eq!(
+        crate::installer::parse_record(&files["/opt/openshift/tls/root-ca.crt"].contents),
+        Some(root_ca),
+        "the root CA of create manifests is kept"
+    );
     assert_eq!(
         text("/opt/openshift/release-image"),
         format!("{BY_DIGEST}\n")

@@ -753,7 +753,7 @@ pub fn rm(ctx: &mut Ctx<'_>, args: &[String]) -> Run {
     run
 }
 
-fn remove_tree(ctx: &mut Ctx<'_>, dir: &str) -> Result<(), FsError> {
+pub fn remove_tree(ctx: &mut Ctx<'_>, dir: &str) -> Result<(), FsError> {
     for entry in ctx.entries_under(dir) {
         if ctx.state().files.contains_key(&entry) {
             ctx.remove_file(&entry)?;

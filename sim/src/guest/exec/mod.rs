@@ -8,6 +8,7 @@
 //! reported in [`Output::unknown_commands`] so the host can log it loudly.
 
 pub mod fs;
+pub mod installer;
 pub mod net;
 pub mod openssl;
 pub mod storage;
@@ -79,6 +80,7 @@ impl Machine {
         state.boot_count += 1;
         for unit in state.units.values_mut() {
             unit.active = unit.enabled && !unit.masked;
+            unit.failed = false;
         }
         state
             .files
@@ -335,6 +337,28 @@ fn run_simple(
         "chronyc" => system::chronyc(ctx, args),
         "poweroff" | "halt" | "reboot" | "shutdown" => system::power(ctx, program, args),
         "sync" => Run::ok(),
+        "env" => {
+            let (env, rest) = installer::split_env(args);
+            match rest.split_first() {
+                None => Run::out(
+                    env.iter()
+                        .map(|(k, v)| format!("{k}={v}\n"))
+                        .collect::<String>(),
+                ),
+                Some((program, args)) if program.contains('/') => {
+                    installer::exec_file(ctx, program, args, &env)
+                }
+                // Builtins read no environment.
+                Some(_) => {
+                    let inner = SimpleCommand {
+                        sudo: false,
+                        argv: rest.to_vec(),
+                    };
+                    run_simple(ctx, &inner, stdin, unknown)
+                }
+            }
+        }
+        path if path.contains('/') => installer::exec_file(ctx, path, args, &Default::default()),
         "whoami" => Run::out(format!("{}\n", if ctx.root { "root" } else { ctx.user })),
         "id" => system::id(ctx, args),
         "uname" => system::uname(args),
@@ -464,6 +488,7 @@ mod tests {
                 enabled: false,
                 active: false,
                 masked: true,
+                ..Default::default()
             },
         );
         state.clock_adjust_seconds = 5;

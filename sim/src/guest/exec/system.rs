@@ -113,9 +113,16 @@ pub fn systemctl(ctx: &mut Ctx<'_>, args: &[String]) -> Run {
         }
         "is-active" => status_query(ctx, &units, |u| match u {
             Some(u) if u.active => ("active", true),
+            Some(u) if u.failed => ("failed", false),
             _ => ("inactive", false),
         })
         .with_code_if_false(3),
+        "is-failed" => status_query(ctx, &units, |u| match u {
+            Some(u) if u.failed => ("failed", true),
+            Some(u) if u.active => ("active", false),
+            _ => ("inactive", false),
+        })
+        .with_code_if_false(1),
         "is-enabled" => status_query(ctx, &units, |u| match u {
             Some(u) if u.masked => ("masked", false),
             Some(u) if u.enabled => ("enabled", true),
@@ -133,6 +140,8 @@ pub fn systemctl(ctx: &mut Ctx<'_>, args: &[String]) -> Run {
                 Some(u) => {
                     let active = if u.active {
                         "active (running)"
+                    } else if u.failed {
+                        "failed (Result: exit-code)"
                     } else {
                         "inactive (dead)"
                     };
@@ -193,8 +202,10 @@ fn show(ctx: &Ctx<'_>, units: &[String], properties: &[String], value_only: bool
                 ("LoadState", Some(u)) if u.masked => "masked",
                 ("LoadState", Some(_)) => "loaded",
                 ("ActiveState", Some(u)) if u.active => "active",
+                ("ActiveState", Some(u)) if u.failed => "failed",
                 ("ActiveState", _) => "inactive",
                 ("SubState", Some(u)) if u.active => "running",
+                ("SubState", Some(u)) if u.failed => "failed",
                 ("SubState", _) => "dead",
                 ("UnitFileState", Some(u)) if u.masked => "masked",
                 ("UnitFileState", Some(u)) if u.enabled => "enabled",
@@ -272,6 +283,7 @@ fn change_activity(ctx: &mut Ctx<'_>, verb: &str, unit: &str) -> Run {
     }
     if let Some(u) = ctx.state_mut().units.get_mut(unit) {
         u.active = start;
+        u.failed = false;
     }
     let restarted = verb != "start" && verb != "stop";
     if !start || (restarted && current.active) {
@@ -305,8 +317,25 @@ pub fn journalctl(ctx: &mut Ctx<'_>, args: &[String]) -> Run {
     let mut vacuum = None;
     let mut rotate = false;
     let mut usage = false;
-    for arg in args {
+    let mut units = Vec::new();
+    let mut lines = None;
+    let mut iter = args.iter();
+    while let Some(arg) = iter.next() {
         match arg.as_str() {
+            "-u" | "--unit" => match iter.next() {
+                Some(unit) => units.push(unit_name(unit)),
+                None => return Run::fail(1, "journalctl: option requires an argument -- 'u'"),
+            },
+            a if a.starts_with("--unit=") => units.push(unit_name(&a["--unit=".len()..])),
+            "-n" | "--lines" => match iter.next().and_then(|n| n.parse::<usize>().ok()) {
+                Some(n) => lines = Some(n),
+                None => return Run::fail(1, "journalctl: -n needs a number"),
+            },
+            a if a.starts_with("--lines=") => match a["--lines=".len()..].parse::<usize>() {
+                Ok(n) => lines = Some(n),
+                Err(_) => return Run::fail(1, "journalctl: --lines needs a number"),
+            },
+            "--no-pager" | "-b" | "--boot" | "-q" | "--quiet" => {}
             "--rotate" => rotate = true,
             "--disk-usage" => usage = true,
             a if a.starts_with("--vacuum-time=") || a.starts_with("--vacuum-files=") => {
@@ -317,6 +346,9 @@ pub fn journalctl(ctx: &mut Ctx<'_>, args: &[String]) -> Run {
             }
             _ => {}
         }
+    }
+    if !units.is_empty() {
+        return unit_journal(ctx, &units, lines);
     }
     if usage {
         let mib = ctx.state().journal_bytes as f64 / (1u64 << 20) as f64;
@@ -345,6 +377,22 @@ pub fn journalctl(ctx: &mut Ctx<'_>, args: &[String]) -> Run {
     )
     .into_bytes();
     run
+}
+
+/// `journalctl -u UNIT… [-n N]`: the units' lines (the last `N`), or `-- No entries --`.
+fn unit_journal(ctx: &Ctx<'_>, units: &[String], lines: Option<usize>) -> Run {
+    let mut all: Vec<&String> = units
+        .iter()
+        .filter_map(|u| ctx.state().journal.get(u))
+        .flatten()
+        .collect();
+    if let Some(n) = lines {
+        all.drain(..all.len().saturating_sub(n));
+    }
+    if all.is_empty() {
+        return Run::out("-- No entries --\n");
+    }
+    Run::out(all.iter().map(|l| format!("{l}\n")).collect::<String>())
 }
 
 /// `500M`, `1G`, `4096` → bytes.
