@@ -12,8 +12,8 @@
 //!
 //! Every change that can alter a dependent's decision is published as a [`Change`]; the kind
 //! supervisors map it to exactly the objects that depend on it ([`super::ObjectActor::woken_by`]).
-//! Changes that cannot alter a decision (a Namespace annotation, a bundle's download progress)
-//! wake nobody: [`namespace_changed`], [`bundle_changed`].
+//! Changes that cannot alter a decision (a Namespace annotation, a bundle's progress towards
+//! Ready) wake nobody: [`namespace_changed`], [`bundle_changed`].
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Debug;
@@ -59,8 +59,8 @@ pub enum Error {
 pub enum Change {
     /// The Namespace `name` appeared, went, was (un)labelled or started terminating.
     Namespace(String),
-    /// The CRCBundle `name` appeared, went, was recreated, or changed phase (or status, once
-    /// Ready).
+    /// The CRCBundle `name` appeared, went, was recreated or started deleting, became or ceased
+    /// to be Ready, or changed what it publishes while Ready.
     Bundle(String),
     /// The outcome of the platform gate changed to this.
     Platform(PlatformGate),
@@ -396,15 +396,63 @@ pub fn namespace_changed(
 }
 
 /// Whether a CRCBundle change can alter what an instance or pool decides: the bundle appeared,
-/// went or was recreated, changed phase, or changed status while Ready (its disk and key). A
-/// bundle's progress while it downloads or builds wakes nobody.
+/// went, was recreated or started deleting, became or ceased to be Ready, or — while Ready —
+/// changed what it publishes ([`BundleSeen`]). Its progress towards Ready (phase `Preparing` or
+/// `Building`, a prep Job, digests still being computed) wakes nobody.
 pub fn bundle_changed(old: Option<&CRCBundle>, new: Option<&CRCBundle>) -> bool {
-    let (Some(old), Some(new)) = (old, new) else {
-        return old.is_some() != new.is_some();
-    };
-    let phase = |b: &CRCBundle| b.status.as_ref().and_then(|s| s.phase);
-    let ready = |b: &CRCBundle| phase(b) == Some(crate::api::bundle::BundlePhase::Ready);
-    old.uid() != new.uid() || phase(old) != phase(new) || (ready(new) && old.status != new.status)
+    old.map(BundleSeen::of) != new.map(BundleSeen::of)
+}
+
+/// What a dependent's decision reads of a CRCBundle. Pools read only its existence; an instance
+/// binds to a Ready bundle's disk and key (`crc::boot_key::bind`), boots its VM profile
+/// (`VmProfile::of_bundle`) and sizes its root disk from it, so these fields count only once the
+/// bundle is Ready.
+#[derive(Debug, PartialEq)]
+struct BundleSeen<'a> {
+    uid: Option<&'a str>,
+    deleting: bool,
+    /// `Some` exactly while the bundle is Ready.
+    published: Option<Published<'a>>,
+}
+
+/// What a Ready bundle publishes to the instances built from it.
+#[derive(Debug, PartialEq)]
+struct Published<'a> {
+    source: Option<crate::api::bundle::BundleSource>,
+    sha256: Option<&'a str>,
+    disk_sha256: Option<&'a str>,
+    disk_virtual_size: Option<i64>,
+    qcow2_pvc_ref: Option<&'a crate::api::common::LocalRef>,
+    qcow2_pvc_namespace: Option<&'a str>,
+    ssh_key_secret_ref: Option<&'a crate::api::common::LocalRef>,
+    vm_profile: Option<&'a str>,
+    arch: Arch,
+    storage_class_name: Option<&'a str>,
+}
+
+impl<'a> BundleSeen<'a> {
+    fn of(bundle: &'a CRCBundle) -> Self {
+        let status = bundle.status.as_ref();
+        let published = status
+            .filter(|s| s.phase == Some(crate::api::bundle::BundlePhase::Ready))
+            .map(|s| Published {
+                source: s.source,
+                sha256: s.sha256.as_deref(),
+                disk_sha256: s.disk_sha256.as_deref(),
+                disk_virtual_size: s.disk_virtual_size,
+                qcow2_pvc_ref: s.qcow2_pvc_ref.as_ref(),
+                qcow2_pvc_namespace: s.qcow2_pvc_namespace.as_deref(),
+                ssh_key_secret_ref: s.ssh_key_secret_ref.as_ref(),
+                vm_profile: s.vm_profile.as_deref(),
+                arch: bundle.spec.arch,
+                storage_class_name: bundle.spec.storage_class_name.as_deref(),
+            });
+        Self {
+            uid: bundle.metadata.uid.as_deref(),
+            deleting: bundle.metadata.deletion_timestamp.is_some(),
+            published,
+        }
+    }
 }
 
 /// The instances whose claiming lease a lease change may alter: the one it claimed and the one
@@ -675,23 +723,174 @@ mod tests {
     }
 
     #[test]
-    fn a_bundle_wakes_its_dependents_on_phase_identity_and_ready_status_only() {
-        let downloading = bundle("b", None, Some(BundlePhase::Preparing));
-        let mut progressed = downloading.clone();
-        progressed.status.as_mut().unwrap().sha256 = Some("abc".into());
+    fn a_bundle_wakes_its_dependents_on_identity_readiness_and_what_it_publishes_only() {
+        use crate::api::common::LocalRef;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        use k8s_openapi::jiff::Timestamp;
+        type Edit = fn(&mut CRCBundle);
+        fn st(b: &mut CRCBundle) -> &mut crate::api::bundle::CRCBundleStatus {
+            b.status.get_or_insert_default()
+        }
+        // (what, the bundle's phase before, the change, whether it wakes dependents)
+        let cases: [(&str, Option<BundlePhase>, Edit, bool); 22] = [
+            (
+                "first status",
+                None,
+                |b| st(b).phase = Some(BundlePhase::Preparing),
+                false,
+            ),
+            (
+                "pending to preparing",
+                Some(BundlePhase::Pending),
+                |b| st(b).phase = Some(BundlePhase::Preparing),
+                false,
+            ),
+            (
+                "preparing to building",
+                Some(BundlePhase::Preparing),
+                |b| st(b).phase = Some(BundlePhase::Building),
+                false,
+            ),
+            (
+                "preparing to failed",
+                Some(BundlePhase::Preparing),
+                |b| st(b).phase = Some(BundlePhase::Failed),
+                false,
+            ),
+            (
+                "download progress",
+                Some(BundlePhase::Preparing),
+                |b| st(b).sha256 = Some("abc".into()),
+                false,
+            ),
+            (
+                "prep job while preparing",
+                Some(BundlePhase::Preparing),
+                |b| st(b).prep_job = Some(Default::default()),
+                false,
+            ),
+            (
+                "becomes ready",
+                Some(BundlePhase::Preparing),
+                |b| st(b).phase = Some(BundlePhase::Ready),
+                true,
+            ),
+            (
+                "ceases to be ready",
+                Some(BundlePhase::Ready),
+                |b| st(b).phase = Some(BundlePhase::Preparing),
+                true,
+            ),
+            (
+                "recreated",
+                Some(BundlePhase::Preparing),
+                |b| b.metadata.uid = Some("uid-new".into()),
+                true,
+            ),
+            (
+                "starts deleting",
+                Some(BundlePhase::Preparing),
+                |b| b.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH)),
+                true,
+            ),
+            (
+                "ready: sha256",
+                Some(BundlePhase::Ready),
+                |b| st(b).sha256 = Some("new".into()),
+                true,
+            ),
+            (
+                "ready: disk sha256",
+                Some(BundlePhase::Ready),
+                |b| st(b).disk_sha256 = Some("new".into()),
+                true,
+            ),
+            (
+                "ready: disk size",
+                Some(BundlePhase::Ready),
+                |b| st(b).disk_virtual_size = Some(1),
+                true,
+            ),
+            (
+                "ready: golden PVC",
+                Some(BundlePhase::Ready),
+                |b| {
+                    st(b).qcow2_pvc_ref = Some(LocalRef {
+                        name: "other".into(),
+                    })
+                },
+                true,
+            ),
+            (
+                "ready: golden PVC namespace",
+                Some(BundlePhase::Ready),
+                |b| st(b).qcow2_pvc_namespace = Some("elsewhere".into()),
+                true,
+            ),
+            (
+                "ready: key Secret",
+                Some(BundlePhase::Ready),
+                |b| {
+                    st(b).ssh_key_secret_ref = Some(LocalRef {
+                        name: "other".into(),
+                    })
+                },
+                true,
+            ),
+            (
+                "ready: VM profile",
+                Some(BundlePhase::Ready),
+                |b| st(b).vm_profile = Some("crc-kubevirt-v1".into()),
+                true,
+            ),
+            (
+                "ready: source",
+                Some(BundlePhase::Ready),
+                |b| st(b).source = Some(crate::api::bundle::BundleSource::Build),
+                true,
+            ),
+            (
+                "ready: storage class",
+                Some(BundlePhase::Ready),
+                |b| b.spec.storage_class_name = Some("fast".into()),
+                true,
+            ),
+            (
+                "ready: OpenShift version",
+                Some(BundlePhase::Ready),
+                |b| st(b).ocp_version = Some("4.22.7".into()),
+                false,
+            ),
+            (
+                "ready: prep job",
+                Some(BundlePhase::Ready),
+                |b| st(b).prep_job = Some(Default::default()),
+                false,
+            ),
+            (
+                "ready: label",
+                Some(BundlePhase::Ready),
+                |b| b.metadata.labels = Some([("a".to_owned(), "b".to_owned())].into()),
+                false,
+            ),
+        ];
+        for (what, phase, edit, wakes) in cases {
+            let old = bundle("b", None, phase);
+            let mut new = old.clone();
+            edit(&mut new);
+            assert_eq!(bundle_changed(Some(&old), Some(&new)), wakes, "{what}");
+            assert!(
+                !bundle_changed(Some(&new), Some(&new.clone())),
+                "{what}: unchanged"
+            );
+        }
         let ready = bundle("b", None, Some(BundlePhase::Ready));
-        let mut ready_moved = ready.clone();
-        ready_moved.status.as_mut().unwrap().qcow2_pvc_namespace = Some("elsewhere".into());
-        let mut recreated = ready.clone();
-        recreated.metadata.uid = Some("uid-new".into());
-
-        assert!(bundle_changed(None, Some(&downloading)));
-        assert!(bundle_changed(Some(&ready), None));
-        assert!(!bundle_changed(Some(&downloading), Some(&progressed)));
-        assert!(bundle_changed(Some(&progressed), Some(&ready)));
-        assert!(bundle_changed(Some(&ready), Some(&ready_moved)));
-        assert!(bundle_changed(Some(&ready), Some(&recreated)));
-        assert!(!bundle_changed(Some(&ready), Some(&ready.clone())));
+        assert!(bundle_changed(None, Some(&ready)), "appeared");
+        assert!(bundle_changed(Some(&ready), None), "went");
+        assert!(
+            bundle_changed(None, Some(&bundle("b", None, None))),
+            "appeared, no status"
+        );
     }
 
     #[test]
