@@ -75,9 +75,6 @@ impl ObjectActor for InstanceActor {
     const KIND: &'static str = "clusterinstance";
     /// The namespace policy reads the instance's Namespace: a label change must be seen at once.
     const WATCHES_NAMESPACES: bool = true;
-    /// A write-ahead record asks for `AFTER_RECORD`; nothing else waits for the status write's
-    /// own event, and a thousand settled instances would each spend a pass on it.
-    const IGNORES_OWN_STATUS_WRITES: bool = true;
 
     /// Objects the instance controls (Jobs, Secrets, the VM and DataVolume, the Route) and the
     /// VMIs labelled with its name wake it.

@@ -9,7 +9,8 @@
 //! election), and later changes by others arrive as watch events.
 //!
 //! This keeps a settled object's periodic pass (resync, a view change that does not concern it)
-//! free of API requests.
+//! free of API requests, and so the one pass the watch event of our own status write triggers:
+//! it decides on the cache, finds the status already right and writes nothing.
 //!
 //! An actor uses the pair [`OwnWrites::current`] (what to decide on) and
 //! [`OwnWrites::record_status`] (write the status and remember the version it left); nothing
@@ -87,13 +88,6 @@ impl OwnWrites {
             .is_some_and(|version| cached.resource_version().as_deref() != Some(version.as_str()))
     }
 
-    /// Whether `version` of the object `uid` is exactly what this process's last status write
-    /// left: its watch event then shows nothing the last pass did not decide on.
-    pub fn is_own_write(&self, uid: &str, version: Option<&str>) -> bool {
-        version
-            .is_some_and(|v| !v.is_empty() && self.0.get(uid).is_some_and(|own| own.as_str() == v))
-    }
-
     /// Forgets an object whose actor stopped.
     pub fn forget(&self, uid: &str) {
         self.0.remove(uid);
@@ -150,7 +144,6 @@ mod tests {
         let written = OwnWrites::default();
         written.wrote("u", None);
         assert!(written.may_be_stale(&at("u", "7")));
-        assert!(!written.is_own_write("u", Some("")));
         assert!(written.may_be_stale(&ConfigMap::default()), "no uid");
     }
 
