@@ -15,10 +15,10 @@
 //! Changes that cannot alter a decision (a Namespace annotation, a bundle's progress towards
 //! Ready) wake nobody: [`namespace_changed`], [`bundle_changed`].
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Debug;
 use std::hash::Hash;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
@@ -31,7 +31,7 @@ use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
 use super::instance_gates::{NamespaceState, Platform, PlatformGate, platform_gate};
-use super::lease_decide::{instance_of, lease_projection};
+use super::lease_decide::claim;
 use crate::api::bundle::CRCBundle;
 use crate::api::common::Arch;
 use crate::api::lease::ClusterLease;
@@ -79,7 +79,8 @@ pub struct Views {
     namespaces: Store<PartialObjectMeta<Namespace>>,
     bundles: Store<CRCBundle>,
     routes: Store<Route>,
-    leases: Store<ClusterLease>,
+    /// Which lease claims which instance, kept with the lease view's store.
+    lease_index: Arc<RwLock<LeaseIndex>>,
     platform: watch::Receiver<Option<PlatformGate>>,
     synced: Synced,
     changes: broadcast::Sender<Change>,
@@ -140,7 +141,7 @@ impl Default for Views {
         let (namespaces_w, namespaces) = store();
         let (bundles_w, bundles) = store();
         let (routes_w, routes) = store();
-        let (leases_w, leases) = store();
+        let (leases_w, _) = store();
         let (platform_tx, platform) = watch::channel(None);
         let (ns_tx, ns_rx) = watch::channel(false);
         let (b_tx, b_rx) = watch::channel(false);
@@ -151,7 +152,7 @@ impl Default for Views {
             namespaces,
             bundles,
             routes,
-            leases,
+            lease_index: Arc::default(),
             platform,
             synced: Synced {
                 namespaces: ns_rx,
@@ -195,6 +196,7 @@ impl Views {
             return;
         };
         let changes = self.changes.clone();
+        let lease_index = self.lease_index.clone();
         let mut tasks = lock(&self.tasks);
         tasks.push(tokio::spawn(run(
             // Metadata only: the policy needs the label and the deletion timestamp.
@@ -258,8 +260,10 @@ impl Views {
             p.leases,
             p.synced.leases,
             changes.clone(),
-            |old: Option<&ClusterLease>, new| {
-                let namespace = old.or(new)?.namespace()?;
+            move |old: Option<&ClusterLease>, new| {
+                let lease = old.or(new)?;
+                let namespace = lease.namespace()?;
+                write(&lease_index).set(&namespace, &lease.name_any(), new.and_then(claim));
                 let instances = lease_claims_changed(old, new);
                 (!instances.is_empty()).then_some(Change::Lease {
                     namespace,
@@ -367,18 +371,72 @@ impl Views {
         instance: &str,
     ) -> Result<Option<crate::api::common::LocalRef>, Error> {
         self.ready(View::Leases).await?;
-        let leases = self.leases.state();
-        let in_namespace = leases
-            .iter()
-            .map(|l| l.as_ref())
-            .filter(|l| l.namespace().as_deref() == Some(namespace));
-        Ok(lease_projection(in_namespace, instance))
+        Ok(read(&self.lease_index)
+            .lease_of(namespace, instance)
+            .map(crate::api::common::LocalRef::new))
     }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // Both guarded values stay consistent even if a holder panicked: each use is one take/push.
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+// The lease index stays consistent even if a holder panicked: each write is one `set`.
+fn read<T>(m: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    m.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    m.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Which lease claims each instance ([`claim`]), by namespace and instance name, so an
+/// instance's `status.leaseRef` is one lookup rather than a walk over every lease. Fed by the
+/// lease view's watch events; each lease's last known claim is kept, so replaying an event (a
+/// relist) changes nothing.
+#[derive(Debug, Default)]
+struct LeaseIndex {
+    /// (namespace, lease) → the instance it claims.
+    claim_of: HashMap<(String, String), String>,
+    /// (namespace, instance) → the leases claiming it: one, unless two leases wrongly name the
+    /// same instance (then the lowest name answers, for a stable `leaseRef`).
+    claimed_by: HashMap<(String, String), BTreeSet<String>>,
+}
+
+impl LeaseIndex {
+    /// The lease `lease` in `namespace` now claims `instance` (`None`: nothing; deleting or
+    /// gone).
+    fn set(&mut self, namespace: &str, lease: &str, instance: Option<&str>) {
+        let key = (namespace.to_owned(), lease.to_owned());
+        if self.claim_of.get(&key).map(String::as_str) == instance {
+            return;
+        }
+        if let Some(before) = self.claim_of.remove(&key) {
+            let by = (namespace.to_owned(), before);
+            if let Some(leases) = self.claimed_by.get_mut(&by) {
+                leases.remove(lease);
+                if leases.is_empty() {
+                    self.claimed_by.remove(&by);
+                }
+            }
+        }
+        if let Some(instance) = instance {
+            self.claimed_by
+                .entry((namespace.to_owned(), instance.to_owned()))
+                .or_default()
+                .insert(lease.to_owned());
+            self.claim_of.insert(key, instance.to_owned());
+        }
+    }
+
+    /// The lease that claims `instance` in `namespace`.
+    fn lease_of(&self, namespace: &str, instance: &str) -> Option<&str> {
+        self.claimed_by
+            .get(&(namespace.to_owned(), instance.to_owned()))?
+            .first()
+            .map(String::as_str)
+    }
 }
 
 async fn wait_true(rx: &watch::Receiver<bool>) -> Result<(), watch::error::RecvError> {
@@ -458,16 +516,11 @@ impl<'a> BundleSeen<'a> {
 /// The instances whose claiming lease a lease change may alter: the one it claimed and the one
 /// it claims, when the claim or the lease's deletion changed.
 pub fn lease_claims_changed(old: Option<&ClusterLease>, new: Option<&ClusterLease>) -> Vec<String> {
-    let claim = |l: Option<&ClusterLease>| {
-        l.filter(|l| l.metadata.deletion_timestamp.is_none())
-            .and_then(instance_of)
-            .map(str::to_owned)
-    };
-    let (before, after) = (claim(old), claim(new));
+    let (before, after) = (old.and_then(claim), new.and_then(claim));
     if before == after {
         return Vec::new();
     }
-    before.into_iter().chain(after).collect()
+    before.into_iter().chain(after).map(str::to_owned).collect()
 }
 
 /// See [`Views::bundle_of_version`].
@@ -907,6 +960,27 @@ mod tests {
         assert_eq!(found.name_any(), "a-custom", "stable: lowest name");
         assert!(bundle_of_version(&all, "4.22.7", Arch::Arm64).is_none());
         assert!(bundle_of_version(&all, "4.20.0", Arch::Amd64).is_none());
+    }
+
+    #[test]
+    fn the_lease_index_follows_each_lease_claim() {
+        let mut index = LeaseIndex::default();
+        assert_eq!(index.lease_of("team", "p-0"), None);
+        index.set("team", "l1", Some("p-0"));
+        assert_eq!(index.lease_of("team", "p-0"), Some("l1"));
+        assert_eq!(index.lease_of("other", "p-0"), None, "by namespace");
+        index.set("team", "l1", Some("p-0"));
+        assert_eq!(index.lease_of("team", "p-0"), Some("l1"), "replayed");
+        index.set("team", "l1", Some("p-1"));
+        assert_eq!(index.lease_of("team", "p-0"), None, "moved on");
+        assert_eq!(index.lease_of("team", "p-1"), Some("l1"));
+        index.set("team", "l0", Some("p-1"));
+        assert_eq!(index.lease_of("team", "p-1"), Some("l0"), "lowest name");
+        index.set("team", "l0", None);
+        assert_eq!(index.lease_of("team", "p-1"), Some("l1"), "released");
+        index.set("team", "l1", None);
+        assert_eq!(index.lease_of("team", "p-1"), None);
+        assert!(index.claim_of.is_empty() && index.claimed_by.is_empty());
     }
 
     #[test]
