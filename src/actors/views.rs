@@ -27,6 +27,7 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PartialObjectMeta}
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
@@ -198,49 +199,37 @@ impl Views {
         let changes = self.changes.clone();
         let lease_index = self.lease_index.clone();
         let mut tasks = lock(&self.tasks);
-        tasks.push(tokio::spawn(run(
+        tasks.push(spawn_view(
+            client,
             // Metadata only: the policy needs the label and the deletion timestamp.
-            watcher(
-                Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
-                watcher::Config::default(),
-            )
-            .default_backoff()
-            .map(|e| e.map(|e| e.modify(|n| n.metadata.managed_fields = None))),
+            |n: &mut PartialObjectMeta<Namespace>| n.metadata.managed_fields = None,
             p.namespaces,
             p.synced.namespaces,
             changes.clone(),
-            |old: Option<&PartialObjectMeta<Namespace>>, new| {
+            |old, new| {
                 let name = old.or(new).map(|n| n.name_any())?;
                 namespace_changed(old.map(|n| &n.metadata), new.map(|n| &n.metadata))
                     .then_some(Change::Namespace(name))
             },
-        )));
-        tasks.push(tokio::spawn(run(
-            watcher(
-                Api::<CRCBundle>::all(client.clone()),
-                watcher::Config::default(),
-            )
-            .default_backoff()
-            .map(|e| e.map(|e| e.modify(|b| b.managed_fields_mut().clear()))),
+        ));
+        tasks.push(spawn_view(
+            client,
+            |b: &mut CRCBundle| b.managed_fields_mut().clear(),
             p.bundles,
             p.synced.bundles,
             changes.clone(),
-            |old: Option<&CRCBundle>, new| {
+            |old, new| {
                 let name = old.or(new).map(|b| b.name_any())?;
                 bundle_changed(old, new).then_some(Change::Bundle(name))
             },
-        )));
-        tasks.push(tokio::spawn(run(
-            watcher(
-                Api::<Route>::all(client.clone()),
-                watcher::Config::default(),
-            )
-            .default_backoff()
-            .map(|e| e.map(|e| e.modify(trim_route))),
+        ));
+        tasks.push(spawn_view(
+            client,
+            trim_route,
             p.routes,
             p.synced.routes,
             changes.clone(),
-            |old: Option<&Route>, new| {
+            |old, new| {
                 let route = old.or(new)?;
                 let owner = route
                     .owner_references()
@@ -249,18 +238,14 @@ impl Views {
                     .map(|r| r.uid.clone());
                 Some(Change::Route { owner })
             },
-        )));
-        tasks.push(tokio::spawn(run(
-            watcher(
-                Api::<ClusterLease>::all(client.clone()),
-                watcher::Config::default(),
-            )
-            .default_backoff()
-            .map(|e| e.map(|e| e.modify(|l| l.managed_fields_mut().clear()))),
+        ));
+        tasks.push(spawn_view(
+            client,
+            |l: &mut ClusterLease| l.managed_fields_mut().clear(),
             p.leases,
             p.synced.leases,
             changes.clone(),
-            move |old: Option<&ClusterLease>, new| {
+            move |old, new| {
                 let lease = old.or(new)?;
                 let namespace = lease.namespace()?;
                 write(&lease_index).set(&namespace, &lease.name_any(), new.and_then(claim));
@@ -270,7 +255,7 @@ impl Views {
                     instances,
                 })
             },
-        )));
+        ));
         tasks.push(tokio::spawn(run_platform(
             client.clone(),
             p.platform,
@@ -549,6 +534,26 @@ fn trim_route(route: &mut Route) {
     meta.labels = None;
     route.spec.tls = None;
     route.status = None;
+}
+
+/// Starts the view of every `K` in the cluster: one watch, each object trimmed by `trim` before
+/// it is stored in `writer`, each change published as `changed` makes it ([`run`]).
+fn spawn_view<K>(
+    client: &kube::Client,
+    trim: fn(&mut K),
+    writer: reflector::store::Writer<K>,
+    synced: watch::Sender<bool>,
+    changes: broadcast::Sender<Change>,
+    changed: impl Fn(Option<&K>, Option<&K>) -> Option<Change> + Send + 'static,
+) -> JoinHandle<()>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    ObjectRef<K>: Hash + Eq + Clone,
+{
+    let events = watcher(Api::<K>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .map(move |e| e.map(|e| e.modify(trim)));
+    tokio::spawn(run(events, writer, synced, changes, changed))
 }
 
 /// Feeds `writer` from `events` and publishes what `changed` makes of each (old, new) pair,
