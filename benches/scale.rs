@@ -102,36 +102,24 @@ fn main() {
         );
     }
     for r in &reports {
-        println!();
-        println!(
-            "Requests by verb and resource while {} instances converged:",
-            r.instances
+        print_requests(
+            &format!(
+                "Requests by verb and resource while {} instances converged:",
+                r.instances
+            ),
+            &r.by_verb_resource,
+            0,
         );
-        let mut rows: Vec<_> = r
-            .by_verb_resource
-            .iter()
-            .filter(|(_, n)| **n > 0.0)
-            .collect();
-        rows.sort_by(|a, b| b.1.total_cmp(a.1));
-        for ((verb, resource), count) in rows {
-            println!("  {verb:>7} {resource:<40} {count:>8.0}");
-        }
     }
     for r in &reports {
-        println!();
-        println!(
-            "Requests per second by verb and resource while idle with {} instances (operator and cluster):",
-            r.instances
+        print_requests(
+            &format!(
+                "Requests per second by verb and resource while idle with {} instances (operator and cluster):",
+                r.instances
+            ),
+            &r.idle_by_verb_resource,
+            2,
         );
-        let mut rows: Vec<_> = r
-            .idle_by_verb_resource
-            .iter()
-            .filter(|(_, n)| **n > 0.0)
-            .collect();
-        rows.sort_by(|a, b| b.1.total_cmp(a.1));
-        for ((verb, resource), rate) in rows {
-            println!("  {verb:>7} {resource:<40} {rate:>8.2}");
-        }
     }
     if let Some(summary) = handoffs {
         println!();
@@ -142,6 +130,18 @@ fn main() {
             Some(summary) => println!("{summary}"),
             None => println!("none seen"),
         }
+    }
+}
+
+/// Prints `title`, then the non-zero counts (or rates) of `requests` by verb and resource, largest
+/// first, with `decimals` digits after the point.
+fn print_requests(title: &str, requests: &BTreeMap<(String, String), f64>, decimals: usize) {
+    println!();
+    println!("{title}");
+    let mut rows: Vec<_> = requests.iter().filter(|(_, n)| **n > 0.0).collect();
+    rows.sort_by(|a, b| b.1.total_cmp(a.1));
+    for ((verb, resource), n) in rows {
+        println!("  {verb:>7} {resource:<40} {n:>8.decimals$}");
     }
 }
 

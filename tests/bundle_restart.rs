@@ -20,23 +20,8 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use sim::bundles::{self, BundleSpec, Flaw};
 use sim::file_server::Fault;
-use support::world::{IMAGE, OPERATOR_NS, bare_world};
+use support::world::{OPERATOR_NS, bare_world, operator_process};
 use support::{Operator, wait_for, wait_long};
-
-async fn operator(name: &str) -> Operator {
-    Operator::start_with(
-        OPERATOR_NS,
-        name,
-        &[
-            "--job-image",
-            IMAGE,
-            "--bundle-prep-service-account",
-            "default",
-        ],
-        &[],
-    )
-    .await
-}
 
 async fn recorded_job(api: &Api<CRCBundle>, name: &str) -> Option<ObjectIdentity> {
     let b = api.get(name).await.ok()?;
@@ -75,7 +60,7 @@ async fn live(operator: &Operator, kind: &str) -> Option<i64> {
 async fn a_restarted_operator_resumes_the_same_prep_job() {
     let world = bare_world();
     let client = support::client().await;
-    let mut first = operator("first-operator").await;
+    let mut first = operator_process("first-operator").await;
 
     let name = support::unique("crc-restart");
     let dir = world.root.join("served").join(&name);
@@ -117,7 +102,7 @@ async fn a_restarted_operator_resumes_the_same_prep_job() {
     assert_eq!(pods.len(), 1, "one pod: {pods:?}");
 
     first.kill();
-    let second = operator("second-operator").await;
+    let second = operator_process("second-operator").await;
     wait_long("the second operator runs the prep Job's child", || async {
         (live(&second, PrepJob::KIND).await? >= 1).then_some(())
     })

@@ -14,32 +14,13 @@ use std::time::Instant;
 use guestcluster::api::instance::InstancePhase;
 use guestcluster::api::{ClusterInstance, ClusterPool};
 use guestcluster::cdi::DataVolume;
-use guestcluster::guest::route::ROUTE_PROXY_ENV;
 use guestcluster::kubevirt::VirtualMachine;
 use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
-use support::Operator;
 use support::crc::{ready_bundle, team_namespace, template};
 use support::wait_long;
-use support::world::{IMAGE, OPERATOR_NS, bare_world};
-
-async fn operator(name: &str) -> Operator {
-    let router = format!("http://{}", bare_world().router);
-    Operator::start_with(
-        OPERATOR_NS,
-        name,
-        &[
-            "--job-image",
-            IMAGE,
-            "--bundle-prep-service-account",
-            "default",
-        ],
-        // Route hosts through the simulated router.
-        &[(ROUTE_PROXY_ENV, router.as_str())],
-    )
-    .await
-}
+use support::world::{bare_world, operator_process};
 
 /// Objects of `K` in `ns` per `opdev.io/cluster-instance` label.
 async fn per_instance<K>(client: &kube::Client, ns: &str) -> BTreeMap<String, Vec<String>>
@@ -67,7 +48,7 @@ async fn instances_become_ready_without_duplicates_when_the_operator_is_killed_m
     let world = bare_world();
     let client = support::client().await;
     let started = Instant::now();
-    let mut first = operator("first-operator").await;
+    let mut first = operator_process("first-operator").await;
     let bundle = support::unique("restart-bundle");
     ready_bundle(world, &client, &bundle, "4.22.7").await;
     let ns = team_namespace(&client).await;
@@ -96,7 +77,7 @@ async fn instances_become_ready_without_duplicates_when_the_operator_is_killed_m
         started.elapsed()
     );
 
-    let second = operator("second-operator").await;
+    let second = operator_process("second-operator").await;
     let instances: Api<ClusterInstance> = Api::namespaced(client.clone(), &ns);
     let ready = wait_long("both instances Ready after the restart", || async {
         let list = instances.list(&ListParams::default()).await.ok()?.items;

@@ -30,7 +30,7 @@ use crate::api::conditions::reasons;
 use crate::resources;
 use crate::resources::bundle::Names;
 use crate::resources::common::is_controlled_by;
-use crate::write::{self, Guard};
+use crate::write;
 
 /// Errors of a bundle reconcile.
 #[derive(Debug, thiserror::Error)]
@@ -129,25 +129,21 @@ async fn download_pass(
 ) -> Result<(), Error> {
     // `status.prepJob` is written ahead of the Job and the status is applied whole: never
     // decide on a cache that may not show our last write.
-    let live;
-    let bundle = if ctx.own_writes.may_be_stale(cached) {
-        live = Api::<CRCBundle>::all(ctx.client.clone())
-            .get_opt(&cached.name_any())
-            .await
-            .map_err(|source| Error::Observe {
-                name: cached.name_any(),
-                what: "the bundle".into(),
-                source,
-            })?
-            .filter(|b| b.uid() == cached.uid());
-        match &live {
-            Some(bundle) => bundle,
-            // Deleted: the supervisor stops us.
-            None => return Ok(()),
-        }
-    } else {
-        cached
+    let api = Api::<CRCBundle>::all(ctx.client.clone());
+    let Some(bundle) = ctx
+        .own_writes
+        .current(&api, cached)
+        .await
+        .map_err(|source| Error::Observe {
+            name: cached.name_any(),
+            what: "the bundle".into(),
+            source,
+        })?
+    else {
+        // Deleted: the supervisor stops us.
+        return Ok(());
     };
+    let bundle = bundle.as_ref();
     let observed = observe(ctx, bundle, children).await?;
     let decision = download::decide(bundle, &observed, &ctx.namespace, Time(Timestamp::now()));
     let mut status = decision.status;
@@ -172,16 +168,13 @@ pub(super) async fn write_status(
     status: &CRCBundleStatus,
 ) -> Result<(), Error> {
     let api = Api::<CRCBundle>::all(ctx.client.clone());
-    let written = write::record_status(&api, bundle, status, Guard::None, &ctx.events)
+    ctx.own_writes
+        .record_status(&api, bundle, status, &ctx.events)
         .await
         .map_err(|source| Error::WriteStatus {
             name: bundle.name_any(),
             source,
         })?;
-    if let (Some(written), Some(uid)) = (written, bundle.uid()) {
-        ctx.own_writes
-            .wrote(&uid, written.resource_version.as_deref());
-    }
     Ok(())
 }
 

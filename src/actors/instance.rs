@@ -30,7 +30,7 @@ use crate::api::instance::{ClusterInstance, ClusterInstanceStatus, InstancePhase
 use crate::api::labels::{CLUSTER_INSTANCE, FINALIZER_CLEANUP};
 use crate::cdi::DataVolume;
 use crate::kubevirt::{VirtualMachine, VirtualMachineInstance};
-use crate::write::{self, Guard};
+use crate::write;
 
 /// Errors of an instance reconcile.
 #[derive(Debug, thiserror::Error)]
@@ -75,9 +75,6 @@ impl ObjectActor for InstanceActor {
     const KIND: &'static str = "clusterinstance";
     /// The namespace policy reads the instance's Namespace: a label change must be seen at once.
     const WATCHES_NAMESPACES: bool = true;
-    /// A write-ahead record asks for `AFTER_RECORD`; nothing else waits for the status write's
-    /// own event, and a thousand settled instances would each spend a pass on it.
-    const IGNORES_OWN_STATUS_WRITES: bool = true;
 
     /// Objects the instance controls (Jobs, Secrets, the VM and DataVolume, the Route) and the
     /// VMIs labelled with its name wake it.
@@ -209,25 +206,20 @@ async fn reconcile(instance: &ClusterInstance, ctx: &Arc<Context>) -> Result<Nex
     // the boot-key binding and the API endpoint are written once, ahead of what they guard, and
     // the status is applied whole — a stale copy would erase them. Once the cache shows our
     // last write (or we never wrote), it is as good as a live read and costs no request.
-    let live;
-    let instance = if ctx.own_writes.may_be_stale(instance) {
-        live = api
-            .get_opt(&name)
-            .await
-            .map_err(|source| Error::Observe {
-                name: name.clone(),
-                what: "the instance".into(),
-                source,
-            })?
-            .filter(|i| i.uid() == instance.uid());
-        let Some(instance) = &live else {
-            // Gone or replaced: the supervisor stops or retriggers us.
-            return Ok(Next::Done);
-        };
-        instance
-    } else {
-        instance
+    let Some(instance) = ctx
+        .own_writes
+        .current(&api, instance)
+        .await
+        .map_err(|source| Error::Observe {
+            name: name.clone(),
+            what: "the instance".into(),
+            source,
+        })?
+    else {
+        // Gone or replaced: the supervisor stops or retriggers us.
+        return Ok(Next::Done);
     };
+    let instance = instance.as_ref();
     let observed = observe(ctx, instance).await?;
     let decision = instance_gates::decide(instance, &observed, Time(Timestamp::now()));
     let mut status = decision.status;
@@ -259,16 +251,13 @@ async fn record(
     instance: &ClusterInstance,
     status: &ClusterInstanceStatus,
 ) -> Result<(), Error> {
-    let written = write::record_status(api, instance, status, Guard::None, &ctx.events)
+    ctx.own_writes
+        .record_status(api, instance, status, &ctx.events)
         .await
         .map_err(|source| Error::WriteStatus {
             name: instance.name_any(),
             source,
         })?;
-    if let (Some(written), Some(uid)) = (written, instance.uid()) {
-        ctx.own_writes
-            .wrote(&uid, written.resource_version.as_deref());
-    }
     Ok(())
 }
 

@@ -106,11 +106,6 @@ pub trait ObjectActor: Default + Send + Sync + 'static {
     /// so it never holds a permit the actor it waits for needs.
     const HOLDS_PERMIT: bool = true;
 
-    /// Whether the watch event of this process's own last status write (the object exactly at
-    /// the version that write left) is not a trigger. Only for kinds whose next step never waits
-    /// for that event: a write-ahead record asks for its own short timer instead.
-    const IGNORES_OWN_STATUS_WRITES: bool = false;
-
     /// Kinds of the stage children an actor of this kind supervises ([`super::stage`]), shown
     /// in the metrics from the start.
     const CHILD_KINDS: &'static [&'static str] = &[];
@@ -462,12 +457,8 @@ where
 /// Messages of a kind supervisor; all of them come from its own watch task or timers.
 #[derive(Debug)]
 pub enum SupervisorMsg<K: Resource<DynamicType = ()>> {
-    /// An object was created or changed (now at `version`).
-    Applied {
-        uid: String,
-        key: ObjectRef<K>,
-        version: Option<String>,
-    },
+    /// An object was created or changed.
+    Applied { uid: String, key: ObjectRef<K> },
     /// An object was deleted.
     Deleted { uid: String },
     /// A full re-list finished; objects not in it are gone.
@@ -604,9 +595,7 @@ where
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            SupervisorMsg::Applied { uid, key, version } => {
-                let own = A::IGNORES_OWN_STATUS_WRITES
-                    && state.ctx.own_writes.is_own_write(&uid, version.as_deref());
+            SupervisorMsg::Applied { uid, key } => {
                 let child = state.children.entry(uid.clone()).or_insert_with(|| Child {
                     key: key.clone(),
                     actor: None,
@@ -614,9 +603,6 @@ where
                 });
                 child.key = key;
                 match &child.actor {
-                    // The echo of our own status write: the last pass decided on everything it
-                    // shows.
-                    Some(_) if own => {}
                     Some(actor) => trigger(actor),
                     None if child.failures.consecutive == 0 => {
                         spawn_child(&myself, state, &uid).await
@@ -944,7 +930,6 @@ fn applied<K: Resource<DynamicType = ()>>(obj: &K) -> Option<SupervisorMsg<K>> {
     obj.uid().map(|uid| SupervisorMsg::Applied {
         uid,
         key: ObjectRef::from_obj(obj),
-        version: obj.resource_version(),
     })
 }
 

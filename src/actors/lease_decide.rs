@@ -151,18 +151,15 @@ pub fn ttl(lease: &ClusterLease) -> Result<Option<Duration>, DurationError> {
     }
 }
 
-/// The lease that claims `instance` for its `status.leaseRef` (upstream §4.3): the first lease
-/// (of the instance's namespace) that is not being deleted and whose `status.instanceRef`
-/// names the instance.
-pub fn lease_projection<'a>(
-    leases: impl IntoIterator<Item = &'a ClusterLease>,
-    instance: &str,
-) -> Option<LocalRef> {
-    leases
-        .into_iter()
-        .filter(|l| l.metadata.deletion_timestamp.is_none())
-        .find(|l| instance_of(l) == Some(instance))
-        .map(|l| LocalRef::new(l.name_any()))
+/// The instance a lease claims for that instance's `status.leaseRef` (upstream §4.3): the one
+/// its `status.instanceRef` names, unless the lease is being deleted.
+pub fn claim(lease: &ClusterLease) -> Option<&str> {
+    lease
+        .metadata
+        .deletion_timestamp
+        .is_none()
+        .then(|| instance_of(lease))
+        .flatten()
 }
 
 /// The instance a lease's status names.
@@ -874,21 +871,20 @@ mod tests {
     }
 
     #[test]
-    fn projection_is_the_first_live_lease_naming_the_instance() {
+    fn a_lease_claims_the_instance_it_names_until_it_is_deleting() {
         let mut deleting = lease("a", Some(LeasePhase::Bound), Some("p-0"));
         deleting.metadata.deletion_timestamp = Some(now());
         let leases = [
             deleting,
             lease("b", Some(LeasePhase::Bound), Some("p-1")),
-            lease("c", Some(LeasePhase::Bound), Some("p-0")),
-            lease("d", Some(LeasePhase::Bound), Some("p-0")),
+            lease("c", Some(LeasePhase::Pending), None),
         ];
-        assert_eq!(lease_projection(&leases, "p-0"), Some(LocalRef::new("c")));
-        assert_eq!(lease_projection(&leases, "p-1"), Some(LocalRef::new("b")));
-        assert_eq!(lease_projection(&leases, "p-9"), None);
+        let claims: Vec<_> = leases.iter().map(claim).collect();
+        assert_eq!(claims, [None, Some("p-1"), None]);
         assert_eq!(
             claimed(&leases),
-            BTreeSet::from(["p-0".to_owned(), "p-1".to_owned()])
+            BTreeSet::from(["p-0".to_owned(), "p-1".to_owned()]),
+            "a deleting lease still holds its instance"
         );
     }
 

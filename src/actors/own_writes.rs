@@ -9,18 +9,64 @@
 //! election), and later changes by others arrive as watch events.
 //!
 //! This keeps a settled object's periodic pass (resync, a view change that does not concern it)
-//! free of API requests.
+//! free of API requests, and so the one pass the watch event of our own status write triggers:
+//! it decides on the cache, finds the status already right and writes nothing.
+//!
+//! An actor uses the pair [`OwnWrites::current`] (what to decide on) and
+//! [`OwnWrites::record_status`] (write the status and remember the version it left); nothing
+//! else needs to touch the record.
+
+use std::borrow::Cow;
 
 use dashmap::DashMap;
-use kube::{Resource, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
+
+use crate::events::Events;
+use crate::write::{self, Guard, Recorded};
 
 /// Object UID → resourceVersion of this process's last status write of it.
 #[derive(Default)]
 pub struct OwnWrites(DashMap<String, String>);
 
 impl OwnWrites {
+    /// The copy of `cached` to decide on: `cached` itself when the watch cache cannot predate
+    /// this process's last status write of it (no request), else the object read live. `None`
+    /// when it is gone or a namesake replaced it (the supervisor stops or retriggers the actor).
+    pub async fn current<'a, K: Recorded>(
+        &self,
+        api: &Api<K>,
+        cached: &'a K,
+    ) -> Result<Option<Cow<'a, K>>, kube::Error> {
+        if !self.may_be_stale(cached) {
+            return Ok(Some(Cow::Borrowed(cached)));
+        }
+        let live = api
+            .get_opt(&cached.name_any())
+            .await?
+            .filter(|o| o.uid() == cached.uid());
+        Ok(live.map(Cow::Owned))
+    }
+
+    /// Records `status` for `obj` ([`write::record_status`]; the status is the actor's alone)
+    /// and remembers the version the write left, so [`Self::current`] knows when the cache has
+    /// caught up. Returns whether a write was sent.
+    pub async fn record_status<K: Recorded>(
+        &self,
+        api: &Api<K>,
+        obj: &K,
+        status: &K::Status,
+        events: &Events,
+    ) -> Result<bool, kube::Error> {
+        let written = write::record_status(api, obj, status, Guard::None, events).await?;
+        let sent = written.is_some();
+        if let (Some(written), Some(uid)) = (written, obj.uid()) {
+            self.wrote(&uid, written.resource_version.as_deref());
+        }
+        Ok(sent)
+    }
+
     /// Remembers that this process wrote `obj`'s status, leaving it at `version`.
-    pub fn wrote(&self, uid: &str, version: Option<&str>) {
+    fn wrote(&self, uid: &str, version: Option<&str>) {
         match version {
             Some(version) => {
                 self.0.insert(uid.to_owned(), version.to_owned());
@@ -33,20 +79,13 @@ impl OwnWrites {
     }
 
     /// Whether `cached` may predate this process's last write of it.
-    pub fn may_be_stale<K: Resource>(&self, cached: &K) -> bool {
+    fn may_be_stale<K: Resource>(&self, cached: &K) -> bool {
         let Some(uid) = cached.uid() else {
             return true;
         };
         self.0
             .get(&uid)
             .is_some_and(|version| cached.resource_version().as_deref() != Some(version.as_str()))
-    }
-
-    /// Whether `version` of the object `uid` is exactly what this process's last status write
-    /// left: its watch event then shows nothing the last pass did not decide on.
-    pub fn is_own_write(&self, uid: &str, version: Option<&str>) -> bool {
-        version
-            .is_some_and(|v| !v.is_empty() && self.0.get(uid).is_some_and(|own| own.as_str() == v))
     }
 
     /// Forgets an object whose actor stopped.
@@ -67,7 +106,12 @@ impl OwnWrites {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::{Arc, Mutex};
+
+    use crate::api::bundle::{CRCBundle, CRCBundleStatus};
     use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::client::Body;
+    use serde_json::json;
 
     fn at(uid: &str, version: &str) -> ConfigMap {
         let mut cm = ConfigMap::default();
@@ -100,7 +144,90 @@ mod tests {
         let written = OwnWrites::default();
         written.wrote("u", None);
         assert!(written.may_be_stale(&at("u", "7")));
-        assert!(!written.is_own_write("u", Some("")));
         assert!(written.may_be_stale(&ConfigMap::default()), "no uid");
+    }
+
+    fn bundle(uid: &str, version: &str, sha: Option<&str>) -> CRCBundle {
+        serde_json::from_value(json!({
+            "apiVersion": "guestcluster.opdev.io/v1alpha1", "kind": "CRCBundle",
+            "metadata": {"name": "b", "uid": uid, "resourceVersion": version},
+            "spec": {"goldenVolumeSize": "35Gi"},
+            "status": {"sha256": sha},
+        }))
+        .expect("bundle")
+    }
+
+    /// An API server that answers every request with `stored` (as the object after a status
+    /// patch, at version "8") and records each request's method and path.
+    fn server(stored: CRCBundle) -> (Api<CRCBundle>, Arc<Mutex<Vec<String>>>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let service = tower::service_fn(move |req: http::Request<Body>| {
+            log.lock()
+                .unwrap()
+                .push(format!("{} {}", req.method(), req.uri().path()));
+            let mut answer = serde_json::to_value(&stored).expect("json");
+            if req.method() == http::Method::PATCH {
+                answer["metadata"]["resourceVersion"] = json!("8");
+            }
+            let body = serde_json::to_vec(&answer).expect("json");
+            async move { Ok::<_, std::convert::Infallible>(http::Response::new(Body::from(body))) }
+        });
+        let client = kube::Client::new(service, "default");
+        (Api::all(client), seen)
+    }
+
+    #[tokio::test]
+    async fn the_cache_is_used_until_our_write_then_read_live_until_it_shows_it() {
+        let cached = bundle("u", "5", None);
+        let (api, requests) = server(bundle("u", "5", Some("abc")));
+        let events = Events::new(api.clone().into_client());
+        let written = OwnWrites::default();
+
+        let current = written.current(&api, &cached).await.unwrap().unwrap();
+        assert!(matches!(current, Cow::Borrowed(_)), "never written: cached");
+        assert!(requests.lock().unwrap().is_empty());
+
+        let status = CRCBundleStatus {
+            sha256: Some("abc".into()),
+            ..Default::default()
+        };
+        assert!(
+            written
+                .record_status(&api, &cached, &status, &events)
+                .await
+                .unwrap()
+        );
+        let unchanged = bundle("u", "8", Some("abc"));
+        assert!(
+            !written
+                .record_status(&api, &unchanged, &status, &events)
+                .await
+                .unwrap(),
+            "nothing to change: not sent"
+        );
+        assert_eq!(requests.lock().unwrap().len(), 1, "one status patch");
+
+        let current = written.current(&api, &cached).await.unwrap().unwrap();
+        assert!(matches!(current, Cow::Owned(_)), "cache predates the write");
+        assert_eq!(
+            current.status.as_ref().unwrap().sha256.as_deref(),
+            Some("abc")
+        );
+        assert_eq!(requests.lock().unwrap().len(), 2, "one GET");
+
+        let caught_up = bundle("u", "8", Some("abc"));
+        let current = written.current(&api, &caught_up).await.unwrap().unwrap();
+        assert!(matches!(current, Cow::Borrowed(_)), "cache shows the write");
+        assert_eq!(requests.lock().unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_replaced_namesake_is_no_current_copy() {
+        let cached = bundle("u", "5", None);
+        let (api, _) = server(bundle("other", "9", None));
+        let written = OwnWrites::default();
+        written.wrote("u", Some("7"));
+        assert!(written.current(&api, &cached).await.unwrap().is_none());
     }
 }

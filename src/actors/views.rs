@@ -12,13 +12,13 @@
 //!
 //! Every change that can alter a dependent's decision is published as a [`Change`]; the kind
 //! supervisors map it to exactly the objects that depend on it ([`super::ObjectActor::woken_by`]).
-//! Changes that cannot alter a decision (a Namespace annotation, a bundle's download progress)
-//! wake nobody: [`namespace_changed`], [`bundle_changed`].
+//! Changes that cannot alter a decision (a Namespace annotation, a bundle's progress towards
+//! Ready) wake nobody: [`namespace_changed`], [`bundle_changed`].
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Debug;
 use std::hash::Hash;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
@@ -27,11 +27,12 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PartialObjectMeta}
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
 use super::instance_gates::{NamespaceState, Platform, PlatformGate, platform_gate};
-use super::lease_decide::{instance_of, lease_projection};
+use super::lease_decide::claim;
 use crate::api::bundle::CRCBundle;
 use crate::api::common::Arch;
 use crate::api::lease::ClusterLease;
@@ -59,8 +60,8 @@ pub enum Error {
 pub enum Change {
     /// The Namespace `name` appeared, went, was (un)labelled or started terminating.
     Namespace(String),
-    /// The CRCBundle `name` appeared, went, was recreated, or changed phase (or status, once
-    /// Ready).
+    /// The CRCBundle `name` appeared, went, was recreated or started deleting, became or ceased
+    /// to be Ready, or changed what it publishes while Ready.
     Bundle(String),
     /// The outcome of the platform gate changed to this.
     Platform(PlatformGate),
@@ -79,7 +80,8 @@ pub struct Views {
     namespaces: Store<PartialObjectMeta<Namespace>>,
     bundles: Store<CRCBundle>,
     routes: Store<Route>,
-    leases: Store<ClusterLease>,
+    /// Which lease claims which instance, kept with the lease view's store.
+    lease_index: Arc<RwLock<LeaseIndex>>,
     platform: watch::Receiver<Option<PlatformGate>>,
     synced: Synced,
     changes: broadcast::Sender<Change>,
@@ -140,7 +142,7 @@ impl Default for Views {
         let (namespaces_w, namespaces) = store();
         let (bundles_w, bundles) = store();
         let (routes_w, routes) = store();
-        let (leases_w, leases) = store();
+        let (leases_w, _) = store();
         let (platform_tx, platform) = watch::channel(None);
         let (ns_tx, ns_rx) = watch::channel(false);
         let (b_tx, b_rx) = watch::channel(false);
@@ -151,7 +153,7 @@ impl Default for Views {
             namespaces,
             bundles,
             routes,
-            leases,
+            lease_index: Arc::default(),
             platform,
             synced: Synced {
                 namespaces: ns_rx,
@@ -195,50 +197,39 @@ impl Views {
             return;
         };
         let changes = self.changes.clone();
+        let lease_index = self.lease_index.clone();
         let mut tasks = lock(&self.tasks);
-        tasks.push(tokio::spawn(run(
+        tasks.push(spawn_view(
+            client,
             // Metadata only: the policy needs the label and the deletion timestamp.
-            watcher(
-                Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
-                watcher::Config::default(),
-            )
-            .default_backoff()
-            .map(|e| e.map(|e| e.modify(|n| n.metadata.managed_fields = None))),
+            |n: &mut PartialObjectMeta<Namespace>| n.metadata.managed_fields = None,
             p.namespaces,
             p.synced.namespaces,
             changes.clone(),
-            |old: Option<&PartialObjectMeta<Namespace>>, new| {
+            |old, new| {
                 let name = old.or(new).map(|n| n.name_any())?;
                 namespace_changed(old.map(|n| &n.metadata), new.map(|n| &n.metadata))
                     .then_some(Change::Namespace(name))
             },
-        )));
-        tasks.push(tokio::spawn(run(
-            watcher(
-                Api::<CRCBundle>::all(client.clone()),
-                watcher::Config::default(),
-            )
-            .default_backoff()
-            .map(|e| e.map(|e| e.modify(|b| b.managed_fields_mut().clear()))),
+        ));
+        tasks.push(spawn_view(
+            client,
+            |b: &mut CRCBundle| b.managed_fields_mut().clear(),
             p.bundles,
             p.synced.bundles,
             changes.clone(),
-            |old: Option<&CRCBundle>, new| {
+            |old, new| {
                 let name = old.or(new).map(|b| b.name_any())?;
                 bundle_changed(old, new).then_some(Change::Bundle(name))
             },
-        )));
-        tasks.push(tokio::spawn(run(
-            watcher(
-                Api::<Route>::all(client.clone()),
-                watcher::Config::default(),
-            )
-            .default_backoff()
-            .map(|e| e.map(|e| e.modify(trim_route))),
+        ));
+        tasks.push(spawn_view(
+            client,
+            trim_route,
             p.routes,
             p.synced.routes,
             changes.clone(),
-            |old: Option<&Route>, new| {
+            |old, new| {
                 let route = old.or(new)?;
                 let owner = route
                     .owner_references()
@@ -247,26 +238,24 @@ impl Views {
                     .map(|r| r.uid.clone());
                 Some(Change::Route { owner })
             },
-        )));
-        tasks.push(tokio::spawn(run(
-            watcher(
-                Api::<ClusterLease>::all(client.clone()),
-                watcher::Config::default(),
-            )
-            .default_backoff()
-            .map(|e| e.map(|e| e.modify(|l| l.managed_fields_mut().clear()))),
+        ));
+        tasks.push(spawn_view(
+            client,
+            |l: &mut ClusterLease| l.managed_fields_mut().clear(),
             p.leases,
             p.synced.leases,
             changes.clone(),
-            |old: Option<&ClusterLease>, new| {
-                let namespace = old.or(new)?.namespace()?;
+            move |old, new| {
+                let lease = old.or(new)?;
+                let namespace = lease.namespace()?;
+                write(&lease_index).set(&namespace, &lease.name_any(), new.and_then(claim));
                 let instances = lease_claims_changed(old, new);
                 (!instances.is_empty()).then_some(Change::Lease {
                     namespace,
                     instances,
                 })
             },
-        )));
+        ));
         tasks.push(tokio::spawn(run_platform(
             client.clone(),
             p.platform,
@@ -367,18 +356,72 @@ impl Views {
         instance: &str,
     ) -> Result<Option<crate::api::common::LocalRef>, Error> {
         self.ready(View::Leases).await?;
-        let leases = self.leases.state();
-        let in_namespace = leases
-            .iter()
-            .map(|l| l.as_ref())
-            .filter(|l| l.namespace().as_deref() == Some(namespace));
-        Ok(lease_projection(in_namespace, instance))
+        Ok(read(&self.lease_index)
+            .lease_of(namespace, instance)
+            .map(crate::api::common::LocalRef::new))
     }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // Both guarded values stay consistent even if a holder panicked: each use is one take/push.
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+// The lease index stays consistent even if a holder panicked: each write is one `set`.
+fn read<T>(m: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    m.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    m.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Which lease claims each instance ([`claim`]), by namespace and instance name, so an
+/// instance's `status.leaseRef` is one lookup rather than a walk over every lease. Fed by the
+/// lease view's watch events; each lease's last known claim is kept, so replaying an event (a
+/// relist) changes nothing.
+#[derive(Debug, Default)]
+struct LeaseIndex {
+    /// (namespace, lease) → the instance it claims.
+    claim_of: HashMap<(String, String), String>,
+    /// (namespace, instance) → the leases claiming it: one, unless two leases wrongly name the
+    /// same instance (then the lowest name answers, for a stable `leaseRef`).
+    claimed_by: HashMap<(String, String), BTreeSet<String>>,
+}
+
+impl LeaseIndex {
+    /// The lease `lease` in `namespace` now claims `instance` (`None`: nothing; deleting or
+    /// gone).
+    fn set(&mut self, namespace: &str, lease: &str, instance: Option<&str>) {
+        let key = (namespace.to_owned(), lease.to_owned());
+        if self.claim_of.get(&key).map(String::as_str) == instance {
+            return;
+        }
+        if let Some(before) = self.claim_of.remove(&key) {
+            let by = (namespace.to_owned(), before);
+            if let Some(leases) = self.claimed_by.get_mut(&by) {
+                leases.remove(lease);
+                if leases.is_empty() {
+                    self.claimed_by.remove(&by);
+                }
+            }
+        }
+        if let Some(instance) = instance {
+            self.claimed_by
+                .entry((namespace.to_owned(), instance.to_owned()))
+                .or_default()
+                .insert(lease.to_owned());
+            self.claim_of.insert(key, instance.to_owned());
+        }
+    }
+
+    /// The lease that claims `instance` in `namespace`.
+    fn lease_of(&self, namespace: &str, instance: &str) -> Option<&str> {
+        self.claimed_by
+            .get(&(namespace.to_owned(), instance.to_owned()))?
+            .first()
+            .map(String::as_str)
+    }
 }
 
 async fn wait_true(rx: &watch::Receiver<bool>) -> Result<(), watch::error::RecvError> {
@@ -396,30 +439,73 @@ pub fn namespace_changed(
 }
 
 /// Whether a CRCBundle change can alter what an instance or pool decides: the bundle appeared,
-/// went or was recreated, changed phase, or changed status while Ready (its disk and key). A
-/// bundle's progress while it downloads or builds wakes nobody.
+/// went, was recreated or started deleting, became or ceased to be Ready, or — while Ready —
+/// changed what it publishes ([`BundleSeen`]). Its progress towards Ready (phase `Preparing` or
+/// `Building`, a prep Job, digests still being computed) wakes nobody.
 pub fn bundle_changed(old: Option<&CRCBundle>, new: Option<&CRCBundle>) -> bool {
-    let (Some(old), Some(new)) = (old, new) else {
-        return old.is_some() != new.is_some();
-    };
-    let phase = |b: &CRCBundle| b.status.as_ref().and_then(|s| s.phase);
-    let ready = |b: &CRCBundle| phase(b) == Some(crate::api::bundle::BundlePhase::Ready);
-    old.uid() != new.uid() || phase(old) != phase(new) || (ready(new) && old.status != new.status)
+    old.map(BundleSeen::of) != new.map(BundleSeen::of)
+}
+
+/// What a dependent's decision reads of a CRCBundle. Pools read only its existence; an instance
+/// binds to a Ready bundle's disk and key (`crc::boot_key::bind`), boots its VM profile
+/// (`VmProfile::of_bundle`) and sizes its root disk from it, so these fields count only once the
+/// bundle is Ready.
+#[derive(Debug, PartialEq)]
+struct BundleSeen<'a> {
+    uid: Option<&'a str>,
+    deleting: bool,
+    /// `Some` exactly while the bundle is Ready.
+    published: Option<Published<'a>>,
+}
+
+/// What a Ready bundle publishes to the instances built from it.
+#[derive(Debug, PartialEq)]
+struct Published<'a> {
+    source: Option<crate::api::bundle::BundleSource>,
+    sha256: Option<&'a str>,
+    disk_sha256: Option<&'a str>,
+    disk_virtual_size: Option<i64>,
+    qcow2_pvc_ref: Option<&'a crate::api::common::LocalRef>,
+    qcow2_pvc_namespace: Option<&'a str>,
+    ssh_key_secret_ref: Option<&'a crate::api::common::LocalRef>,
+    vm_profile: Option<&'a str>,
+    arch: Arch,
+    storage_class_name: Option<&'a str>,
+}
+
+impl<'a> BundleSeen<'a> {
+    fn of(bundle: &'a CRCBundle) -> Self {
+        let status = bundle.status.as_ref();
+        let published = status
+            .filter(|s| s.phase == Some(crate::api::bundle::BundlePhase::Ready))
+            .map(|s| Published {
+                source: s.source,
+                sha256: s.sha256.as_deref(),
+                disk_sha256: s.disk_sha256.as_deref(),
+                disk_virtual_size: s.disk_virtual_size,
+                qcow2_pvc_ref: s.qcow2_pvc_ref.as_ref(),
+                qcow2_pvc_namespace: s.qcow2_pvc_namespace.as_deref(),
+                ssh_key_secret_ref: s.ssh_key_secret_ref.as_ref(),
+                vm_profile: s.vm_profile.as_deref(),
+                arch: bundle.spec.arch,
+                storage_class_name: bundle.spec.storage_class_name.as_deref(),
+            });
+        Self {
+            uid: bundle.metadata.uid.as_deref(),
+            deleting: bundle.metadata.deletion_timestamp.is_some(),
+            published,
+        }
+    }
 }
 
 /// The instances whose claiming lease a lease change may alter: the one it claimed and the one
 /// it claims, when the claim or the lease's deletion changed.
 pub fn lease_claims_changed(old: Option<&ClusterLease>, new: Option<&ClusterLease>) -> Vec<String> {
-    let claim = |l: Option<&ClusterLease>| {
-        l.filter(|l| l.metadata.deletion_timestamp.is_none())
-            .and_then(instance_of)
-            .map(str::to_owned)
-    };
-    let (before, after) = (claim(old), claim(new));
+    let (before, after) = (old.and_then(claim), new.and_then(claim));
     if before == after {
         return Vec::new();
     }
-    before.into_iter().chain(after).collect()
+    before.into_iter().chain(after).map(str::to_owned).collect()
 }
 
 /// See [`Views::bundle_of_version`].
@@ -448,6 +534,26 @@ fn trim_route(route: &mut Route) {
     meta.labels = None;
     route.spec.tls = None;
     route.status = None;
+}
+
+/// Starts the view of every `K` in the cluster: one watch, each object trimmed by `trim` before
+/// it is stored in `writer`, each change published as `changed` makes it ([`run`]).
+fn spawn_view<K>(
+    client: &kube::Client,
+    trim: fn(&mut K),
+    writer: reflector::store::Writer<K>,
+    synced: watch::Sender<bool>,
+    changes: broadcast::Sender<Change>,
+    changed: impl Fn(Option<&K>, Option<&K>) -> Option<Change> + Send + 'static,
+) -> JoinHandle<()>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    ObjectRef<K>: Hash + Eq + Clone,
+{
+    let events = watcher(Api::<K>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .map(move |e| e.map(|e| e.modify(trim)));
+    tokio::spawn(run(events, writer, synced, changes, changed))
 }
 
 /// Feeds `writer` from `events` and publishes what `changed` makes of each (old, new) pair,
@@ -675,23 +781,174 @@ mod tests {
     }
 
     #[test]
-    fn a_bundle_wakes_its_dependents_on_phase_identity_and_ready_status_only() {
-        let downloading = bundle("b", None, Some(BundlePhase::Preparing));
-        let mut progressed = downloading.clone();
-        progressed.status.as_mut().unwrap().sha256 = Some("abc".into());
+    fn a_bundle_wakes_its_dependents_on_identity_readiness_and_what_it_publishes_only() {
+        use crate::api::common::LocalRef;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        use k8s_openapi::jiff::Timestamp;
+        type Edit = fn(&mut CRCBundle);
+        fn st(b: &mut CRCBundle) -> &mut crate::api::bundle::CRCBundleStatus {
+            b.status.get_or_insert_default()
+        }
+        // (what, the bundle's phase before, the change, whether it wakes dependents)
+        let cases: [(&str, Option<BundlePhase>, Edit, bool); 22] = [
+            (
+                "first status",
+                None,
+                |b| st(b).phase = Some(BundlePhase::Preparing),
+                false,
+            ),
+            (
+                "pending to preparing",
+                Some(BundlePhase::Pending),
+                |b| st(b).phase = Some(BundlePhase::Preparing),
+                false,
+            ),
+            (
+                "preparing to building",
+                Some(BundlePhase::Preparing),
+                |b| st(b).phase = Some(BundlePhase::Building),
+                false,
+            ),
+            (
+                "preparing to failed",
+                Some(BundlePhase::Preparing),
+                |b| st(b).phase = Some(BundlePhase::Failed),
+                false,
+            ),
+            (
+                "download progress",
+                Some(BundlePhase::Preparing),
+                |b| st(b).sha256 = Some("abc".into()),
+                false,
+            ),
+            (
+                "prep job while preparing",
+                Some(BundlePhase::Preparing),
+                |b| st(b).prep_job = Some(Default::default()),
+                false,
+            ),
+            (
+                "becomes ready",
+                Some(BundlePhase::Preparing),
+                |b| st(b).phase = Some(BundlePhase::Ready),
+                true,
+            ),
+            (
+                "ceases to be ready",
+                Some(BundlePhase::Ready),
+                |b| st(b).phase = Some(BundlePhase::Preparing),
+                true,
+            ),
+            (
+                "recreated",
+                Some(BundlePhase::Preparing),
+                |b| b.metadata.uid = Some("uid-new".into()),
+                true,
+            ),
+            (
+                "starts deleting",
+                Some(BundlePhase::Preparing),
+                |b| b.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH)),
+                true,
+            ),
+            (
+                "ready: sha256",
+                Some(BundlePhase::Ready),
+                |b| st(b).sha256 = Some("new".into()),
+                true,
+            ),
+            (
+                "ready: disk sha256",
+                Some(BundlePhase::Ready),
+                |b| st(b).disk_sha256 = Some("new".into()),
+                true,
+            ),
+            (
+                "ready: disk size",
+                Some(BundlePhase::Ready),
+                |b| st(b).disk_virtual_size = Some(1),
+                true,
+            ),
+            (
+                "ready: golden PVC",
+                Some(BundlePhase::Ready),
+                |b| {
+                    st(b).qcow2_pvc_ref = Some(LocalRef {
+                        name: "other".into(),
+                    })
+                },
+                true,
+            ),
+            (
+                "ready: golden PVC namespace",
+                Some(BundlePhase::Ready),
+                |b| st(b).qcow2_pvc_namespace = Some("elsewhere".into()),
+                true,
+            ),
+            (
+                "ready: key Secret",
+                Some(BundlePhase::Ready),
+                |b| {
+                    st(b).ssh_key_secret_ref = Some(LocalRef {
+                        name: "other".into(),
+                    })
+                },
+                true,
+            ),
+            (
+                "ready: VM profile",
+                Some(BundlePhase::Ready),
+                |b| st(b).vm_profile = Some("crc-kubevirt-v1".into()),
+                true,
+            ),
+            (
+                "ready: source",
+                Some(BundlePhase::Ready),
+                |b| st(b).source = Some(crate::api::bundle::BundleSource::Build),
+                true,
+            ),
+            (
+                "ready: storage class",
+                Some(BundlePhase::Ready),
+                |b| b.spec.storage_class_name = Some("fast".into()),
+                true,
+            ),
+            (
+                "ready: OpenShift version",
+                Some(BundlePhase::Ready),
+                |b| st(b).ocp_version = Some("4.22.7".into()),
+                false,
+            ),
+            (
+                "ready: prep job",
+                Some(BundlePhase::Ready),
+                |b| st(b).prep_job = Some(Default::default()),
+                false,
+            ),
+            (
+                "ready: label",
+                Some(BundlePhase::Ready),
+                |b| b.metadata.labels = Some([("a".to_owned(), "b".to_owned())].into()),
+                false,
+            ),
+        ];
+        for (what, phase, edit, wakes) in cases {
+            let old = bundle("b", None, phase);
+            let mut new = old.clone();
+            edit(&mut new);
+            assert_eq!(bundle_changed(Some(&old), Some(&new)), wakes, "{what}");
+            assert!(
+                !bundle_changed(Some(&new), Some(&new.clone())),
+                "{what}: unchanged"
+            );
+        }
         let ready = bundle("b", None, Some(BundlePhase::Ready));
-        let mut ready_moved = ready.clone();
-        ready_moved.status.as_mut().unwrap().qcow2_pvc_namespace = Some("elsewhere".into());
-        let mut recreated = ready.clone();
-        recreated.metadata.uid = Some("uid-new".into());
-
-        assert!(bundle_changed(None, Some(&downloading)));
-        assert!(bundle_changed(Some(&ready), None));
-        assert!(!bundle_changed(Some(&downloading), Some(&progressed)));
-        assert!(bundle_changed(Some(&progressed), Some(&ready)));
-        assert!(bundle_changed(Some(&ready), Some(&ready_moved)));
-        assert!(bundle_changed(Some(&ready), Some(&recreated)));
-        assert!(!bundle_changed(Some(&ready), Some(&ready.clone())));
+        assert!(bundle_changed(None, Some(&ready)), "appeared");
+        assert!(bundle_changed(Some(&ready), None), "went");
+        assert!(
+            bundle_changed(None, Some(&bundle("b", None, None))),
+            "appeared, no status"
+        );
     }
 
     #[test]
@@ -708,6 +965,27 @@ mod tests {
         assert_eq!(found.name_any(), "a-custom", "stable: lowest name");
         assert!(bundle_of_version(&all, "4.22.7", Arch::Arm64).is_none());
         assert!(bundle_of_version(&all, "4.20.0", Arch::Amd64).is_none());
+    }
+
+    #[test]
+    fn the_lease_index_follows_each_lease_claim() {
+        let mut index = LeaseIndex::default();
+        assert_eq!(index.lease_of("team", "p-0"), None);
+        index.set("team", "l1", Some("p-0"));
+        assert_eq!(index.lease_of("team", "p-0"), Some("l1"));
+        assert_eq!(index.lease_of("other", "p-0"), None, "by namespace");
+        index.set("team", "l1", Some("p-0"));
+        assert_eq!(index.lease_of("team", "p-0"), Some("l1"), "replayed");
+        index.set("team", "l1", Some("p-1"));
+        assert_eq!(index.lease_of("team", "p-0"), None, "moved on");
+        assert_eq!(index.lease_of("team", "p-1"), Some("l1"));
+        index.set("team", "l0", Some("p-1"));
+        assert_eq!(index.lease_of("team", "p-1"), Some("l0"), "lowest name");
+        index.set("team", "l0", None);
+        assert_eq!(index.lease_of("team", "p-1"), Some("l1"), "released");
+        index.set("team", "l1", None);
+        assert_eq!(index.lease_of("team", "p-1"), None);
+        assert!(index.claim_of.is_empty() && index.claimed_by.is_empty());
     }
 
     #[test]

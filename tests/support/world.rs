@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use guestcluster::actors::Context;
 use guestcluster::actors::context::GuestSettings;
 use guestcluster::actors::root::{self, TreeConfig};
-use guestcluster::guest::route::RouteAccess;
+use guestcluster::guest::route::{ROUTE_PROXY_ENV, RouteAccess};
 use guestcluster::metrics::Metrics;
 use guestcluster::resources::bundle::JobSettings;
 use sim::file_server::FileServer;
@@ -44,6 +44,25 @@ pub fn world() -> &'static World {
 pub fn bare_world() -> &'static World {
     static WORLD: OnceLock<World> = OnceLock::new();
     WORLD.get_or_init(|| launch(false))
+}
+
+/// The operator as a process of its own (one a test can kill) in the [`bare_world`], set up
+/// like the in-process one: our Job image, the `default` prep service account, Route hosts
+/// through the simulated router. Its leader identity begins with `name`.
+pub async fn operator_process(name: &str) -> super::Operator {
+    let router = format!("http://{}", bare_world().router);
+    super::Operator::start_with(
+        OPERATOR_NS,
+        name,
+        &[
+            "--job-image",
+            IMAGE,
+            "--bundle-prep-service-account",
+            "default",
+        ],
+        &[(ROUTE_PROXY_ENV, router.as_str())],
+    )
+    .await
 }
 
 fn launch(with_operator: bool) -> World {

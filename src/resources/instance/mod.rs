@@ -18,7 +18,7 @@ use kube::ResourceExt;
 pub use builders::*;
 pub use names::*;
 pub use size::{Raised, parse_quantity_bytes, root_disk_size};
-pub use vm::{ROOT_DISK, VmProfile, virtual_machine};
+pub use vm::{ROOT_DISK, VmProfile, root_disk, root_volume, virtual_machine};
 
 use super::common::controller_ref;
 use crate::api::ClusterInstance;

@@ -88,74 +88,69 @@ pub fn virtual_machine(
     node_selector: &BTreeMap<String, String>,
 ) -> VirtualMachine {
     let name = instance.name_any();
-    match profile {
-        VmProfile::CrcKubevirtV1 { arch } => VirtualMachine {
-            metadata: owned_meta(instance, &vm_name(&name)),
-            spec: VirtualMachineSpec {
-                run_strategy: Some(RunStrategy::Always),
-                running: None,
-                template: VirtualMachineInstanceTemplateSpec {
-                    metadata: Some(ObjectMeta {
-                        labels: Some(instance_labels(&name)),
-                        ..Default::default()
-                    }),
-                    spec: profile::vm::instance_vmi_spec(
-                        arch,
-                        cores,
-                        memory,
-                        dv_name,
-                        node_selector,
-                    ),
+    let spec = match profile {
+        VmProfile::CrcKubevirtV1 { arch } => {
+            profile::vm::instance_vmi_spec(arch, cores, memory, dv_name, node_selector)
+        }
+        VmProfile::CrcDownloadV0 => VirtualMachineInstanceSpec {
+            node_selector: node_selector.clone(),
+            domain: DomainSpec {
+                resources: Some(DomainResources {
+                    requests: BTreeMap::from([
+                        ("memory".to_owned(), Quantity(memory.to_owned())),
+                        ("cpu".to_owned(), Quantity(cores.to_string())),
+                    ]),
+                    limits: BTreeMap::new(),
+                }),
+                devices: Devices {
+                    disks: vec![root_disk(None)],
+                    ..Default::default()
                 },
+                ..Default::default()
             },
-            status: None,
+            volumes: vec![root_volume(dv_name)],
+            ..Default::default()
         },
-        VmProfile::CrcDownloadV0 => VirtualMachine {
-            metadata: owned_meta(instance, &vm_name(&name)),
-            spec: VirtualMachineSpec {
-                run_strategy: Some(RunStrategy::Always),
-                running: None,
-                template: VirtualMachineInstanceTemplateSpec {
-                    metadata: Some(ObjectMeta {
-                        labels: Some(instance_labels(&name)),
-                        ..Default::default()
-                    }),
-                    spec: VirtualMachineInstanceSpec {
-                        node_selector: node_selector.clone(),
-                        domain: DomainSpec {
-                            resources: Some(DomainResources {
-                                requests: BTreeMap::from([
-                                    ("memory".to_owned(), Quantity(memory.to_owned())),
-                                    ("cpu".to_owned(), Quantity(cores.to_string())),
-                                ]),
-                                limits: BTreeMap::new(),
-                            }),
-                            devices: Devices {
-                                disks: vec![Disk {
-                                    name: ROOT_DISK.to_owned(),
-                                    disk: Some(DiskTarget {
-                                        bus: Some(DiskBus::Virtio),
-                                    }),
-                                    ..Default::default()
-                                }],
-                                ..Default::default()
-                            },
-                            ..Default::default()
-                        },
-                        volumes: vec![Volume {
-                            name: ROOT_DISK.to_owned(),
-                            data_volume: Some(DataVolumeSource {
-                                name: dv_name.to_owned(),
-                                hotpluggable: None,
-                            }),
-                            ..Default::default()
-                        }],
-                        ..Default::default()
-                    },
-                },
+    };
+    VirtualMachine {
+        metadata: owned_meta(instance, &vm_name(&name)),
+        spec: VirtualMachineSpec {
+            run_strategy: Some(RunStrategy::Always),
+            running: None,
+            template: VirtualMachineInstanceTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(instance_labels(&name)),
+                    ..Default::default()
+                }),
+                spec,
             },
-            status: None,
         },
+        status: None,
+    }
+}
+
+/// The root disk of every VM that boots a bundle's disk: virtio, named [`ROOT_DISK`], first in
+/// `boot_order` when one is set.
+pub fn root_disk(boot_order: Option<u32>) -> Disk {
+    Disk {
+        name: ROOT_DISK.to_owned(),
+        boot_order,
+        disk: Some(DiskTarget {
+            bus: Some(DiskBus::Virtio),
+        }),
+        ..Default::default()
+    }
+}
+
+/// The volume behind [`root_disk`]: the DataVolume `dv_name`.
+pub fn root_volume(dv_name: &str) -> Volume {
+    Volume {
+        name: ROOT_DISK.to_owned(),
+        data_volume: Some(DataVolumeSource {
+            name: dv_name.to_owned(),
+            hotpluggable: None,
+        }),
+        ..Default::default()
     }
 }
 

@@ -15,14 +15,14 @@ use crate::api::CRCBundle;
 use crate::api::common::Arch;
 use crate::api::labels;
 use crate::kubevirt::{
-    Bootloader, CdRomTarget, Clock, ClockOffsetUtc, Cpu, DataVolumeSource, Devices, Disk, DiskBus,
-    DiskTarget, DomainResources, DomainSpec, Efi, Firmware, Interface, InterfaceMasquerade,
-    KvmTimer, Machine, Memory, Network, PersistentVolumeClaimSource, PodNetwork, RunStrategy,
-    TickPolicy, TickTimer, Timer, VirtualMachine, VirtualMachineInstanceSpec,
-    VirtualMachineInstanceTemplateSpec, VirtualMachineSpec, Volume,
+    Bootloader, CdRomTarget, Clock, ClockOffsetUtc, Cpu, Devices, Disk, DiskBus, DomainResources,
+    DomainSpec, Efi, Firmware, Interface, InterfaceMasquerade, KvmTimer, Machine, Memory, Network,
+    PersistentVolumeClaimSource, PodNetwork, RunStrategy, TickPolicy, TickTimer, Timer,
+    VirtualMachine, VirtualMachineInstanceSpec, VirtualMachineInstanceTemplateSpec,
+    VirtualMachineSpec, Volume,
 };
 use crate::resources::common::{bundle_labels, controller_ref};
-use crate::resources::instance::ROOT_DISK;
+use crate::resources::instance::{root_disk, root_volume};
 
 /// The install ISO's disk (and volume) in the build VM.
 pub const ISO_DISK: &str = "installiso";
@@ -160,24 +160,10 @@ fn timers(arch: Arch) -> Option<Timer> {
 fn vmi_spec(shape: Shape<'_>) -> VirtualMachineInstanceSpec {
     // Admission guarantees at least one core; never hand KubeVirt zero.
     let cores = shape.cores.max(1).unsigned_abs();
-    let mut disks = vec![Disk {
-        name: ROOT_DISK.to_owned(),
-        // The blank disk first: the firmware falls through to the ISO until the installer has
-        // written the disk, and boots the disk from then on.
-        boot_order: Some(1),
-        disk: Some(DiskTarget {
-            bus: Some(DiskBus::Virtio),
-        }),
-        ..Disk::default()
-    }];
-    let mut volumes = vec![Volume {
-        name: ROOT_DISK.to_owned(),
-        data_volume: Some(DataVolumeSource {
-            name: shape.root_data_volume.to_owned(),
-            hotpluggable: None,
-        }),
-        ..Volume::default()
-    }];
+    // The blank disk first: the firmware falls through to the ISO until the installer has
+    // written the disk, and boots the disk from then on.
+    let mut disks = vec![root_disk(Some(1))];
+    let mut volumes = vec![root_volume(shape.root_data_volume)];
     if let Some(claim) = shape.iso_claim {
         disks.push(Disk {
             name: ISO_DISK.to_owned(),
