@@ -188,7 +188,7 @@ async fn a_restarted_operator_resumes_the_same_installer_job() {
     )
     .expect("tools config");
 
-    let mut first = operator("first-build-operator").await;
+    let mut first = operator_process("first-build-operator").await;
     let name = support::unique("build-restart");
     let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(serde_json::json!({
         "metadata": {"name": format!("{name}-pull")},
@@ -231,7 +231,7 @@ async fn a_restarted_operator_resumes_the_same_installer_job() {
     assert_eq!(objects.len(), 6, "{objects:#?}");
 
     first.kill();
-    let second = operator("second-build-operator").await;
+    let second = operator_process("second-build-operator").await;
     wait_long(
         "the second operator runs the installer Job's child",
         || async { (live(&second, InstallerJob::KIND).await? >= 1).then_some(()) },

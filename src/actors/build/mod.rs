@@ -67,11 +67,28 @@ pub enum Error {
 
 /// One build pass.
 pub async fn pass(
-    bundle: &CRCBundle,
+    cached: &CRCBundle,
     ctx: &Arc<Context>,
     children: &mut Children,
 ) -> Result<Next, Error> {
-    let name = bundle.name_any();
+    let name = cached.name_any();
+    // The status is written ahead of every object and applied whole: never decide on a cache
+    // that may not show our last write (it would name, or even start, an attempt again).
+    let api = Api::<CRCBundle>::all(ctx.client.clone());
+    let Some(bundle) = ctx
+        .own_writes
+        .current(&api, cached)
+        .await
+        .map_err(|source| Error::Observe {
+            name: name.clone(),
+            what: "the bundle".into(),
+            source,
+        })?
+    else {
+        // Deleted: the supervisor stops us.
+        return Ok(Next::Done);
+    };
+    let bundle = bundle.as_ref();
     let spec = bundle.spec.build.clone().unwrap_or_else(empty_build);
     let deadline =
         crate::actors::lease_decide::parse_duration(&spec.deadline).unwrap_or(DEFAULT_DEADLINE);
