@@ -60,13 +60,15 @@ async fn manifests(client: &kube::Client, name: &str, key: &str, text: &str) {
         .expect("create manifests ConfigMap");
 }
 
-async fn create_build(
-    client: &kube::Client,
-    name: &str,
-    secret: &str,
-    manifests: &str,
-    deadline: &str,
-) {
+/// A valid pull secret `<name>-pull` and manifest ConfigMap `<name>-mcs`.
+async fn good_inputs(client: &kube::Client, name: &str) {
+    pull_secret(client, &format!("{name}-pull"), PULL_SECRET).await;
+    manifests(client, &format!("{name}-mcs"), "mc.yaml", MACHINE_CONFIG).await;
+}
+
+/// Creates CRCBundle `name` building from Secret `<name>-pull` and ConfigMap `<name>-mcs`.
+async fn create_build(client: &kube::Client, name: &str, deadline: &str) {
+    let (secret, manifests) = (format!("{name}-pull"), format!("{name}-mcs"));
     let spec: CRCBundleSpec = serde_json::from_value(serde_json::json!({
         "goldenVolumeSize": "80Gi",
         "build": {
@@ -119,16 +121,8 @@ async fn a_build_is_admitted_and_prepared() {
     let w = world();
     let api: Api<CRCBundle> = Api::all(client.clone());
     let name = support::unique("build");
-    pull_secret(&client, &format!("{name}-pull"), PULL_SECRET).await;
-    manifests(&client, &format!("{name}-mcs"), "mc.yaml", MACHINE_CONFIG).await;
-    create_build(
-        &client,
-        &name,
-        &format!("{name}-pull"),
-        &format!("{name}-mcs"),
-        "6h",
-    )
-    .await;
+    good_inputs(&client, &name).await;
+    create_build(&client, &name, "6h").await;
 
     let b = wait_for("Prepared=True", || {
         condition(
@@ -293,14 +287,7 @@ async fn bad_inputs_fail_admit_and_a_retry_starts_a_new_attempt() {
     // A missing pull secret.
     let name = support::unique("build-missing");
     manifests(&client, &format!("{name}-mcs"), "mc.yaml", MACHINE_CONFIG).await;
-    create_build(
-        &client,
-        &name,
-        &format!("{name}-pull"),
-        &format!("{name}-mcs"),
-        "6h",
-    )
-    .await;
+    create_build(&client, &name, "6h").await;
     let b = wait_for("InputNotFound", || {
         condition(
             &api,
@@ -374,14 +361,7 @@ async fn bad_inputs_fail_admit_and_a_retry_starts_a_new_attempt() {
         "kind: [unclosed",
     )
     .await;
-    create_build(
-        &client,
-        &name,
-        &format!("{name}-pull"),
-        &format!("{name}-mcs"),
-        "6h",
-    )
-    .await;
+    create_build(&client, &name, "6h").await;
     let b = wait_for("InvalidManifest", || {
         condition(
             &api,
@@ -402,14 +382,7 @@ async fn bad_inputs_fail_admit_and_a_retry_starts_a_new_attempt() {
     let name = support::unique("build-badpull");
     pull_secret(&client, &format!("{name}-pull"), r#"{"auths":{}}"#).await;
     manifests(&client, &format!("{name}-mcs"), "mc.yaml", MACHINE_CONFIG).await;
-    create_build(
-        &client,
-        &name,
-        &format!("{name}-pull"),
-        &format!("{name}-mcs"),
-        "6h",
-    )
-    .await;
+    create_build(&client, &name, "6h").await;
     wait_for("InvalidPullSecret", || {
         condition(
             &api,
@@ -427,16 +400,8 @@ async fn a_missed_deadline_fails_the_attempt_and_deletes_its_objects() {
     let client = support::client().await;
     let api: Api<CRCBundle> = Api::all(client.clone());
     let name = support::unique("build-deadline");
-    pull_secret(&client, &format!("{name}-pull"), PULL_SECRET).await;
-    manifests(&client, &format!("{name}-mcs"), "mc.yaml", MACHINE_CONFIG).await;
-    create_build(
-        &client,
-        &name,
-        &format!("{name}-pull"),
-        &format!("{name}-mcs"),
-        "3s",
-    )
-    .await;
+    good_inputs(&client, &name).await;
+    create_build(&client, &name, "3s").await;
 
     let b = wait_for("BuildDeadlineExceeded", || async {
         let b = api.get(&name).await.ok()?;

@@ -377,12 +377,9 @@ async fn act(
             None
         }
         Action::Create(temp) => match temp {
-            Temp::ServiceAccount => write::create_uid(
-                &Api::namespaced(client.clone(), ns),
-                &resources::build::service_account(bundle, ns, &names),
-            )
-            .await
-            .map_err(kube_err)?,
+            Temp::ServiceAccount => {
+                create(ctx, &resources::build::service_account(bundle, ns, &names)).await
+            }
             Temp::InstallerSecret => {
                 let Some(admitted) = admitted else {
                     // The inputs were not admitted this pass (they are read while the stage
@@ -395,69 +392,25 @@ async fn act(
                         name: name.clone(),
                         detail: e.to_string(),
                     })?;
-                write::create_uid(&Api::namespaced(client.clone(), ns), &secret)
-                    .await
-                    .map_err(kube_err)?
+                create(ctx, &secret).await
             }
-            Temp::WorkPvc => write::create_uid(
-                &Api::namespaced(client.clone(), ns),
-                &resources::build::work_pvc(bundle, ns, &names),
-            )
-            .await
-            .map_err(kube_err)?,
-            Temp::IsoPvc => write::create_uid(
-                &Api::namespaced(client.clone(), ns),
-                &resources::build::iso_pvc(bundle, ns, &names),
-            )
-            .await
-            .map_err(kube_err)?,
-            Temp::InstallerJob => write::create_uid(
-                &Api::namespaced(client.clone(), ns),
-                &resources::build::installer_job(bundle, spec, ns, &names, &ctx.jobs),
-            )
-            .await
-            .map_err(kube_err)?,
-        },
+            Temp::WorkPvc => create(ctx, &resources::build::work_pvc(bundle, ns, &names)).await,
+            Temp::IsoPvc => create(ctx, &resources::build::iso_pvc(bundle, ns, &names)).await,
+            Temp::InstallerJob => {
+                let job = resources::build::installer_job(bundle, spec, ns, &names, &ctx.jobs);
+                create(ctx, &job).await
+            }
+        }
+        .map_err(kube_err)?,
         Action::Delete { temp, uid } => {
-            let object = temp.name(&names).to_owned();
-            let background = PropagationPolicy::Background;
+            let object = temp.name(&names);
             match temp {
-                Temp::ServiceAccount => {
-                    write::delete_exact::<ServiceAccount>(
-                        &Api::namespaced(client.clone(), ns),
-                        &object,
-                        uid,
-                        background,
-                    )
-                    .await
-                }
-                Temp::InstallerSecret => {
-                    write::delete_exact::<Secret>(
-                        &Api::namespaced(client.clone(), ns),
-                        &object,
-                        uid,
-                        background,
-                    )
-                    .await
-                }
+                Temp::ServiceAccount => delete::<ServiceAccount>(ctx, object, uid).await,
+                Temp::InstallerSecret => delete::<Secret>(ctx, object, uid).await,
                 Temp::WorkPvc | Temp::IsoPvc => {
-                    write::delete_exact::<PersistentVolumeClaim>(
-                        &Api::namespaced(client.clone(), ns),
-                        &object,
-                        uid,
-                        background,
-                    )
-                    .await
+                    delete::<PersistentVolumeClaim>(ctx, object, uid).await
                 }
-                Temp::InstallerJob => {
-                    write::delete_exact::<Job>(
-                        &Api::namespaced(client.clone(), ns),
-                        &object,
-                        uid,
-                        background,
-                    )
-                    .await
-                }
+                Temp::InstallerJob => delete::<Job>(ctx, object, uid).await,
             }
             .map_err(kube_err)?;
             None
@@ -465,6 +418,36 @@ async fn act(
     };
     tracing::info!(crcbundle = %name, ?action, "done");
     Ok(result)
+}
+
+/// Creates `obj` in the operator namespace; the UID now under its name ([`write::create_uid`]).
+async fn create<K>(ctx: &Context, obj: &K) -> Result<Option<String>, kube::Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::Serialize
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    write::create_uid(&Api::namespaced(ctx.client.clone(), &ctx.namespace), obj).await
+}
+
+/// Deletes the object `name` of the operator namespace if it still has `uid`; dependents (a
+/// Job's pods) in the background.
+async fn delete<K>(ctx: &Context, name: &str, uid: &str) -> Result<(), kube::Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    write::delete_exact::<K>(
+        &Api::namespaced(ctx.client.clone(), &ctx.namespace),
+        name,
+        uid,
+        PropagationPolicy::Background,
+    )
+    .await
 }
 
 /// A fresh ECDSA key pair for the bundle: the build's SSH key now, the bundle's `id_ecdsa` once
