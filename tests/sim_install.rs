@@ -59,6 +59,22 @@ fn cdrom(image: &Path) -> BootDisk {
     }
 }
 
+/// Runs `run` again while exec fails with ETXTBSY: the scripts are written by this process
+/// while other tests' threads fork, and a child holds the (close-on-exec) write descriptor from
+/// its fork until its own exec — the kernel refuses to execute a file open for writing.
+fn spawn_retrying(run: impl Fn() -> std::io::Result<std::process::Output>) -> std::process::Output {
+    let mut attempts = 0;
+    loop {
+        match run() {
+            Err(err) if err.raw_os_error() == Some(libc::ETXTBSY) && attempts < 50 => {
+                attempts += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            result => return result.expect("running a fake tool"),
+        }
+    }
+}
+
 /// The fake tools, run as a Job pod runs them (host clock).
 struct Pod {
     root: PathBuf,
@@ -77,12 +93,13 @@ impl Pod {
             sim::tools::bin_dir(&self.root).display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        let out = std::process::Command::new(program)
-            .args(args)
-            .env_clear()
-            .env("PATH", path)
-            .output()
-            .unwrap();
+        let out = spawn_retrying(|| {
+            std::process::Command::new(program)
+                .args(args)
+                .env_clear()
+                .env("PATH", &path)
+                .output()
+        });
         assert!(
             out.status.success(),
             "{program:?} {args:?}: {}",

@@ -40,6 +40,9 @@ use crate::guest::state::{GuestState, paths};
 use testenv::{ApiServerLauncher, ExtraApiServer, ExtraApiServerSpec};
 
 const MANAGER: &str = "guestcluster-sim-openshift";
+
+/// Whether an operator is Available, with the reason and message it reports.
+type Availability = (bool, &'static str, &'static str);
 /// The signers of the kubelet's own CSRs (client, then serving).
 const KUBELET_SIGNERS: [&str; 2] = [
     "kubernetes.io/kube-apiserver-client-kubelet",
@@ -447,9 +450,14 @@ impl Controllers {
         let installed = state.as_ref().is_some_and(|s| s.install.is_some());
         let result = self.kubelet_csrs(installed).await;
         self.outcome("kubelet CSRs", result);
-        let result = self.operators(installing).await;
+        // One reading of the clock for both: the ClusterVersion never reports an operator
+        // Available that its ClusterOperator does not show yet.
+        let availability: Vec<Availability> = (0..OPERATORS.len())
+            .map(|i| self.availability(i, installing))
+            .collect();
+        let result = self.operators(&availability, installing).await;
         self.outcome("cluster operators", result);
-        let result = self.cluster_version(installing).await;
+        let result = self.cluster_version(&availability, installing).await;
         self.outcome("cluster version", result);
         let result = self.machine_configs().await;
         self.outcome("machine configs", result);
@@ -824,7 +832,7 @@ impl Controllers {
 
     /// Whether operator `index` is Available now, with the reason and message it reports. While
     /// a cluster installs, its operators come up one after another within `Timings.operators`.
-    fn availability(&self, index: usize, installing: bool) -> (bool, &'static str, &'static str) {
+    fn availability(&self, index: usize, installing: bool) -> Availability {
         let warmed = self.kubelet_since.is_some_and(|since| {
             if installing {
                 installed::operator_up_during_install(
@@ -855,11 +863,14 @@ impl Controllers {
     }
 
     /// Each ClusterOperator's conditions; one that cannot be updated does not hold up the others.
-    async fn operators(&self, installing: bool) -> Result<(), Error> {
+    async fn operators(
+        &self,
+        availability: &[Availability],
+        installing: bool,
+    ) -> Result<(), Error> {
         let api = config_api(&self.client, "ClusterOperator", "clusteroperators");
         let mut first_error = None;
-        for (index, op) in OPERATORS.into_iter().enumerate() {
-            let (available, reason, message) = self.availability(index, installing);
+        for (op, &(available, reason, message)) in OPERATORS.into_iter().zip(availability) {
             // The kube-apiserver operator rolls out the serving certificates; while the cluster
             // installs, every operator not yet up is progressing.
             let rolling = op == "kube-apiserver" && self.sni_rollout.is_some();
@@ -891,10 +902,12 @@ impl Controllers {
     /// The ClusterVersion: Available once every operator is. While an installed cluster
     /// installs, it is Progressing with how many operators are done; the first time it is
     /// Available the install is complete (recorded in the disk).
-    async fn cluster_version(&self, installing: bool) -> Result<(), Error> {
-        let done = (0..OPERATORS.len())
-            .filter(|i| self.availability(*i, installing).0)
-            .count();
+    async fn cluster_version(
+        &self,
+        availability: &[Availability],
+        installing: bool,
+    ) -> Result<(), Error> {
+        let done = availability.iter().filter(|a| a.0).count();
         let available = done == OPERATORS.len();
         let progressing = installing && !available;
         let api = config_api(&self.client, "ClusterVersion", "clusterversions");
