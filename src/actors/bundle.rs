@@ -129,17 +129,7 @@ async fn download_pass(
 ) -> Result<(), Error> {
     // `status.prepJob` is written ahead of the Job and the status is applied whole: never
     // decide on a cache that may not show our last write.
-    let api = Api::<CRCBundle>::all(ctx.client.clone());
-    let Some(bundle) = ctx
-        .own_writes
-        .current(&api, cached)
-        .await
-        .map_err(|source| Error::Observe {
-            name: cached.name_any(),
-            what: "the bundle".into(),
-            source,
-        })?
-    else {
+    let Some(bundle) = current(ctx, cached).await? else {
         // Deleted: the supervisor stops us.
         return Ok(());
     };
@@ -160,6 +150,23 @@ async fn download_pass(
         None => children.stop(PrepJob::KIND),
     }
     Ok(())
+}
+
+/// The copy of `cached` to decide on ([`super::own_writes::OwnWrites::current`]): `None` when
+/// the bundle is gone or replaced (the supervisor stops or retriggers the actor).
+pub(super) async fn current<'a>(
+    ctx: &Context,
+    cached: &'a CRCBundle,
+) -> Result<Option<std::borrow::Cow<'a, CRCBundle>>, Error> {
+    let api = Api::<CRCBundle>::all(ctx.client.clone());
+    ctx.own_writes
+        .current(&api, cached)
+        .await
+        .map_err(|source| Error::Observe {
+            name: cached.name_any(),
+            what: "the bundle".into(),
+            source,
+        })
 }
 
 pub(super) async fn write_status(

@@ -40,6 +40,7 @@ pub const ISO_DIR: &str = "/iso";
 /// Names of one attempt's objects: `<bundle>-b<attempt>-<what>`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Names {
+    bundle: String,
     pub attempt: i32,
     pub service_account: String,
     pub installer_secret: String,
@@ -52,6 +53,7 @@ impl Names {
     pub fn of(bundle: &str, attempt: i32) -> Self {
         let name = |what: &str| format!("{bundle}-b{attempt}-{what}");
         Self {
+            bundle: bundle.to_owned(),
             attempt,
             service_account: name("installer"),
             installer_secret: name("installer"),
@@ -59,6 +61,13 @@ impl Names {
             iso_pvc: name("iso"),
             installer_job: name("installer"),
         }
+    }
+}
+
+impl Names {
+    /// The bundle the attempt belongs to.
+    pub fn bundle(&self) -> &str {
+        &self.bundle
     }
 }
 

@@ -106,7 +106,18 @@ pub struct Observed {
     /// The installer Job as its child reported it.
     pub installer: JobState,
     /// The bundle's key Secret exists and is ours.
-    pub key_secret: bool,
+    pub key_secret: KeySecret,
+}
+
+/// The bundle's key Secret (`<bundle>-ssh-key`) as found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KeySecret {
+    #[default]
+    Missing,
+    Ours,
+    /// A Secret under the name that the bundle does not control: never adopted (its key would
+    /// open the build guest to whoever made it).
+    NotOurs,
 }
 
 /// Something to do against the API, after the status naming it is written.
@@ -399,8 +410,20 @@ fn remaining(started: &Time, deadline: Duration, now: &Time) -> Duration {
 /// Stage 1: the key Secret, then every temporary object named and created in order, then the
 /// installer Job followed to its end.
 fn prepare(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Vec<Action>) {
-    if !observed.key_secret {
-        actions.push(Action::CreateKeySecret);
+    match observed.key_secret {
+        KeySecret::Ours => {}
+        KeySecret::Missing => actions.push(Action::CreateKeySecret),
+        KeySecret::NotOurs => {
+            let name = crate::resources::bundle::Names::of(names.bundle()).ssh_secret;
+            step.fail(
+                types::PREPARED,
+                reasons::RESOURCE_REPLACED,
+                format!(
+                    "Secret {name} exists but this bundle does not control it; it is not adopted as the build's key. Delete it to retry"
+                ),
+            );
+            return;
+        }
     }
     for temp in Temp::PREPARE {
         let recorded = step
@@ -568,7 +591,7 @@ mod tests {
     fn admitted() -> Observed {
         Observed {
             admitted: Some(Ok(inputs("aa"))),
-            key_secret: true,
+            key_secret: KeySecret::Ours,
             ..Default::default()
         }
     }
@@ -617,7 +640,7 @@ mod tests {
     #[test]
     fn the_first_pass_records_inputs_and_names_before_anything_exists() {
         let mut observed = admitted();
-        observed.key_secret = false;
+        observed.key_secret = KeySecret::Missing;
         let decision = decide(&bundle(), &observed, HOUR, at(0));
         let status = &decision.status;
         let build = status.build.as_ref().unwrap();
@@ -811,6 +834,30 @@ mod tests {
                 uid: "uid-InstallerJob".into()
             }));
         }
+    }
+
+    #[test]
+    fn a_key_secret_of_someone_else_is_never_used() {
+        let mut observed = admitted();
+        observed.key_secret = KeySecret::NotOurs;
+        let decision = decide(&bundle(), &observed, HOUR, at(0));
+        assert_eq!(
+            reason(&decision.status, types::PREPARED).1,
+            reasons::RESOURCE_REPLACED
+        );
+        let message = conditions::find(&decision.status.conditions, types::PREPARED)
+            .unwrap()
+            .message
+            .clone();
+        assert!(message.contains("custom-ssh-key"), "{message}");
+        assert!(
+            !decision
+                .actions
+                .iter()
+                .any(|a| matches!(a, Action::Create(_) | Action::CreateKeySecret)),
+            "{:?}",
+            decision.actions
+        );
     }
 
     #[test]

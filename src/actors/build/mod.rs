@@ -38,7 +38,7 @@ use crate::resources::profile::inputs::SshPublicKey;
 use crate::resources::profile::{ignition, install_config, manifests};
 use crate::write;
 use admit::Admitted;
-use decide::{Action, Decision, Observed, Temp};
+use decide::{Action, Decision, KeySecret, Observed, Temp};
 
 /// The key of the bundle key Secret's public half.
 pub const PUBLIC_KEY: &str = "id_ecdsa.pub";
@@ -74,17 +74,7 @@ pub async fn pass(
     let name = cached.name_any();
     // The status is written ahead of every object and applied whole: never decide on a cache
     // that may not show our last write (it would name, or even start, an attempt again).
-    let api = Api::<CRCBundle>::all(ctx.client.clone());
-    let Some(bundle) = ctx
-        .own_writes
-        .current(&api, cached)
-        .await
-        .map_err(|source| Error::Observe {
-            name: name.clone(),
-            what: "the bundle".into(),
-            source,
-        })?
-    else {
+    let Some(bundle) = super::bundle::current(ctx, cached).await? else {
         // Deleted: the supervisor stops us.
         return Ok(Next::Done);
     };
@@ -319,7 +309,11 @@ async fn observe(
             what: "the key Secret".into(),
             source,
         })?;
-    observed.key_secret = key.is_some_and(|k| is_controlled_by(&k, &owner));
+    observed.key_secret = match key {
+        None => KeySecret::Missing,
+        Some(key) if is_controlled_by(&key, &owner) => KeySecret::Ours,
+        Some(_) => KeySecret::NotOurs,
+    };
     Ok(())
 }
 
@@ -493,6 +487,11 @@ async fn installer_inputs(
             what: "the key Secret".into(),
             source,
         })?;
+    if !is_controlled_by(&key, &bundle.uid().unwrap_or_default()) {
+        return Err(render(
+            "the key Secret is not controlled by the bundle; it is not used".into(),
+        ));
+    }
     let public = key
         .data
         .as_ref()
