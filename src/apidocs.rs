@@ -458,8 +458,9 @@ mod tests {
             "spec.build.vm",
             "spec.build.{installationManifestRefs, postInstallManifestRefs}[]",
             "status.build.resources",
-            "status.build.resources.{buildVM, diskJob, helperJob, installerAuthSecret, installerJob, \
-             isoPVC, rootDataVolume, serviceAccount, validationDataVolume, validationJob, validationVM, workPVC}",
+            "status.build.resources.{buildVM, credentialsSecret, diskJob, helperAccount, helperJob, \
+             helperRole, helperRoleBinding, installISOPVC, installerAuthSecret, installerJob, isoPVC, \
+             rootDataVolume, serviceAccount, validationDataVolume, validationJob, validationVM, workPVC}",
             "status.inputs.{installationManifests, postInstallManifests}[]",
         ] {
             section(&doc, path);

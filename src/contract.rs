@@ -165,6 +165,96 @@ pub mod installer {
     ];
 }
 
+/// `guestcluster build-helper`, the Install stage's guest session of a build: one Job per step
+/// and VMI (mission §5, stage 2; `docs/design/certificates-and-time.md` §2–§4).
+pub mod build_helper {
+    use serde::{Deserialize, Serialize};
+
+    /// [`Step`] in its serialized form (`generator`, `install`, `certificates`).
+    pub const ENV_STEP: &str = "BUILD_STEP";
+    /// The operator namespace: the VMI and the credentials Secret live there.
+    pub const ENV_NAMESPACE: &str = "NAMESPACE";
+    pub const ENV_VM_NAME: &str = "BUILD_VM_NAME";
+    /// The VMI the Job works for; another UID (or none) ends the work without effect.
+    pub const ENV_VMI_UID: &str = "BUILD_VMI_UID";
+    /// The VMI's address, where the guest's sshd listens.
+    pub const ENV_SSH_HOST: &str = "BUILD_SSH_HOST";
+    /// The bundle's private key (`id_ecdsa` of the key Secret, mounted).
+    pub const ENV_SSH_KEY_PATH: &str = "BUILD_SSH_KEY_PATH";
+    /// The release as pinned by the installer Job (`…@sha256:…`).
+    pub const ENV_RELEASE_IMAGE: &str = "RELEASE_IMAGE";
+    /// Generator step: where the work PVC is mounted (installer and staging directory, read).
+    pub const ENV_WORK_DIR: &str = "WORK_DIR";
+    /// Generator step: where the install ISO PVC is mounted (`disk.img` written).
+    pub const ENV_ISO_DIR: &str = "ISO_DIR";
+    /// Name of the credentials Secret the helper fills (generator, install step).
+    pub const ENV_CREDENTIALS_SECRET: &str = "CREDENTIALS_SECRET";
+    /// Install and certificates steps: where the credentials Secret is mounted (read).
+    pub const ENV_CREDENTIALS_DIR: &str = "CREDENTIALS_DIR";
+
+    /// Keys of the credentials Secret.
+    pub const KEY_KUBECONFIG: &str = "kubeconfig";
+    pub const KEY_KUBEADMIN_PASSWORD: &str = "kubeadmin-password";
+    /// The issuer of the kubelet client certificate at the end of the install boot: the
+    /// installer's CSR signer, which the certificates step must see replaced.
+    pub const KEY_INSTALLER_SIGNER: &str = "installer-signer";
+
+    /// The guest steps, one Job each.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum Step {
+        Generator,
+        Install,
+        Certificates,
+    }
+
+    impl Step {
+        pub fn as_str(self) -> &'static str {
+            match self {
+                Step::Generator => "generator",
+                Step::Install => "install",
+                Step::Certificates => "certificates",
+            }
+        }
+
+        pub fn parse(text: &str) -> Option<Step> {
+            [Step::Generator, Step::Install, Step::Certificates]
+                .into_iter()
+                .find(|s| s.as_str() == text)
+        }
+    }
+
+    /// A successful run's termination message (JSON, one line).
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct Outcome {
+        pub step: Step,
+        /// Set when the VMI stopped being the Job's before it finished: nothing was done that
+        /// counts, and the operator starts the step again for the current VMI.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub vmi_gone: Option<String>,
+        /// What the step established, for the stage's condition message.
+        #[serde(default)]
+        pub summary: String,
+    }
+
+    /// Every reason of a failed helper Job.
+    pub const REASONS: &[&str] = &[
+        "InvalidConfig",
+        "VMIUnreadable",
+        "GuestUnreachable",
+        "ClockNotShifted",
+        "GuestStepFailed",
+        "InstallerFailed",
+        "EmbedFailed",
+        "CredentialsUnavailable",
+        "GuestAPIUnavailable",
+        "InstallIncomplete",
+        "CertificatesNotRotated",
+        "StorageError",
+    ];
+}
+
 #[cfg(test)]
 mod tests {
     use super::bundle_prep::{PERMANENT_REASONS, REASONS, exit_code_of};

@@ -31,6 +31,14 @@ enum Command {
         #[command(flatten)]
         log: LogArgs,
     },
+    /// Body of a bundle build's helper Job (stage Install), one per step and VMI: the generator
+    /// boot's single-node Ignition, the install boot's wait and certificate steps, the kubelet
+    /// certificates after the cold restart. Settings come from the environment (see
+    /// `guestcluster::jobs::build_helper`).
+    BuildHelper {
+        #[command(flatten)]
+        log: LogArgs,
+    },
     /// Body of an instance's crc-agent Job: configure the freshly booted CRC guest and publish
     /// the handoff Secret. Settings come from the environment (see `guestcluster::agent`).
     Agent {
@@ -183,6 +191,10 @@ fn main() -> ExitCode {
         Command::Installer { log } => {
             init_logging(&log);
             return guestcluster::jobs::installer::main();
+        }
+        Command::BuildHelper { log } => {
+            init_logging(&log);
+            return guestcluster::jobs::build_helper::main();
         }
         Command::Agent { log } => {
             init_logging(&log);

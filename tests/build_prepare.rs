@@ -13,107 +13,17 @@ mod support;
 use std::collections::BTreeMap;
 
 use guestcluster::actors::build::admit::{data_sha256, hex_sha256};
+use guestcluster::api::CRCBundle;
 use guestcluster::api::bundle::{BuildStage, BundlePhase};
 use guestcluster::api::conditions::{self, reasons, types};
 use guestcluster::api::labels::RETRY_ANNOTATION;
-use guestcluster::api::{CRCBundle, CRCBundleSpec};
-use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, ServiceAccount};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, ServiceAccount};
+use kube::api::{Api, Patch, PatchParams};
 use support::wait_for;
 use support::world::{OPERATOR_NS, world};
 
-const PULL_SECRET: &str = r#"{"auths":{"quay.io":{"auth":"c2NlbmFyaW86c2VjcmV0"}}}"#;
-const MACHINE_CONFIG: &str = "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n  name: 99-scenario\n  labels:\n    machineconfiguration.openshift.io/role: master\nspec: {}\n";
-
-async fn pull_secret(client: &kube::Client, name: &str, data: &str) {
-    let secret = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.to_owned()),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([(
-            ".dockerconfigjson".to_owned(),
-            ByteString(data.as_bytes().to_vec()),
-        )])),
-        ..Default::default()
-    };
-    Api::<Secret>::namespaced(client.clone(), OPERATOR_NS)
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("create pull secret");
-}
-
-async fn manifests(client: &kube::Client, name: &str, key: &str, text: &str) {
-    let cm = ConfigMap {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.to_owned()),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([(key.to_owned(), text.to_owned())])),
-        ..Default::default()
-    };
-    Api::<ConfigMap>::namespaced(client.clone(), OPERATOR_NS)
-        .create(&PostParams::default(), &cm)
-        .await
-        .expect("create manifests ConfigMap");
-}
-
-/// A valid pull secret `<name>-pull` and manifest ConfigMap `<name>-mcs`.
-async fn good_inputs(client: &kube::Client, name: &str) {
-    pull_secret(client, &format!("{name}-pull"), PULL_SECRET).await;
-    manifests(client, &format!("{name}-mcs"), "mc.yaml", MACHINE_CONFIG).await;
-}
-
-/// Creates CRCBundle `name` building from Secret `<name>-pull` and ConfigMap `<name>-mcs`.
-async fn create_build(client: &kube::Client, name: &str, deadline: &str) {
-    let (secret, manifests) = (format!("{name}-pull"), format!("{name}-mcs"));
-    let spec: CRCBundleSpec = serde_json::from_value(serde_json::json!({
-        "goldenVolumeSize": "80Gi",
-        "build": {
-            "releaseImage": "quay.io/example/ocp-release:4.22.3-x86_64",
-            "pullSecretRef": {"name": secret},
-            "installationManifestRefs": [{"name": manifests}],
-            "deadline": deadline,
-        }
-    }))
-    .unwrap();
-    Api::<CRCBundle>::all(client.clone())
-        .create(&PostParams::default(), &CRCBundle::new(name, spec))
-        .await
-        .expect("create CRCBundle");
-}
-
-async fn condition(
-    api: &Api<CRCBundle>,
-    name: &str,
-    type_: &str,
-    status: &str,
-    reason: &str,
-) -> Option<CRCBundle> {
-    let b = api.get(name).await.ok()?;
-    let c = conditions::find(&b.status.as_ref()?.conditions, type_)?;
-    (c.status == status && c.reason == reason).then_some(b)
-}
-
-fn message(b: &CRCBundle, type_: &str) -> String {
-    conditions::find(&b.status.as_ref().unwrap().conditions, type_)
-        .map(|c| c.message.clone())
-        .unwrap_or_default()
-}
-
-/// The host directory of the PVC `name` (the simulation's volume store).
-async fn volume_dir(client: &kube::Client, name: &str) -> std::path::PathBuf {
-    let pvc = Api::<PersistentVolumeClaim>::namespaced(client.clone(), OPERATOR_NS)
-        .get(name)
-        .await
-        .expect("PVC");
-    world()
-        .root
-        .join("sim/volumes")
-        .join(pvc.metadata.uid.expect("uid"))
-}
+use support::build::*;
 
 #[tokio::test]
 async fn a_build_is_admitted_and_prepared() {
@@ -137,7 +47,12 @@ async fn a_build_is_admitted_and_prepared() {
     let status = b.status.clone().unwrap();
     let build = status.build.clone().unwrap();
     assert_eq!(build.attempt, Some(1));
-    assert_eq!(build.stage, Some(BuildStage::Install));
+    // The build goes on into Install at once (tests/build_install.rs follows it there).
+    assert!(
+        build.stage >= Some(BuildStage::Install),
+        "{:?}",
+        build.stage
+    );
     assert_eq!(status.phase, Some(BundlePhase::Building));
     assert_eq!(status.vm_profile.as_deref(), Some("crc-kubevirt-v1"));
     assert_eq!(
@@ -271,11 +186,6 @@ async fn a_build_is_admitted_and_prepared() {
     assert!(
         !staging.join("manifests/cluster-config.yaml").exists(),
         "the Job does not run `create manifests` (certificates-and-time.md §1)"
-    );
-    assert!(
-        message(&b, types::INSTALLED).contains("not part of this operator version"),
-        "{}",
-        message(&b, types::INSTALLED)
     );
 }
 

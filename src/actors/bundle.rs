@@ -20,13 +20,21 @@ use kube::api::{PartialObjectMeta, PropagationPolicy};
 
 use super::context::Context;
 use super::download::{self, Action, JobState};
-use super::kind_supervisor::{Next, ObjectActor, OwnerEvents, ReconcileError, owner_events};
+use super::kind_supervisor::{
+    Next, ObjectActor, OwnerEvents, ReconcileError, Related, RelatedEvents, owner_events,
+    related_events,
+};
 use super::stage::Stage;
+use super::stage::build_vm::BuildVmStage;
 use super::stage::children::Children;
+use super::stage::guest_session::GuestSession;
 use super::stage::installer_job::InstallerJob;
 use super::stage::prep_job::PrepJob;
 use crate::api::bundle::{CRCBundle, CRCBundleStatus};
 use crate::api::conditions::reasons;
+use crate::api::labels;
+use crate::cdi::DataVolume;
+use crate::kubevirt::{VirtualMachine, VirtualMachineInstance};
 use crate::resources;
 use crate::resources::bundle::Names;
 use crate::resources::common::is_controlled_by;
@@ -67,7 +75,12 @@ impl ObjectActor for BundleActor {
     type Error = Error;
     type Request = std::convert::Infallible;
     const KIND: &'static str = "crcbundle";
-    const CHILD_KINDS: &'static [&'static str] = &[PrepJob::KIND, InstallerJob::KIND];
+    const CHILD_KINDS: &'static [&'static str] = &[
+        PrepJob::KIND,
+        InstallerJob::KIND,
+        BuildVmStage::KIND,
+        GuestSession::KIND,
+    ];
 
     /// A pass without stage children: it can record and create, but sees no child's report,
     /// so a recorded prep Job is only waited for.
@@ -118,7 +131,33 @@ impl ObjectActor for BundleActor {
                 Api::<PartialObjectMeta<ServiceAccount>>::namespaced(client.clone(), ns),
                 "CRCBundle",
             ),
+            // A build's root disk and VM (the VM is also followed by its stage child).
+            owner_events(
+                Api::<PartialObjectMeta<DataVolume>>::namespaced(client.clone(), ns),
+                "CRCBundle",
+            ),
+            owner_events(
+                Api::<PartialObjectMeta<VirtualMachine>>::namespaced(client.clone(), ns),
+                "CRCBundle",
+            ),
         ]
+    }
+
+    /// The build VM's VMIs carry the bundle's label (the VM owns them, not the bundle): a VMI
+    /// that starts, gets its address, ends or goes wakes its bundle at once.
+    fn related_events(ctx: &Arc<Context>) -> Vec<RelatedEvents<CRCBundle>> {
+        vec![related_events(
+            Api::<PartialObjectMeta<VirtualMachineInstance>>::namespaced(
+                ctx.client.clone(),
+                &ctx.namespace,
+            ),
+            |vmi: &PartialObjectMeta<VirtualMachineInstance>| {
+                let bundle = vmi.labels().get(labels::CRC_BUNDLE)?.clone();
+                Some(Related::anywhere(move |b: &CRCBundle| {
+                    b.name_any() == bundle
+                }))
+            },
+        )]
     }
 }
 

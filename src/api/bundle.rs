@@ -427,6 +427,9 @@ pub struct BuildStatus {
     /// Name and UID of every temporary object of the attempt, recorded before or with creation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<BuildResources>,
+    /// Where the Install stage is: which boot of the build VM runs, or the cold restart between.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub install_step: Option<InstallStep>,
     /// UID of the VMI the guest work is scoped to.
     #[serde(default, rename = "vmiUID", skip_serializing_if = "Option::is_none")]
     pub vmi_uid: Option<String>,
@@ -451,6 +454,24 @@ pub enum BuildStage {
     Failed,
 }
 
+/// The steps of the Install stage (`docs/design/certificates-and-time.md`), in order.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+pub enum InstallStep {
+    /// The live ISO with the generator Ignition, a day behind: the helper creates the
+    /// single-node Ignition in the guest and embeds it into the install ISO.
+    Generator,
+    /// The install ISO, a day behind: bootstrap in place onto the root disk, then SNC's
+    /// certificate steps.
+    Install,
+    /// The VM stopped, its ISO removed, its clock put back to real time, started again.
+    ColdRestart,
+    /// On real time from the root disk alone: kubelet CSRs approved until both kubelet
+    /// certificates are valid for 25 days by guest time.
+    Certificates,
+}
+
 /// The temporary objects of a build attempt.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -466,6 +487,23 @@ pub struct BuildResources {
     pub work_pvc: Option<ObjectIdentity>,
     #[serde(default, rename = "isoPVC", skip_serializing_if = "Option::is_none")]
     pub iso_pvc: Option<ObjectIdentity>,
+    /// The live ISO with the single-node Ignition embedded, written by the generator helper.
+    #[serde(
+        default,
+        rename = "installISOPVC",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub install_iso_pvc: Option<ObjectIdentity>,
+    /// The installer's admin kubeconfig and kubeadmin password, read from the generator guest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret: Option<ObjectIdentity>,
+    /// The build helper's ServiceAccount, Role and RoleBinding (one name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub helper_account: Option<ObjectIdentity>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub helper_role: Option<ObjectIdentity>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub helper_role_binding: Option<ObjectIdentity>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root_data_volume: Option<ObjectIdentity>,
     #[serde(default, rename = "buildVM", skip_serializing_if = "Option::is_none")]

@@ -111,6 +111,8 @@ pub mod reasons {
     pub const BUILDING: &str = "Building";
     /// The installer Job failed; the message carries its termination message.
     pub const INSTALLER_JOB_FAILED: &str = "InstallerJobFailed";
+    /// A build helper Job failed; the message carries its step and termination message.
+    pub const HELPER_JOB_FAILED: &str = "HelperJobFailed";
     /// The build ran past `spec.build.deadline`.
     pub const BUILD_DEADLINE_EXCEEDED: &str = "BuildDeadlineExceeded";
     /// A stage finished.

@@ -436,7 +436,7 @@ pub async fn configure_htpasswd(
     .await
 }
 
-fn config_resource(kind: &str, plural: &str) -> ApiResource {
+pub fn config_resource(kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("config.openshift.io", "v1", kind),
         plural,
@@ -514,7 +514,7 @@ pub async fn install_external_cert(
     Ok(())
 }
 
-fn condition_true(object: &DynamicObject, type_: &str) -> bool {
+pub fn condition_true(object: &DynamicObject, type_: &str) -> bool {
     object.data["status"]["conditions"]
         .as_array()
         .is_some_and(|conditions| {

@@ -21,6 +21,7 @@
 //! `sh -c`, so the whole line is one argument).
 
 pub mod api;
+pub mod build;
 pub mod cluster;
 pub mod command;
 pub mod connect;

@@ -1,5 +1,6 @@
 //! The bodies of the Jobs the operator runs, one subcommand each (`guestcluster <job>`).
 
+pub mod build_helper;
 pub mod bundle_prep;
 pub mod installer;
 pub mod termination;

@@ -1,5 +1,7 @@
 //! Objects of a build-sourced CRCBundle's attempt, in the operator namespace (mission §5): the
-//! installer's ServiceAccount, its input Secret, the work and ISO PVCs and the installer Job.
+//! installer's ServiceAccount, its input Secret, the work and ISO PVCs and the installer Job
+//! (Prepare); the helper's account and role, the credentials Secret, the root DataVolume, the
+//! install ISO PVC, the build VM and the helper Job of each guest step (Install).
 //! Every one is named after the bundle and the attempt, carries the attempt label and is
 //! controlled by the bundle, so an object of another attempt is never mistaken for this one's.
 
@@ -12,6 +14,8 @@ use k8s_openapi::api::core::v1::{
     PodTemplateSpec, SeccompProfile, Secret, SecretVolumeSource, ServiceAccount, Volume,
     VolumeMount,
 };
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
@@ -20,8 +24,14 @@ use super::common::{bundle_labels, controller_ref, job_container};
 use crate::api::CRCBundle;
 use crate::api::bundle::BuildSpec;
 use crate::api::labels;
+use crate::cdi::{
+    BlankSource, DataVolume, DataVolumeSourceSpec, DataVolumeSpec, StorageResources, StorageSpec,
+};
+use crate::contract::build_helper::{self as helper_contract, Step};
 use crate::contract::installer as contract;
 use crate::contract::termination;
+use crate::kubevirt::VirtualMachine;
+use crate::resources::profile::vm::{BuildBoot, BuildVmNames};
 
 /// Size of the work PVC: the extracted installer (~0.5 GiB), the stock live ISO (~1.2 GiB) and
 /// the staging directory, with room to spare.
@@ -47,6 +57,12 @@ pub struct Names {
     pub work_pvc: String,
     pub iso_pvc: String,
     pub installer_job: String,
+    /// The helper's ServiceAccount, Role and RoleBinding.
+    pub helper: String,
+    pub credentials_secret: String,
+    pub root_data_volume: String,
+    pub install_iso_pvc: String,
+    pub build_vm: String,
 }
 
 impl Names {
@@ -60,14 +76,29 @@ impl Names {
             work_pvc: name("work"),
             iso_pvc: name("iso"),
             installer_job: name("installer"),
+            helper: name("helper"),
+            credentials_secret: name("credentials"),
+            root_data_volume: name("root"),
+            install_iso_pvc: name("install-iso"),
+            build_vm: name("build"),
         }
     }
-}
 
-impl Names {
     /// The bundle the attempt belongs to.
     pub fn bundle(&self) -> &str {
         &self.bundle
+    }
+
+    /// The helper Job of `step` for the VMI `vmi_uid`: `<bundle>-b<n>-<step>-<first 8 of the
+    /// UID>`, so a new VMI gets a new Job and the old one's result never counts for it.
+    pub fn helper_job(&self, step: Step, vmi_uid: &str) -> String {
+        let short: String = vmi_uid.chars().filter(|c| *c != '-').take(8).collect();
+        format!(
+            "{}-b{}-{}-{short}",
+            self.bundle,
+            self.attempt,
+            step.as_str()
+        )
     }
 }
 
@@ -244,6 +275,292 @@ pub fn installer_job(
     }
 }
 
+/// The helper's account: it reads its VMI and writes the credentials Secret, nothing else.
+pub fn helper_account(bundle: &CRCBundle, namespace: &str, names: &Names) -> ServiceAccount {
+    ServiceAccount {
+        metadata: meta(bundle, namespace, &names.helper, names.attempt),
+        ..Default::default()
+    }
+}
+
+/// The helper's Role, by name: the build VM's VMI (the scope check and its watch) and the
+/// credentials Secret (the generator and install steps write keys into it).
+pub fn helper_role(bundle: &CRCBundle, namespace: &str, names: &Names) -> Role {
+    let rule = |group: &str, resource: &str, verbs: &[&str], name: &str| PolicyRule {
+        api_groups: Some(vec![group.to_owned()]),
+        resources: Some(vec![resource.to_owned()]),
+        verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
+        resource_names: Some(vec![name.to_owned()]),
+        ..Default::default()
+    };
+    Role {
+        metadata: meta(bundle, namespace, &names.helper, names.attempt),
+        rules: Some(vec![
+            rule(
+                "kubevirt.io",
+                "virtualmachineinstances",
+                &["get", "list", "watch"],
+                &names.build_vm,
+            ),
+            rule("", "secrets", &["get", "patch"], &names.credentials_secret),
+        ]),
+    }
+}
+
+pub fn helper_role_binding(bundle: &CRCBundle, namespace: &str, names: &Names) -> RoleBinding {
+    RoleBinding {
+        metadata: meta(bundle, namespace, &names.helper, names.attempt),
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".to_owned()),
+            kind: "Role".to_owned(),
+            name: names.helper.clone(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".to_owned(),
+            name: names.helper.clone(),
+            namespace: Some(namespace.to_owned()),
+            ..Default::default()
+        }]),
+    }
+}
+
+/// The credentials Secret, empty: the generator helper fills it (the admin kubeconfig and
+/// kubeadmin password of the installed cluster), the install helper adds the installer signer.
+pub fn credentials_secret(bundle: &CRCBundle, namespace: &str, names: &Names) -> Secret {
+    Secret {
+        metadata: meta(bundle, namespace, &names.credentials_secret, names.attempt),
+        type_: Some("Opaque".to_owned()),
+        ..Default::default()
+    }
+}
+
+/// The build VM's root disk: a blank DataVolume of `spec.build.vm.diskSize`, the guest's
+/// `/dev/vda`, installed by the install boot.
+pub fn root_data_volume(
+    bundle: &CRCBundle,
+    build: &BuildSpec,
+    namespace: &str,
+    names: &Names,
+) -> DataVolume {
+    DataVolume {
+        metadata: meta(bundle, namespace, &names.root_data_volume, names.attempt),
+        spec: DataVolumeSpec {
+            source: Some(DataVolumeSourceSpec {
+                blank: Some(BlankSource {}),
+                ..Default::default()
+            }),
+            storage: Some(StorageSpec {
+                resources: Some(StorageResources {
+                    requests: BTreeMap::from([(
+                        "storage".to_owned(),
+                        Quantity(build.vm.disk_size.clone()),
+                    )]),
+                }),
+                storage_class_name: bundle
+                    .spec
+                    .storage_class_name
+                    .clone()
+                    .filter(|s| !s.is_empty()),
+                access_modes: None,
+                volume_mode: None,
+            }),
+        },
+        status: None,
+    }
+}
+
+pub fn install_iso_pvc(
+    bundle: &CRCBundle,
+    namespace: &str,
+    names: &Names,
+) -> PersistentVolumeClaim {
+    let mut claim = pvc(&names.install_iso_pvc, bundle, namespace, ISO_SIZE);
+    claim.metadata.labels = Some(attempt_labels(bundle, names.attempt));
+    claim
+}
+
+/// The build VM for `boot` (the profile's shape, `resources::profile::vm::build_vm`).
+pub fn build_vm(
+    bundle: &CRCBundle,
+    namespace: &str,
+    names: &Names,
+    boot: &BuildBoot,
+) -> Result<VirtualMachine, crate::resources::profile::vm::Error> {
+    let attempt = names.attempt.to_string();
+    crate::resources::profile::vm::build_vm(
+        bundle,
+        &BuildVmNames {
+            namespace,
+            name: &names.build_vm,
+            attempt: &attempt,
+            root_data_volume: &names.root_data_volume,
+        },
+        boot,
+    )
+}
+
+/// Where the helper Job mounts its volumes.
+pub const HELPER_KEY_DIR: &str = "/ssh";
+pub const HELPER_CREDENTIALS_DIR: &str = "/credentials";
+/// The helper's limits per step: the install boot waits for an install of up to an hour or two;
+/// the other steps take minutes. One retry (a new pod) for a transient failure.
+pub const HELPER_BACKOFF_LIMIT: i32 = 1;
+pub fn helper_deadline_seconds(step: Step) -> i64 {
+    match step {
+        Step::Generator => 3600,
+        Step::Install => 3 * 3600,
+        Step::Certificates => 3600,
+    }
+}
+
+/// What a helper Job is started for.
+pub struct HelperTarget<'a> {
+    pub step: Step,
+    pub vmi_uid: &'a str,
+    /// The VMI's address.
+    pub ssh_host: &'a str,
+    /// The release pinned by the installer Job.
+    pub release_image: &'a str,
+}
+
+/// The helper Job of one step and VMI: `guestcluster build-helper` with the bundle key, and the
+/// volumes its step needs (generator: work and install ISO volumes; later steps: the credentials
+/// Secret).
+pub fn helper_job(
+    bundle: &CRCBundle,
+    build: &BuildSpec,
+    namespace: &str,
+    names: &Names,
+    target: &HelperTarget<'_>,
+    settings: &JobSettings,
+) -> Job {
+    let key_secret = super::bundle::Names::of(&names.bundle).ssh_secret;
+    let mut env = vec![
+        (helper_contract::ENV_STEP, target.step.as_str().to_owned()),
+        (helper_contract::ENV_NAMESPACE, namespace.to_owned()),
+        (helper_contract::ENV_VM_NAME, names.build_vm.clone()),
+        (helper_contract::ENV_VMI_UID, target.vmi_uid.to_owned()),
+        (helper_contract::ENV_SSH_HOST, target.ssh_host.to_owned()),
+        (
+            helper_contract::ENV_SSH_KEY_PATH,
+            format!(
+                "{HELPER_KEY_DIR}/{}",
+                crate::contract::bundle_prep::SECRET_KEY
+            ),
+        ),
+        (
+            helper_contract::ENV_RELEASE_IMAGE,
+            target.release_image.to_owned(),
+        ),
+        (
+            helper_contract::ENV_CREDENTIALS_SECRET,
+            names.credentials_secret.clone(),
+        ),
+        (termination::ENV_PATH, termination::DEFAULT_PATH.to_owned()),
+    ];
+    let mount = |volume: &str, path: &str, read_only: bool| VolumeMount {
+        name: volume.to_owned(),
+        mount_path: path.to_owned(),
+        read_only: read_only.then_some(true),
+        ..Default::default()
+    };
+    let claim = |volume: &str, claim: &str| Volume {
+        name: volume.to_owned(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: claim.to_owned(),
+            read_only: None,
+        }),
+        ..Default::default()
+    };
+    let secret = |volume: &str, secret: &str| Volume {
+        name: volume.to_owned(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.to_owned()),
+            default_mode: Some(0o400),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let mut mounts = vec![mount("ssh", HELPER_KEY_DIR, true)];
+    let mut volumes = vec![secret("ssh", &key_secret)];
+    match target.step {
+        Step::Generator => {
+            env.push((helper_contract::ENV_WORK_DIR, WORK_DIR.to_owned()));
+            env.push((helper_contract::ENV_ISO_DIR, ISO_DIR.to_owned()));
+            mounts.push(mount("work", WORK_DIR, true));
+            mounts.push(mount("install-iso", ISO_DIR, false));
+            volumes.push(claim("work", &names.work_pvc));
+            volumes.push(claim("install-iso", &names.install_iso_pvc));
+        }
+        Step::Install | Step::Certificates => {
+            env.push((
+                helper_contract::ENV_CREDENTIALS_DIR,
+                HELPER_CREDENTIALS_DIR.to_owned(),
+            ));
+            mounts.push(mount("credentials", HELPER_CREDENTIALS_DIR, true));
+            volumes.push(secret("credentials", &names.credentials_secret));
+        }
+    }
+    let env = env
+        .into_iter()
+        .map(|(name, value)| EnvVar {
+            name: name.to_owned(),
+            value: Some(value),
+            ..Default::default()
+        })
+        .collect();
+    let placement = build.placement.clone().unwrap_or_default();
+    let labels = attempt_labels(bundle, names.attempt);
+    Job {
+        metadata: meta(
+            bundle,
+            namespace,
+            &names.helper_job(target.step, target.vmi_uid),
+            names.attempt,
+        ),
+        spec: Some(JobSpec {
+            backoff_limit: Some(HELPER_BACKOFF_LIMIT),
+            active_deadline_seconds: Some(helper_deadline_seconds(target.step)),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    restart_policy: Some("Never".to_owned()),
+                    service_account_name: Some(names.helper.clone()),
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        run_as_user: Some(1001),
+                        fs_group: Some(1001),
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".to_owned(),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    containers: vec![job_container(
+                        "build-helper",
+                        &settings.image,
+                        "build-helper",
+                        env,
+                        mounts,
+                    )],
+                    volumes: Some(volumes),
+                    node_selector: (!placement.node_selector.is_empty())
+                        .then_some(placement.node_selector),
+                    tolerations: (!placement.tolerations.is_empty())
+                        .then_some(placement.tolerations),
+                    affinity: placement.affinity,
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -288,6 +605,34 @@ mod tests {
             ),
         ]);
         golden_check_objects("build/attempt-objects.yaml", &objects);
+        let build = bundle.spec.build.as_ref().unwrap();
+        let job = |step| {
+            helper_job(
+                &bundle,
+                build,
+                "ops",
+                &names,
+                &HelperTarget {
+                    step,
+                    vmi_uid: "4c1e2f3a-0000-4000-8000-000000000001",
+                    ssh_host: "vmi-address.invalid",
+                    release_image: "quay.io/example/release@sha256:00",
+                },
+                &JobSettings::default(),
+            )
+        };
+        let objects = serde_json::json!([
+            helper_account(&bundle, "ops", &names),
+            helper_role(&bundle, "ops", &names),
+            helper_role_binding(&bundle, "ops", &names),
+            credentials_secret(&bundle, "ops", &names),
+            root_data_volume(&bundle, build, "ops", &names),
+            install_iso_pvc(&bundle, "ops", &names),
+            job(Step::Generator),
+            job(Step::Install),
+            job(Step::Certificates),
+        ]);
+        golden_check_objects("build/install-objects.yaml", &objects);
     }
 
     #[test]
@@ -296,5 +641,10 @@ mod tests {
         assert_eq!(names.installer_job, "b-b2-installer");
         assert_eq!(names.work_pvc, "b-b2-work");
         assert_eq!(names.iso_pvc, "b-b2-iso");
+        assert_eq!(names.build_vm, "b-b2-build");
+        assert_eq!(
+            names.helper_job(Step::Install, "4c1e2f3a-0000-4000"),
+            "b-b2-install-4c1e2f3a"
+        );
     }
 }

@@ -230,6 +230,8 @@ fn extra_apiserver_args(
             launcher.service_account_key.display().to_string(),
         ),
         flag("service-cluster-ip-range", "10.217.4.0/23".into()),
+        // OpenShift admits privileged pods (SNC's kubelet-bootstrap-cred-manager is one).
+        flag("allow-privileged", "true".into()),
         flag("profiling", "false".into()),
     ];
     args.extend(sni);

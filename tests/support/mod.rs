@@ -2,6 +2,7 @@
 //! a deadline, the samples, kubectl, and the operator as a child process.
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod build;
 pub mod crc;
 pub mod shared_sim;
 pub mod world;

@@ -226,6 +226,31 @@ fn create_manifests(
         0o644,
     )
     .map_err(io)?;
+    // The two installer manifests a CRC build edits (the CVO's overrides, the apps domain), in
+    // the shape openshift-install writes them.
+    fs.write(
+        &format!("{dir}/manifests/cvo-overrides.yaml"),
+        b"apiVersion: config.openshift.io/v1\nkind: ClusterVersion\nmetadata:\n  name: version\n  namespace: openshift-cluster-version\nspec:\n  channel: stable-4.22\n  clusterID: 00000000-0000-4000-8000-000000000000\n",
+        0o644,
+    )
+    .map_err(io)?;
+    let domain = format!(
+        "apps.{}.{}",
+        config
+            .split_once("metadata:")
+            .and_then(|(_, rest)| yaml_any("name", rest))
+            .unwrap_or_else(|| "crc".into()),
+        yaml_any("baseDomain", &config).unwrap_or_else(|| "testing".into())
+    );
+    fs.write(
+        &format!("{dir}/manifests/cluster-ingress-02-config.yml"),
+        format!(
+            "apiVersion: config.openshift.io/v1\nkind: Ingress\nmetadata:\n  creationTimestamp: null\n  name: cluster\nspec:\n  domain: {domain}\nstatus: {{}}\n"
+        )
+        .as_bytes(),
+        0o644,
+    )
+    .map_err(io)?;
     mint(fs, dir, Stage::Manifests, call.now)?;
     if path == format!("{dir}/install-config.yaml") {
         fs.write(
@@ -449,11 +474,16 @@ pub fn yaml_top(key: &str, text: &str) -> Option<String> {
     let mut lines = text.lines();
     while let Some(line) = lines.next() {
         if let Some(rest) = line.strip_prefix(&prefix) {
-            let mut value = rest.trim_start_matches([' ', '\t']).to_owned();
-            if value.starts_with(['|', '>'])
-                && let Some(next) = lines.next()
-            {
-                value = next.trim_start_matches([' ', '\t']).to_owned();
+            let value = rest.trim_start_matches([' ', '\t']).to_owned();
+            if let Some(style) = value.chars().next().filter(|c| ['|', '>'].contains(c)) {
+                // A block scalar: its indented lines, folded (`>`) with spaces or kept (`|`)
+                // with line breaks.
+                let block: Vec<&str> = lines
+                    .take_while(|l| l.starts_with([' ', '\t']) || l.trim().is_empty())
+                    .map(|l| l.trim())
+                    .collect();
+                let joined = block.join(if style == '>' { " " } else { "\n" });
+                return Some(joined.trim().to_owned());
             }
             return Some(strip_quotes(&value));
         }

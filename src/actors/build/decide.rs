@@ -23,6 +23,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::admit;
 use crate::actors::download::JobState;
 use crate::actors::stage::{Observation, WhenLost, attempt_failure};
+use crate::api::bundle::InstallStep;
 use crate::api::bundle::{
     BuildInputs, BuildResources, BuildStage, BuildStatus, BundlePhase, BundleSource, CRCBundle,
     CRCBundleStatus, ReleaseStatus,
@@ -30,10 +31,12 @@ use crate::api::bundle::{
 use crate::api::common::ObjectIdentity;
 use crate::api::conditions::{self, reasons, types};
 use crate::api::labels::RETRY_ANNOTATION;
+use crate::contract::build_helper::{Outcome as HelperOutcome, Step as HelperStep};
 use crate::contract::installer::Outcome;
 use crate::resources::build::Names;
+use crate::resources::profile::vm::BuildBoot;
 
-/// The temporary objects of the Prepare stage, in the order they are created.
+/// The temporary objects of an attempt, in the order they are created.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Temp {
     ServiceAccount,
@@ -41,6 +44,15 @@ pub enum Temp {
     WorkPvc,
     IsoPvc,
     InstallerJob,
+    HelperAccount,
+    HelperRole,
+    HelperRoleBinding,
+    CredentialsSecret,
+    RootDataVolume,
+    InstallIsoPvc,
+    BuildVm,
+    /// The helper Job of the current step and VMI; its name is recorded with it.
+    HelperJob,
 }
 
 impl Temp {
@@ -52,16 +64,54 @@ impl Temp {
         Temp::InstallerJob,
     ];
 
+    /// What the Install stage creates before its first boot.
+    pub const INSTALL: [Temp; 7] = [
+        Temp::HelperAccount,
+        Temp::HelperRole,
+        Temp::HelperRoleBinding,
+        Temp::CredentialsSecret,
+        Temp::RootDataVolume,
+        Temp::InstallIsoPvc,
+        Temp::BuildVm,
+    ];
+
+    /// Every temporary object, in creation order.
+    pub const ALL: [Temp; 13] = [
+        Temp::ServiceAccount,
+        Temp::InstallerSecret,
+        Temp::WorkPvc,
+        Temp::IsoPvc,
+        Temp::InstallerJob,
+        Temp::HelperAccount,
+        Temp::HelperRole,
+        Temp::HelperRoleBinding,
+        Temp::CredentialsSecret,
+        Temp::RootDataVolume,
+        Temp::InstallIsoPvc,
+        Temp::BuildVm,
+        Temp::HelperJob,
+    ];
+
+    /// The volumes the cold restart deletes: the live ISOs and the installer's work volume.
+    pub const RELEASED_BY_COLD_RESTART: [Temp; 3] =
+        [Temp::WorkPvc, Temp::IsoPvc, Temp::InstallIsoPvc];
+
     /// Kubernetes kind, for messages.
     pub fn kind(self) -> &'static str {
         match self {
-            Temp::ServiceAccount => "ServiceAccount",
-            Temp::InstallerSecret => "Secret",
-            Temp::WorkPvc | Temp::IsoPvc => "PersistentVolumeClaim",
-            Temp::InstallerJob => "Job",
+            Temp::ServiceAccount | Temp::HelperAccount => "ServiceAccount",
+            Temp::InstallerSecret | Temp::CredentialsSecret => "Secret",
+            Temp::WorkPvc | Temp::IsoPvc | Temp::InstallIsoPvc => "PersistentVolumeClaim",
+            Temp::InstallerJob | Temp::HelperJob => "Job",
+            Temp::HelperRole => "Role",
+            Temp::HelperRoleBinding => "RoleBinding",
+            Temp::RootDataVolume => "DataVolume",
+            Temp::BuildVm => "VirtualMachine",
         }
     }
 
+    /// The name a new object gets (the helper Job's depends on its step and VMI: see
+    /// [`Names::helper_job`]).
     pub fn name(self, names: &Names) -> &str {
         match self {
             Temp::ServiceAccount => &names.service_account,
@@ -69,6 +119,11 @@ impl Temp {
             Temp::WorkPvc => &names.work_pvc,
             Temp::IsoPvc => &names.iso_pvc,
             Temp::InstallerJob => &names.installer_job,
+            Temp::HelperAccount | Temp::HelperRole | Temp::HelperRoleBinding => &names.helper,
+            Temp::CredentialsSecret => &names.credentials_secret,
+            Temp::RootDataVolume => &names.root_data_volume,
+            Temp::InstallIsoPvc => &names.install_iso_pvc,
+            Temp::BuildVm | Temp::HelperJob => &names.build_vm,
         }
     }
 
@@ -79,6 +134,14 @@ impl Temp {
             Temp::WorkPvc => resources.work_pvc.as_ref(),
             Temp::IsoPvc => resources.iso_pvc.as_ref(),
             Temp::InstallerJob => resources.installer_job.as_ref(),
+            Temp::HelperAccount => resources.helper_account.as_ref(),
+            Temp::HelperRole => resources.helper_role.as_ref(),
+            Temp::HelperRoleBinding => resources.helper_role_binding.as_ref(),
+            Temp::CredentialsSecret => resources.credentials_secret.as_ref(),
+            Temp::RootDataVolume => resources.root_data_volume.as_ref(),
+            Temp::InstallIsoPvc => resources.install_iso_pvc.as_ref(),
+            Temp::BuildVm => resources.build_vm.as_ref(),
+            Temp::HelperJob => resources.helper_job.as_ref(),
         }
     }
 
@@ -89,7 +152,46 @@ impl Temp {
             Temp::WorkPvc => &mut resources.work_pvc,
             Temp::IsoPvc => &mut resources.iso_pvc,
             Temp::InstallerJob => &mut resources.installer_job,
+            Temp::HelperAccount => &mut resources.helper_account,
+            Temp::HelperRole => &mut resources.helper_role,
+            Temp::HelperRoleBinding => &mut resources.helper_role_binding,
+            Temp::CredentialsSecret => &mut resources.credentials_secret,
+            Temp::RootDataVolume => &mut resources.root_data_volume,
+            Temp::InstallIsoPvc => &mut resources.install_iso_pvc,
+            Temp::BuildVm => &mut resources.build_vm,
+            Temp::HelperJob => &mut resources.helper_job,
         }
+    }
+}
+
+/// The build VM as a pass read it (only once its UID is recorded and it is ours).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VmSeen {
+    /// The boot its template is for.
+    pub boot: Option<BuildBoot>,
+    /// `spec.runStrategy`.
+    pub halted: bool,
+    /// `status.runStrategy` is `Halted`: KubeVirt has acted on the stop.
+    pub halt_observed: bool,
+    pub vmi: Option<VmiSeen>,
+    /// A virt-launcher pod of the VM still exists (it may still hold the disks).
+    pub launcher_pod: bool,
+}
+
+/// The build VM's VMI.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VmiSeen {
+    pub uid: String,
+    pub phase: String,
+    /// The address once it runs.
+    pub ip: Option<String>,
+}
+
+impl VmiSeen {
+    fn running_at(&self) -> Option<&str> {
+        (self.phase == "Running")
+            .then_some(self.ip.as_deref())
+            .flatten()
     }
 }
 
@@ -105,6 +207,10 @@ pub struct Observed {
     pub temps: BTreeMap<Temp, Option<Observation>>,
     /// The installer Job as its child reported it.
     pub installer: JobState,
+    /// The build VM, its VMI and launcher pod.
+    pub vm: Option<VmSeen>,
+    /// The recorded helper Job as its child reported it.
+    pub helper: JobState,
     /// The bundle's key Secret exists and is ours.
     pub key_secret: KeySecret,
 }
@@ -129,7 +235,16 @@ pub enum Action {
     /// Create the object named in its slot; its UID is recorded right after.
     Create(Temp),
     /// Delete the recorded object (UID precondition: never a namesake).
-    Delete { temp: Temp, uid: String },
+    Delete {
+        temp: Temp,
+        name: String,
+        uid: String,
+    },
+    /// Stop the build VM (`runStrategy: Halted`).
+    HaltVm,
+    /// Give the build VM the shape of `boot` and start it (`RerunOnFailure`); only once it is
+    /// halted and its VMI and launcher pod are gone.
+    StartVm(BuildBoot),
 }
 
 /// The next step of a build-sourced bundle.
@@ -196,6 +311,7 @@ pub fn decide(bundle: &CRCBundle, observed: &Observed, deadline: Duration, now: 
         status: &mut status,
         generation,
         now: now.clone(),
+        poll: None,
     };
 
     let build = step.status.build.clone().unwrap_or_default();
@@ -263,9 +379,8 @@ pub fn decide(bundle: &CRCBundle, observed: &Observed, deadline: Duration, now: 
                 ),
                 _ => prepare(&mut step, observed, &names, &mut actions),
             },
-            BuildStage::Install => {
-                step.waiting_in_install();
-            }
+            BuildStage::Install => install(&mut step, observed, &names, &mut actions),
+            BuildStage::Customize => step.waiting_in_customize(),
             _ => {}
         }
     }
@@ -274,7 +389,13 @@ pub fn decide(bundle: &CRCBundle, observed: &Observed, deadline: Duration, now: 
     }
     let requeue = match step.build().stage {
         Some(BuildStage::Failed) => None,
-        _ => remaining.filter(|r| !r.is_zero()),
+        _ => {
+            let deadline = remaining.filter(|r| !r.is_zero());
+            match (deadline, step.poll) {
+                (Some(d), Some(p)) => Some(d.min(p)),
+                (d, p) => d.or(p),
+            }
+        }
     };
     Decision {
         status,
@@ -288,6 +409,9 @@ struct Step<'a> {
     status: &'a mut CRCBundleStatus,
     generation: Option<i64>,
     now: Time,
+    /// Look again after this long: set only while waiting on something that is not watched
+    /// (a virt-launcher pod going away).
+    poll: Option<Duration>,
 }
 
 impl Step<'_> {
@@ -299,6 +423,7 @@ impl Step<'_> {
             started_at: None,
             finished_at: None,
             resources: None,
+            install_step: None,
             vmi_uid: None,
             message: None,
         };
@@ -323,16 +448,22 @@ impl Step<'_> {
         );
     }
 
-    /// The attempt reached Install, which this operator version does not run yet: it stops
-    /// there, saying so, with its prepared objects kept.
-    fn waiting_in_install(&mut self) {
+    /// The attempt reached Customize, which this operator version does not run yet (part 2 of
+    /// the build source): it stops there, saying so, with the installed build VM kept running.
+    fn waiting_in_customize(&mut self) {
         self.set(
-            types::INSTALLED,
+            types::CUSTOMIZED,
             false,
             reasons::PENDING,
-            "the Install stage is not part of this operator version yet; the build waits here with its installer ISO prepared".into(),
+            "the Customize stage is not part of this operator version yet; the build waits here with its installed build VM".into(),
         );
-        self.ready_building("stage Install: not part of this operator version yet".into());
+        self.ready_building("stage Customize: not part of this operator version yet".into());
+    }
+
+    /// Progress of the Install stage: its condition and `Ready`.
+    fn installing(&mut self, message: String) {
+        self.set(types::INSTALLED, false, reasons::BUILDING, message.clone());
+        self.ready_building(format!("stage Install: {message}"));
     }
 
     fn start_attempt(&mut self, attempt: i32, retry: Option<String>) {
@@ -425,48 +556,15 @@ fn prepare(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Ve
             return;
         }
     }
-    for temp in Temp::PREPARE {
-        let recorded = step
-            .build()
-            .resources
-            .as_ref()
-            .and_then(|r| temp.slot(r))
-            .cloned();
-        match recorded {
-            None => {
-                // Write-ahead: the name goes out with this pass's first status write.
-                let resources = step
-                    .build_mut()
-                    .resources
-                    .get_or_insert_with(Default::default);
-                *temp.slot_mut(resources) = Some(ObjectIdentity {
-                    name: temp.name(names).to_owned(),
-                    uid: String::new(),
-                });
-                actions.push(Action::Create(temp));
-            }
-            Some(recorded) if recorded.uid.is_empty() => actions.push(Action::Create(temp)),
-            Some(recorded) => {
-                let seen = match temp {
-                    Temp::InstallerJob => match &observed.installer {
-                        JobState::Seen(observation) => Some(observation.clone()),
-                        _ => None,
-                    },
-                    _ => observed.temps.get(&temp).cloned().flatten(),
-                };
-                if let Some(seen) = seen
-                    && let Some((reason, message)) =
-                        attempt_failure(WhenLost::FailAttempt, &recorded, &seen)
-                {
-                    step.fail(
-                        types::PREPARED,
-                        reason,
-                        format!("{} {message}", temp.kind()),
-                    );
-                    return;
-                }
-            }
-        }
+    if !ensure_temps(
+        step,
+        observed,
+        names,
+        &Temp::PREPARE,
+        types::PREPARED,
+        actions,
+    ) {
+        return;
     }
     if !actions.is_empty() {
         step.set(
@@ -500,7 +598,8 @@ fn prepare(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Ve
                         names.iso_pvc
                     ),
                 );
-                step.waiting_in_install();
+                step.build_mut().install_step = Some(InstallStep::Generator);
+                step.installing("creating the build VM and its volumes".into());
             }
             Err(err) => step.fail(
                 types::PREPARED,
@@ -529,28 +628,392 @@ fn prepare(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Ve
     }
 }
 
+/// Names (write-ahead) and creates each of `temps` not created yet, and fails the attempt on
+/// one that was lost or replaced; `false` when it failed.
+fn ensure_temps(
+    step: &mut Step,
+    observed: &Observed,
+    names: &Names,
+    temps: &[Temp],
+    condition: &str,
+    actions: &mut Vec<Action>,
+) -> bool {
+    for &temp in temps {
+        let recorded = step
+            .build()
+            .resources
+            .as_ref()
+            .and_then(|r| temp.slot(r))
+            .cloned();
+        match recorded {
+            None => {
+                // Write-ahead: the name goes out with this pass's first status write.
+                let resources = step
+                    .build_mut()
+                    .resources
+                    .get_or_insert_with(Default::default);
+                *temp.slot_mut(resources) = Some(ObjectIdentity {
+                    name: temp.name(names).to_owned(),
+                    uid: String::new(),
+                });
+                actions.push(Action::Create(temp));
+            }
+            Some(recorded) if recorded.uid.is_empty() => actions.push(Action::Create(temp)),
+            Some(recorded) => {
+                let seen = match temp {
+                    Temp::InstallerJob => match &observed.installer {
+                        JobState::Seen(observation) => Some(observation.clone()),
+                        _ => None,
+                    },
+                    _ => observed.temps.get(&temp).cloned().flatten(),
+                };
+                if let Some(seen) = seen
+                    && let Some((reason, message)) =
+                        attempt_failure(WhenLost::FailAttempt, &recorded, &seen)
+                {
+                    step.fail(condition, reason, format!("{} {message}", temp.kind()));
+                    return false;
+                }
+            }
+        }
+    }
+    true
+}
+
+/// How long to look again while only a virt-launcher pod (not watched) keeps a stopped VM's
+/// disks.
+pub const LAUNCHER_POLL: Duration = Duration::from_secs(2);
+
+/// Stage 2 (`docs/design/certificates-and-time.md` §2–§4): the build VM's three boots, each
+/// with its helper Job, and the cold restart between the second and the third.
+fn install(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Vec<Action>) {
+    let install_step = step.build().install_step.unwrap_or(InstallStep::Generator);
+    // After the cold restart the ISOs are gone on purpose: their absence fails nothing.
+    let needed: Vec<Temp> = Temp::INSTALL
+        .into_iter()
+        .filter(|t| {
+            install_step != InstallStep::Certificates || !Temp::RELEASED_BY_COLD_RESTART.contains(t)
+        })
+        .collect();
+    if !ensure_temps(step, observed, names, &needed, types::INSTALLED, actions) {
+        return;
+    }
+    if !actions.is_empty() {
+        step.installing("creating the build VM and its volumes".into());
+        return;
+    }
+    let Some(vm) = &observed.vm else {
+        step.installing(format!("waiting to read VirtualMachine {}", names.build_vm));
+        return;
+    };
+    let (boot, helper_step) = match install_step {
+        InstallStep::Generator => (
+            BuildBoot::Generator {
+                iso_claim: names.iso_pvc.clone(),
+            },
+            HelperStep::Generator,
+        ),
+        InstallStep::Install => (
+            BuildBoot::Install {
+                iso_claim: names.install_iso_pvc.clone(),
+            },
+            HelperStep::Install,
+        ),
+        InstallStep::ColdRestart | InstallStep::Certificates => {
+            (BuildBoot::Installed, HelperStep::Certificates)
+        }
+    };
+    if install_step == InstallStep::Certificates {
+        // Once the cold restart has started them going, the ISOs and the work volume stay gone;
+        // a deletion that a crash interrupted is sent again.
+        for temp in Temp::RELEASED_BY_COLD_RESTART {
+            if let Some(recorded) = step.build().resources.as_ref().and_then(|r| temp.slot(r))
+                && !recorded.uid.is_empty()
+                && matches!(observed.temps.get(&temp), Some(None))
+            {
+                actions.push(Action::Delete {
+                    temp,
+                    name: recorded.name.clone(),
+                    uid: recorded.uid.clone(),
+                });
+            }
+        }
+    }
+
+    // The helper of this step, for the VMI it was started for.
+    let recorded_vmi = step.build().vmi_uid.clone();
+    let helper = step
+        .build()
+        .resources
+        .as_ref()
+        .and_then(|r| r.helper_job.clone())
+        .filter(|h| {
+            recorded_vmi
+                .as_deref()
+                .is_some_and(|v| h.name == names.helper_job(helper_step, v))
+        });
+    if let Some(helper) = &helper
+        && !helper.uid.is_empty()
+        && install_step != InstallStep::ColdRestart
+    {
+        match &observed.helper {
+            JobState::Seen(Observation::Done(message)) => {
+                match serde_json::from_str::<HelperOutcome>(message) {
+                    Ok(outcome) if outcome.vmi_gone.is_none() && outcome.step == helper_step => {
+                        step_done(step, install_step, &outcome.summary, names);
+                        return;
+                    }
+                    // The VMI changed under it: the step starts again for the next VMI.
+                    Ok(_) => {}
+                    Err(err) => {
+                        step.fail(
+                            types::INSTALLED,
+                            reasons::HELPER_JOB_FAILED,
+                            format!(
+                                "helper Job {} succeeded but its result is unreadable ({err}); is the operator image the same version as the Job's?",
+                                helper.name
+                            ),
+                        );
+                        return;
+                    }
+                }
+            }
+            JobState::Seen(Observation::Failed(detail))
+                if vm.vmi.as_ref().map(|v| v.uid.as_str()) == recorded_vmi.as_deref() =>
+            {
+                step.fail(
+                    types::INSTALLED,
+                    reasons::HELPER_JOB_FAILED,
+                    format!(
+                        "{} step: helper Job {} failed: {detail}",
+                        helper_step.as_str(),
+                        helper.name
+                    ),
+                );
+                return;
+            }
+            JobState::Seen(Observation::Replaced { uid }) => {
+                let (reason, message) = attempt_failure(
+                    WhenLost::FailAttempt,
+                    helper,
+                    &Observation::Replaced { uid: uid.clone() },
+                )
+                .unwrap_or_default();
+                step.fail(types::INSTALLED, reason, format!("Job {message}"));
+                return;
+            }
+            _ => {}
+        }
+    }
+
+    // The VM in the shape of this step's boot, running.
+    if vm.boot.as_ref() != Some(&boot) || vm.halted {
+        if !vm.halted {
+            actions.push(Action::HaltVm);
+            step.installing(format!(
+                "{}: stopping VirtualMachine {}",
+                describe(install_step),
+                names.build_vm
+            ));
+            return;
+        }
+        if let Some(vmi) = &vm.vmi {
+            step.installing(format!(
+                "{}: waiting for VMI {} ({}) of VirtualMachine {} to go",
+                describe(install_step),
+                vmi.uid,
+                vmi.phase,
+                names.build_vm
+            ));
+            return;
+        }
+        if vm.launcher_pod || !vm.halt_observed {
+            step.poll = Some(LAUNCHER_POLL);
+            step.installing(format!(
+                "{}: waiting for the virt-launcher pod of VirtualMachine {} to release its disks",
+                describe(install_step),
+                names.build_vm
+            ));
+            return;
+        }
+        actions.push(Action::StartVm(boot.clone()));
+        if install_step == InstallStep::ColdRestart {
+            // The VM starts from its root disk alone: the ISOs and the work volume go.
+            for temp in Temp::RELEASED_BY_COLD_RESTART {
+                if let Some(recorded) = step.build().resources.as_ref().and_then(|r| temp.slot(r))
+                    && !recorded.uid.is_empty()
+                {
+                    actions.push(Action::Delete {
+                        temp,
+                        name: recorded.name.clone(),
+                        uid: recorded.uid.clone(),
+                    });
+                }
+            }
+            step.build_mut().install_step = Some(InstallStep::Certificates);
+            step.installing(format!(
+                "cold restart: VirtualMachine {} started on real time from its root disk alone; the ISO and work volumes are deleted",
+                names.build_vm
+            ));
+            return;
+        }
+        step.installing(format!(
+            "{}: starting VirtualMachine {}",
+            describe(install_step),
+            names.build_vm
+        ));
+        return;
+    }
+    let Some(vmi) = &vm.vmi else {
+        step.installing(format!(
+            "{}: waiting for KubeVirt to start VirtualMachine {}",
+            describe(install_step),
+            names.build_vm
+        ));
+        return;
+    };
+    if vmi.running_at().is_none() {
+        step.installing(format!(
+            "{}: VMI {} of VirtualMachine {} is {}",
+            describe(install_step),
+            vmi.uid,
+            names.build_vm,
+            if vmi.phase.is_empty() {
+                "starting"
+            } else {
+                vmi.phase.as_str()
+            }
+        ));
+        return;
+    }
+    let wanted = names.helper_job(helper_step, &vmi.uid);
+    match &helper {
+        Some(h) if h.name == wanted && h.uid.is_empty() => {
+            actions.push(Action::Create(Temp::HelperJob));
+        }
+        Some(h) if h.name == wanted => {
+            let progress = match &observed.helper {
+                JobState::Seen(Observation::Progress(p)) => p.clone(),
+                JobState::Seen(Observation::Lost) => {
+                    // A helper Job is safe to make again (mission §5): it works from status.
+                    let resources = step
+                        .build_mut()
+                        .resources
+                        .get_or_insert_with(Default::default);
+                    if let Some(slot) = resources.helper_job.as_mut() {
+                        slot.uid = String::new();
+                    }
+                    actions.push(Action::Create(Temp::HelperJob));
+                    "made again after it was deleted".into()
+                }
+                _ => "starting".into(),
+            };
+            step.installing(format!(
+                "{}: helper Job {wanted} for VMI {}: {progress}",
+                describe(install_step),
+                vmi.uid
+            ));
+            return;
+        }
+        _ => {
+            // A new VMI (or none recorded yet): the helper of the previous one goes, this
+            // VMI's is named first and created right after.
+            if let Some(old) = step
+                .build()
+                .resources
+                .as_ref()
+                .and_then(|r| r.helper_job.clone())
+                .filter(|old| !old.uid.is_empty())
+            {
+                actions.push(Action::Delete {
+                    temp: Temp::HelperJob,
+                    name: old.name,
+                    uid: old.uid,
+                });
+            }
+            step.build_mut().vmi_uid = Some(vmi.uid.clone());
+            let resources = step
+                .build_mut()
+                .resources
+                .get_or_insert_with(Default::default);
+            resources.helper_job = Some(ObjectIdentity {
+                name: wanted.clone(),
+                uid: String::new(),
+            });
+            actions.push(Action::Create(Temp::HelperJob));
+        }
+    }
+    step.installing(format!(
+        "{}: starting helper Job {wanted} for VMI {}",
+        describe(install_step),
+        vmi.uid
+    ));
+}
+
+fn describe(step: InstallStep) -> &'static str {
+    match step {
+        InstallStep::Generator => "generator boot",
+        InstallStep::Install => "install boot",
+        InstallStep::ColdRestart => "cold restart",
+        InstallStep::Certificates => "kubelet certificates",
+    }
+}
+
+/// A helper finished its step: on to the next.
+fn step_done(step: &mut Step, done: InstallStep, summary: &str, names: &Names) {
+    let next = match done {
+        InstallStep::Generator => Some(InstallStep::Install),
+        InstallStep::Install => Some(InstallStep::ColdRestart),
+        InstallStep::ColdRestart | InstallStep::Certificates => None,
+    };
+    match next {
+        Some(next) => {
+            step.build_mut().install_step = Some(next);
+            step.installing(format!("{}: {summary}", describe(done)));
+        }
+        None => {
+            step.build_mut().stage = Some(BuildStage::Customize);
+            step.set(
+                types::INSTALLED,
+                true,
+                reasons::STAGE_SUCCEEDED,
+                format!(
+                    "VirtualMachine {} installed a day behind real time and cold-restarted from its root disk alone; {summary}",
+                    names.build_vm
+                ),
+            );
+            step.waiting_in_customize();
+        }
+    }
+}
+
 /// A failed attempt deletes every temporary object it recorded that is still ours.
 fn cleanup(status: &CRCBundleStatus, observed: &Observed, actions: &mut Vec<Action>) {
     let Some(resources) = status.build.as_ref().and_then(|b| b.resources.as_ref()) else {
         return;
     };
-    for temp in Temp::PREPARE {
+    for temp in Temp::ALL {
         let Some(recorded) = temp.slot(resources).filter(|r| !r.uid.is_empty()) else {
             continue;
         };
-        let ours = match temp {
-            Temp::InstallerJob => matches!(
-                observed.installer,
+        let job_ours = |state: &JobState| {
+            matches!(
+                state,
                 JobState::Unreported
                     | JobState::Seen(
                         Observation::Progress(_) | Observation::Done(_) | Observation::Failed(_)
                     )
-            ),
+            )
+        };
+        let ours = match temp {
+            Temp::InstallerJob => job_ours(&observed.installer),
+            Temp::HelperJob => job_ours(&observed.helper),
             _ => matches!(observed.temps.get(&temp), Some(None)),
         };
         if ours {
             actions.push(Action::Delete {
                 temp,
+                name: recorded.name.clone(),
                 uid: recorded.uid.clone(),
             });
         }
@@ -756,16 +1219,255 @@ mod tests {
             ("True".into(), reasons::STAGE_SUCCEEDED.into())
         );
         assert_eq!(reason(status, types::INSTALLED).0, "False");
-        // Settled: the same observation writes nothing new.
-        let settled = applied(prepared(), &decision);
-        let again = decide(
-            &settled,
+        assert_eq!(
+            status.build.as_ref().unwrap().install_step,
+            Some(InstallStep::Generator)
+        );
+        // The next pass names the Install stage's objects, then creates them in order.
+        let entered = applied(prepared(), &decision);
+        let next = decide(
+            &entered,
             &with_installer(Observation::Done(outcome())),
             HOUR,
             at(90),
         );
-        assert_eq!(Some(&again.status), settled.status.as_ref());
-        assert_eq!(again.requeue, Some(HOUR - Duration::from_secs(90)));
+        let created: Vec<Temp> = next
+            .actions
+            .iter()
+            .map(|a| match a {
+                Action::Create(temp) => *temp,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(created, Temp::INSTALL);
+        assert_eq!(next.requeue, Some(HOUR - Duration::from_secs(90)));
+    }
+
+    /// The Install stage's observations after its objects exist: the VM as KubeVirt shows it.
+    fn installing(step: InstallStep, vm: VmSeen, helper: JobState) -> (CRCBundle, Observed) {
+        let mut b = applied(
+            prepared(),
+            &decide(
+                &prepared(),
+                &with_installer(Observation::Done(outcome())),
+                HOUR,
+                at(60),
+            ),
+        );
+        let entered = decide(
+            &b,
+            &with_installer(Observation::Done(outcome())),
+            HOUR,
+            at(61),
+        );
+        b = applied(b, &entered);
+        let build = b.status.as_mut().unwrap().build.as_mut().unwrap();
+        build.install_step = Some(step);
+        let mut observed = with_installer(Observation::Done(outcome()));
+        for temp in Temp::INSTALL {
+            observed.temps.insert(temp, None);
+        }
+        observed.vm = Some(vm);
+        observed.helper = helper;
+        (b, observed)
+    }
+
+    fn running(uid: &str, boot: BuildBoot) -> VmSeen {
+        VmSeen {
+            boot: Some(boot),
+            vmi: Some(VmiSeen {
+                uid: uid.into(),
+                phase: "Running".into(),
+                ip: Some("10.128.0.9".into()),
+            }),
+            launcher_pod: true,
+            ..Default::default()
+        }
+    }
+
+    fn generator_boot() -> BuildBoot {
+        BuildBoot::Generator {
+            iso_claim: "custom-b1-iso".into(),
+        }
+    }
+
+    fn helper_done(step: HelperStep) -> JobState {
+        JobState::Seen(Observation::Done(
+            serde_json::to_string(&HelperOutcome {
+                step,
+                vmi_gone: None,
+                summary: "done".into(),
+            })
+            .unwrap(),
+        ))
+    }
+
+    #[test]
+    fn a_running_vmi_gets_its_helper_named_first_then_created() {
+        let (b, observed) = installing(
+            InstallStep::Generator,
+            running("vmi-1aaa", generator_boot()),
+            JobState::Unreported,
+        );
+        let d = decide(&b, &observed, HOUR, at(70));
+        assert_eq!(d.actions, vec![Action::Create(Temp::HelperJob)]);
+        let build = d.status.build.as_ref().unwrap();
+        assert_eq!(build.vmi_uid.as_deref(), Some("vmi-1aaa"));
+        assert_eq!(
+            build
+                .resources
+                .as_ref()
+                .unwrap()
+                .helper_job
+                .as_ref()
+                .unwrap()
+                .name,
+            "custom-b1-generator-vmi1aaa"
+        );
+    }
+
+    #[test]
+    fn each_helper_step_done_moves_the_build_vm_to_its_next_boot() {
+        // Generator done → Install: the VM is halted, waited for, then started with the
+        // install ISO.
+        let (mut b, observed) = installing(
+            InstallStep::Generator,
+            running("vmi-1", generator_boot()),
+            helper_done(HelperStep::Generator),
+        );
+        let build = b.status.as_mut().unwrap().build.as_mut().unwrap();
+        build.vmi_uid = Some("vmi-1".into());
+        build.resources.as_mut().unwrap().helper_job = Some(ObjectIdentity {
+            name: "custom-b1-generator-vmi1".into(),
+            uid: "job-1".into(),
+        });
+        let d = decide(&b, &observed, HOUR, at(70));
+        assert_eq!(
+            d.status.build.as_ref().unwrap().install_step,
+            Some(InstallStep::Install)
+        );
+        let b = applied(b, &d);
+        let (_, mut observed) = installing(
+            InstallStep::Install,
+            running("vmi-1", generator_boot()),
+            JobState::Unreported,
+        );
+        assert_eq!(
+            decide(&b, &observed, HOUR, at(71)).actions,
+            vec![Action::HaltVm]
+        );
+        let vm = observed.vm.as_mut().unwrap();
+        vm.halted = true;
+        let waiting = decide(&b, &observed, HOUR, at(72));
+        assert!(waiting.actions.is_empty(), "the VMI is still there");
+        let vm = observed.vm.as_mut().unwrap();
+        vm.vmi = None;
+        let polling = decide(&b, &observed, HOUR, at(73));
+        assert!(
+            polling.actions.is_empty(),
+            "the launcher pod still holds the disks"
+        );
+        assert_eq!(polling.requeue, Some(LAUNCHER_POLL));
+        let vm = observed.vm.as_mut().unwrap();
+        vm.launcher_pod = false;
+        vm.halt_observed = true;
+        let start = decide(&b, &observed, HOUR, at(74));
+        assert_eq!(
+            start.actions,
+            vec![Action::StartVm(BuildBoot::Install {
+                iso_claim: "custom-b1-install-iso".into()
+            })]
+        );
+    }
+
+    #[test]
+    fn the_cold_restart_starts_the_root_disk_alone_and_deletes_the_isos() {
+        let (b, mut observed) = installing(
+            InstallStep::ColdRestart,
+            VmSeen {
+                boot: Some(BuildBoot::Install {
+                    iso_claim: "custom-b1-install-iso".into(),
+                }),
+                halted: true,
+                halt_observed: true,
+                ..Default::default()
+            },
+            JobState::Unreported,
+        );
+        observed.temps.insert(Temp::WorkPvc, None);
+        observed.temps.insert(Temp::IsoPvc, None);
+        let d = decide(&b, &observed, HOUR, at(80));
+        assert_eq!(d.actions[0], Action::StartVm(BuildBoot::Installed));
+        let deleted: Vec<Temp> = d.actions[1..]
+            .iter()
+            .map(|a| match a {
+                Action::Delete { temp, .. } => *temp,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(deleted, Temp::RELEASED_BY_COLD_RESTART);
+        assert_eq!(
+            d.status.build.as_ref().unwrap().install_step,
+            Some(InstallStep::Certificates)
+        );
+        // Afterwards their absence fails nothing.
+        let b = applied(b, &d);
+        for temp in Temp::RELEASED_BY_COLD_RESTART {
+            observed.temps.insert(temp, Some(Observation::Lost));
+        }
+        observed.vm = Some(running("vmi-3", BuildBoot::Installed));
+        let next = decide(&b, &observed, HOUR, at(81));
+        assert_ne!(
+            next.status.phase,
+            Some(BundlePhase::Failed),
+            "{:?}",
+            next.status
+        );
+        assert_eq!(next.actions.last(), Some(&Action::Create(Temp::HelperJob)));
+    }
+
+    #[test]
+    fn the_certificates_helper_done_is_installed_and_a_failed_helper_fails_the_attempt() {
+        for (helper, want) in [
+            (
+                helper_done(HelperStep::Certificates),
+                ("True", reasons::STAGE_SUCCEEDED),
+            ),
+            (
+                JobState::Seen(Observation::Failed("CertificatesNotRotated: 3 days".into())),
+                ("False", reasons::HELPER_JOB_FAILED),
+            ),
+        ] {
+            let (mut b, observed) = installing(
+                InstallStep::Certificates,
+                running("vmi-3", BuildBoot::Installed),
+                helper,
+            );
+            let build = b.status.as_mut().unwrap().build.as_mut().unwrap();
+            build.vmi_uid = Some("vmi-3".into());
+            build.resources.as_mut().unwrap().helper_job = Some(ObjectIdentity {
+                name: "custom-b1-certificates-vmi3".into(),
+                uid: "job-3".into(),
+            });
+            let d = decide(&b, &observed, HOUR, at(90));
+            let (status, reason_) = reason(&d.status, types::INSTALLED);
+            assert_eq!((status.as_str(), reason_.as_str()), want);
+            if want.0 == "True" {
+                assert_eq!(
+                    d.status.build.as_ref().unwrap().stage,
+                    Some(BuildStage::Customize)
+                );
+            } else {
+                assert_eq!(d.status.phase, Some(BundlePhase::Failed));
+                assert!(d.actions.iter().any(|a| matches!(
+                    a,
+                    Action::Delete {
+                        temp: Temp::BuildVm,
+                        ..
+                    }
+                )));
+            }
+        }
     }
 
     #[test]
@@ -786,7 +1488,7 @@ mod tests {
             .actions
             .iter()
             .map(|a| match a {
-                Action::Delete { temp, uid } => {
+                Action::Delete { temp, uid, .. } => {
                     assert_eq!(uid, &format!("uid-{temp:?}"));
                     *temp
                 }
@@ -831,6 +1533,7 @@ mod tests {
             );
             assert!(decision.actions.contains(&Action::Delete {
                 temp: Temp::InstallerJob,
+                name: "custom-b1-installer".into(),
                 uid: "uid-InstallerJob".into()
             }));
         }

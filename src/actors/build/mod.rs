@@ -13,9 +13,11 @@ use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
+use kube::api::ListParams;
 use kube::api::PropagationPolicy;
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -23,18 +25,25 @@ use serde::de::DeserializeOwned;
 use super::context::Context;
 use super::download::JobState;
 use super::kind_supervisor::Next;
+use super::stage::build_vm::BuildVmStage;
 use super::stage::children::Children;
+use super::stage::guest_session::GuestSession;
 use super::stage::installer_job::InstallerJob;
 use super::stage::{Stage, judge};
+use crate::api::bundle::InstallStep;
 use crate::api::bundle::{BuildSpec, CRCBundle, CRCBundleStatus, ManifestRef, ManifestSourceKind};
 use crate::api::conditions::types;
+use crate::cdi::DataVolume;
+use crate::contract::build_helper::Step as HelperStep;
 use crate::contract::bundle_prep::SECRET_KEY;
 use crate::contract::installer::StagedFile;
 use crate::guest::keys;
+use crate::kubevirt::{RunStrategy, VirtualMachine, VirtualMachineInstance};
 use crate::resources;
 use crate::resources::build::{InstallerInputs, Names};
 use crate::resources::common::{bundle_labels, controller_ref, is_controlled_by};
 use crate::resources::profile::inputs::SshPublicKey;
+use crate::resources::profile::vm::{BuildBoot, DAY_BEHIND_SECONDS};
 use crate::resources::profile::{ignition, install_config, manifests};
 use crate::write;
 use admit::Admitted;
@@ -112,7 +121,16 @@ pub async fn pass(
     current.status = Some(status.clone());
     let mut created = false;
     for action in &actions {
-        if let Some(uid) = act(ctx, bundle, &spec, &status, admitted.as_ref(), action).await?
+        if let Some(uid) = act(
+            ctx,
+            bundle,
+            &spec,
+            &status,
+            admitted.as_ref(),
+            &observed,
+            action,
+        )
+        .await?
             && let Action::Create(temp) = action
         {
             decide::record_created(&mut status, *temp, uid);
@@ -125,11 +143,25 @@ pub async fn pass(
     publish_stage_events(ctx, bundle, &status).await;
 
     let owner = bundle.uid().unwrap_or_default();
-    match InstallerJob::slot(&status) {
-        Some(recorded) => children.ensure::<InstallerJob>(ctx, &owner, recorded).await,
-        None => children.stop(InstallerJob::KIND),
-    }
+    follow::<InstallerJob>(ctx, children, &owner, &status).await;
+    follow::<BuildVmStage>(ctx, children, &owner, &status).await;
+    follow::<GuestSession>(ctx, children, &owner, &status).await;
     Ok(requeue.map_or(Next::Done, Next::Requeue))
+}
+
+/// Starts (or keeps) the child of stage `S` on its recorded object; stops it when nothing is
+/// recorded. A failed attempt keeps its children: their reports tell its cleanup what is still
+/// there to delete.
+async fn follow<S: Stage>(
+    ctx: &Arc<Context>,
+    children: &mut Children,
+    owner: &str,
+    status: &CRCBundleStatus,
+) {
+    match S::slot(status) {
+        Some(recorded) => children.ensure::<S>(ctx, owner, recorded).await,
+        None => children.stop(S::KIND),
+    }
 }
 
 /// `spec.build.deadline`'s default, for a deadline the schema let through but Go's syntax
@@ -157,7 +189,7 @@ async fn publish_stage_events(ctx: &Context, bundle: &CRCBundle, status: &CRCBun
         .as_ref()
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default();
-    for type_ in [types::PREPARED, types::INSTALLED] {
+    for type_ in [types::PREPARED, types::INSTALLED, types::CUSTOMIZED] {
         ctx.events
             .transition(bundle, type_, before, &status.conditions)
             .await;
@@ -274,19 +306,38 @@ async fn observe(
         .and_then(|s| s.build.as_ref())
         .and_then(|b| b.resources.clone())
         .unwrap_or_default();
-    for temp in Temp::PREPARE {
+    for temp in Temp::ALL {
         let Some(recorded) = temp.slot(&resources).filter(|r| !r.uid.is_empty()) else {
             continue;
         };
         let seen = match temp {
-            Temp::ServiceAccount => judged::<ServiceAccount>(ctx, &name, recorded, &owner).await?,
-            Temp::InstallerSecret => judged::<Secret>(ctx, &name, recorded, &owner).await?,
-            Temp::WorkPvc | Temp::IsoPvc => {
+            Temp::ServiceAccount | Temp::HelperAccount => {
+                judged::<ServiceAccount>(ctx, &name, recorded, &owner).await?
+            }
+            Temp::InstallerSecret | Temp::CredentialsSecret => {
+                judged::<Secret>(ctx, &name, recorded, &owner).await?
+            }
+            Temp::WorkPvc | Temp::IsoPvc | Temp::InstallIsoPvc => {
                 judged::<PersistentVolumeClaim>(ctx, &name, recorded, &owner).await?
+            }
+            Temp::HelperRole => judged::<Role>(ctx, &name, recorded, &owner).await?,
+            Temp::HelperRoleBinding => judged::<RoleBinding>(ctx, &name, recorded, &owner).await?,
+            Temp::RootDataVolume => judged::<DataVolume>(ctx, &name, recorded, &owner).await?,
+            Temp::BuildVm => {
+                let (seen, vm) = build_vm(ctx, &name, recorded, &owner).await?;
+                observed.vm = vm;
+                seen
             }
             Temp::InstallerJob => {
                 observed.installer = children
                     .observation::<InstallerJob>(recorded)
+                    .cloned()
+                    .map_or(JobState::Unreported, JobState::Seen);
+                continue;
+            }
+            Temp::HelperJob => {
+                observed.helper = children
+                    .observation::<GuestSession>(recorded)
                     .cloned()
                     .map_or(JobState::Unreported, JobState::Seen);
                 continue;
@@ -315,6 +366,95 @@ async fn observe(
         Some(_) => KeySecret::NotOurs,
     };
     Ok(())
+}
+
+/// The build VM (judged like every temporary object) and, when it is ours, its boot, run
+/// strategy, VMI and launcher pod.
+async fn build_vm(
+    ctx: &Context,
+    bundle: &str,
+    recorded: &crate::api::common::ObjectIdentity,
+    owner: &str,
+) -> Result<(Option<super::stage::Observation>, Option<decide::VmSeen>), Error> {
+    let err = |what: String| {
+        let bundle = bundle.to_owned();
+        move |source| Error::Observe {
+            name: bundle,
+            what,
+            source,
+        }
+    };
+    let vm = Api::<VirtualMachine>::namespaced(ctx.client.clone(), &ctx.namespace)
+        .get_opt(&recorded.name)
+        .await
+        .map_err(err(format!("VirtualMachine {}", recorded.name)))?;
+    if let Some(verdict) = judge(recorded, owner, vm.as_ref()) {
+        return Ok((Some(verdict), None));
+    }
+    let Some(vm) = vm else {
+        return Ok((Some(super::stage::Observation::Lost), None));
+    };
+    let vmi = Api::<VirtualMachineInstance>::namespaced(ctx.client.clone(), &ctx.namespace)
+        .get_opt(&recorded.name)
+        .await
+        .map_err(err(format!("VirtualMachineInstance {}", recorded.name)))?;
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), &ctx.namespace)
+        .list_metadata(&ListParams::default().labels(&format!(
+            "{}={}",
+            crate::kubevirt::labels::VM_NAME,
+            recorded.name
+        )))
+        .await
+        .map_err(err(format!("the virt-launcher pods of {}", recorded.name)))?;
+    Ok((
+        None,
+        Some(vm_seen(&vm, vmi.as_ref(), !pods.items.is_empty())),
+    ))
+}
+
+/// What the build pass needs of the VM: which boot its template is, and its VMI.
+fn vm_seen(
+    vm: &VirtualMachine,
+    vmi: Option<&VirtualMachineInstance>,
+    launcher_pod: bool,
+) -> decide::VmSeen {
+    let spec = &vm.spec.template.spec;
+    let offset = spec
+        .domain
+        .clock
+        .as_ref()
+        .and_then(|c| c.utc.as_ref())
+        .and_then(|u| u.offset_seconds)
+        .unwrap_or(0);
+    let iso = spec
+        .volumes
+        .iter()
+        .find(|v| v.name == resources::profile::vm::ISO_DISK)
+        .and_then(|v| v.persistent_volume_claim.as_ref())
+        .map(|c| c.claim_name.clone());
+    // The Install boot's ISO is the install ISO volume; the generator's the stock one.
+    let boot = match (iso, offset) {
+        (None, 0) => Some(BuildBoot::Installed),
+        (Some(claim), o) if o == DAY_BEHIND_SECONDS && claim.ends_with("-install-iso") => {
+            Some(BuildBoot::Install { iso_claim: claim })
+        }
+        (Some(claim), o) if o == DAY_BEHIND_SECONDS => {
+            Some(BuildBoot::Generator { iso_claim: claim })
+        }
+        _ => None,
+    };
+    let halted = |s: Option<&RunStrategy>| s == Some(&RunStrategy::Halted);
+    decide::VmSeen {
+        boot,
+        halted: halted(vm.spec.run_strategy.as_ref()),
+        halt_observed: halted(vm.status.as_ref().and_then(|s| s.run_strategy.as_ref())),
+        vmi: vmi.map(|vmi| decide::VmiSeen {
+            uid: vmi.metadata.uid.clone().unwrap_or_default(),
+            phase: vmi.phase().as_str().to_owned(),
+            ip: vmi.first_ip().map(str::to_owned),
+        }),
+        launcher_pod,
+    }
 }
 
 async fn judged<K>(
@@ -347,6 +487,7 @@ async fn act(
     spec: &BuildSpec,
     status: &CRCBundleStatus,
     admitted: Option<&Admitted>,
+    observed: &Observed,
     action: &Action,
 ) -> Result<Option<String>, Error> {
     let ns = ctx.namespace.as_str();
@@ -394,24 +535,154 @@ async fn act(
                 let job = resources::build::installer_job(bundle, spec, ns, &names, &ctx.jobs);
                 create(ctx, &job).await
             }
+            Temp::HelperAccount => {
+                create(ctx, &resources::build::helper_account(bundle, ns, &names)).await
+            }
+            Temp::HelperRole => {
+                create(ctx, &resources::build::helper_role(bundle, ns, &names)).await
+            }
+            Temp::HelperRoleBinding => {
+                create(
+                    ctx,
+                    &resources::build::helper_role_binding(bundle, ns, &names),
+                )
+                .await
+            }
+            Temp::CredentialsSecret => {
+                create(
+                    ctx,
+                    &resources::build::credentials_secret(bundle, ns, &names),
+                )
+                .await
+            }
+            Temp::RootDataVolume => {
+                create(
+                    ctx,
+                    &resources::build::root_data_volume(bundle, spec, ns, &names),
+                )
+                .await
+            }
+            Temp::InstallIsoPvc => {
+                create(ctx, &resources::build::install_iso_pvc(bundle, ns, &names)).await
+            }
+            Temp::BuildVm => {
+                let boot = BuildBoot::Generator {
+                    iso_claim: names.iso_pvc.clone(),
+                };
+                let vm = resources::build::build_vm(bundle, ns, &names, &boot).map_err(|e| {
+                    Error::Render {
+                        name: name.clone(),
+                        detail: e.to_string(),
+                    }
+                })?;
+                create(ctx, &vm).await
+            }
+            Temp::HelperJob => {
+                let Some(job) = helper_job(bundle, spec, ns, &names, status, observed, &ctx.jobs)
+                else {
+                    return Ok(None);
+                };
+                create(ctx, &job).await
+            }
         }
         .map_err(kube_err)?,
-        Action::Delete { temp, uid } => {
-            let object = temp.name(&names);
+        Action::Delete { temp, name, uid } => {
             match temp {
-                Temp::ServiceAccount => delete::<ServiceAccount>(ctx, object, uid).await,
-                Temp::InstallerSecret => delete::<Secret>(ctx, object, uid).await,
-                Temp::WorkPvc | Temp::IsoPvc => {
-                    delete::<PersistentVolumeClaim>(ctx, object, uid).await
+                Temp::ServiceAccount | Temp::HelperAccount => {
+                    delete::<ServiceAccount>(ctx, name, uid).await
                 }
-                Temp::InstallerJob => delete::<Job>(ctx, object, uid).await,
+                Temp::InstallerSecret | Temp::CredentialsSecret => {
+                    delete::<Secret>(ctx, name, uid).await
+                }
+                Temp::WorkPvc | Temp::IsoPvc | Temp::InstallIsoPvc => {
+                    delete::<PersistentVolumeClaim>(ctx, name, uid).await
+                }
+                Temp::InstallerJob | Temp::HelperJob => delete::<Job>(ctx, name, uid).await,
+                Temp::HelperRole => delete::<Role>(ctx, name, uid).await,
+                Temp::HelperRoleBinding => delete::<RoleBinding>(ctx, name, uid).await,
+                Temp::RootDataVolume => delete::<DataVolume>(ctx, name, uid).await,
+                Temp::BuildVm => delete::<VirtualMachine>(ctx, name, uid).await,
             }
+            .map_err(kube_err)?;
+            None
+        }
+        Action::HaltVm => {
+            let patch = serde_json::json!({"spec": {"runStrategy": "Halted"}});
+            write::merge_patch(
+                &Api::<VirtualMachine>::namespaced(client.clone(), ns),
+                &names.build_vm,
+                &patch,
+            )
+            .await
+            .map_err(kube_err)?;
+            None
+        }
+        Action::StartVm(boot) => {
+            let vm = resources::build::build_vm(bundle, ns, &names, boot).map_err(|e| {
+                Error::Render {
+                    name: name.clone(),
+                    detail: e.to_string(),
+                }
+            })?;
+            // The whole template of the new boot (the ISO disk gone after the cold restart)
+            // and the run strategy, in one write.
+            let patch = serde_json::json!({"spec": {
+                "runStrategy": vm.spec.run_strategy,
+                "template": vm.spec.template,
+            }});
+            write::merge_patch(
+                &Api::<VirtualMachine>::namespaced(client.clone(), ns),
+                &names.build_vm,
+                &patch,
+            )
+            .await
             .map_err(kube_err)?;
             None
         }
     };
     tracing::info!(crcbundle = %name, ?action, "done");
     Ok(result)
+}
+
+/// The helper Job named in status for the VMI the pass saw running; `None` when the pass did not
+/// see it (the next pass creates it).
+fn helper_job(
+    bundle: &CRCBundle,
+    spec: &BuildSpec,
+    ns: &str,
+    names: &Names,
+    status: &CRCBundleStatus,
+    observed: &Observed,
+    settings: &resources::bundle::JobSettings,
+) -> Option<Job> {
+    let build = status.build.as_ref()?;
+    let vmi = observed.vm.as_ref()?.vmi.as_ref()?;
+    let recorded = build.resources.as_ref()?.helper_job.as_ref()?;
+    let step = match build.install_step? {
+        InstallStep::Generator => HelperStep::Generator,
+        InstallStep::Install => HelperStep::Install,
+        InstallStep::ColdRestart | InstallStep::Certificates => HelperStep::Certificates,
+    };
+    if build.vmi_uid.as_deref() != Some(vmi.uid.as_str())
+        || recorded.name != names.helper_job(step, &vmi.uid)
+    {
+        return None;
+    }
+    let release = status.release.as_ref()?;
+    let pinned = crate::tools::release::pinned(&release.image, release.digest.as_deref()?);
+    Some(resources::build::helper_job(
+        bundle,
+        spec,
+        ns,
+        names,
+        &resources::build::HelperTarget {
+            step,
+            vmi_uid: &vmi.uid,
+            ssh_host: vmi.ip.as_deref()?,
+            release_image: &pinned,
+        },
+        settings,
+    ))
 }
 
 /// Creates `obj` in the operator namespace; the UID now under its name ([`write::create_uid`]).

@@ -31,19 +31,25 @@ impl Stage for InstallerJob {
     }
 
     async fn observe(job: &Job, ctx: &Context) -> Result<Observation, kube::Error> {
-        let name = job.metadata.name.as_deref().unwrap_or_default();
-        Ok(match outcome(job) {
-            Observation::Done(_) => Observation::Done(
-                termination_message(&ctx.client, &ctx.namespace, name, |code| code == 0)
-                    .await?
-                    .unwrap_or_default(),
-            ),
-            Observation::Failed(why) => Observation::Failed(
-                last_failure(&ctx.client, &ctx.namespace, name)
-                    .await?
-                    .unwrap_or(why),
-            ),
-            other => other,
-        })
+        observe_job(job, ctx).await
     }
+}
+
+/// A Job of the build whose result is its termination message: `Done` with the message of its
+/// succeeded pod, `Failed` with the last line of its failed pod's.
+pub(super) async fn observe_job(job: &Job, ctx: &Context) -> Result<Observation, kube::Error> {
+    let name = job.metadata.name.as_deref().unwrap_or_default();
+    Ok(match outcome(job) {
+        Observation::Done(_) => Observation::Done(
+            termination_message(&ctx.client, &ctx.namespace, name, |code| code == 0)
+                .await?
+                .unwrap_or_default(),
+        ),
+        Observation::Failed(why) => Observation::Failed(
+            last_failure(&ctx.client, &ctx.namespace, name)
+                .await?
+                .unwrap_or(why),
+        ),
+        other => other,
+    })
 }

@@ -2,8 +2,11 @@
 //! of that stage whose identity (name + UID) the bundle's status holds.
 //!
 //! ```text
-//! crcbundle/<uid>                  parent: decides, creates and deletes, writes status (alone)
-//! └── crcbundle.prepjob/<uid>      child: watches the prep Job named in status.prepJob
+//! crcbundle/<uid>                       parent: decides, creates and deletes, writes status (alone)
+//! ├── crcbundle.prepjob/<uid>           download source: the prep Job named in status.prepJob
+//! ├── crcbundle.installerjob/<uid>      build, Prepare: the installer Job
+//! ├── crcbundle.buildvm/<uid>           build, Install: the build VM through its three boots
+//! └── crcbundle.guestsession/<uid>      build, Install: the helper Job of the current step and VMI
 //! ```
 //!
 //! A child never writes anything: it observes its object and reports to its parent by message
@@ -21,7 +24,9 @@
 //! VM, guest session, disk copy, validation clone) is one more.
 
 pub mod actor;
+pub mod build_vm;
 pub mod children;
+pub mod guest_session;
 pub mod installer_job;
 pub mod prep_job;
 

@@ -361,6 +361,42 @@ pub fn cat(ctx: &mut Ctx<'_>, args: &[String], stdin: &[u8]) -> Run {
     run
 }
 
+/// `sha256sum [FILE…]`: `<hex>  <name>` per operand, `<hex>  -` for stdin.
+pub fn sha256sum(ctx: &mut Ctx<'_>, args: &[String], stdin: &[u8]) -> Run {
+    use sha2::{Digest, Sha256};
+    let line = |bytes: &[u8], name: &str| {
+        let hex: String = Sha256::digest(bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("{hex}  {name}\n")
+    };
+    if let Some(option) = args.iter().find(|a| a.starts_with('-') && a.len() > 1) {
+        return Run::fail(1, format!("sha256sum: unsupported option {option}"));
+    }
+    if args.is_empty() {
+        return Run::out(line(stdin, "-").into_bytes());
+    }
+    let mut run = Run::ok();
+    for arg in args {
+        let bytes = if arg == "-" {
+            Ok(stdin.to_vec())
+        } else {
+            let path = ctx.path(arg);
+            ctx.read(&path)
+        };
+        match bytes {
+            Ok(bytes) => run.stdout.extend_from_slice(line(&bytes, arg).as_bytes()),
+            Err(err) => {
+                run.stderr
+                    .extend_from_slice(format!("sha256sum: {arg}: {}\n", err.message()).as_bytes());
+                run.code = 1;
+            }
+        }
+    }
+    run
+}
+
 pub fn tee(ctx: &mut Ctx<'_>, args: &[String], stdin: &[u8]) -> Run {
     let mut append = false;
     let mut files = Vec::new();

@@ -121,6 +121,14 @@ impl Machine {
         {
             addresses.push(node_ip);
         }
+        // Addresses NetworkManager keyfiles give (the profile's dummy interface, live or installed).
+        for keyfile in net::keyfiles(&self.state) {
+            if let Some(address) = keyfile.address
+                && !addresses.contains(&address)
+            {
+                addresses.push(address);
+            }
+        }
         addresses
     }
 }
@@ -285,7 +293,7 @@ pub fn reads_stdin(pipeline: &Pipeline) -> bool {
         let operands = args.iter().filter(|a| !a.starts_with('-')).count();
         match first.argv[0].as_str() {
             "tee" => true,
-            "cat" | "base64" => operands == 0,
+            "cat" | "base64" | "sha256sum" => operands == 0,
             _ => false,
         }
     })
@@ -317,6 +325,7 @@ fn run_simple(
         "tee" => fs::tee(ctx, args, stdin),
         "install" => fs::install(ctx, args),
         "base64" => fs::base64(ctx, args, stdin),
+        "sha256sum" => fs::sha256sum(ctx, args, stdin),
         "echo" => fs::echo(args),
         "test" => fs::test(ctx, args),
         "[" => fs::bracket(ctx, args),

@@ -353,6 +353,15 @@ fn yaml_helpers_read_like_the_shell_fake() {
         yaml_top("sshKey", "sshKey: |\n  ssh-ed25519 K\n").as_deref(),
         Some("ssh-ed25519 K")
     );
+    assert_eq!(
+        yaml_top(
+            "sshKey",
+            "sshKey: >-\n  ecdsa-sha2-nistp256\n  AAAA core\nnext: 1\n"
+        )
+        .as_deref(),
+        Some("ecdsa-sha2-nistp256 AAAA core"),
+        "a folded block, as the profile's install-config writes a long key"
+    );
     assert_eq!(yaml_top("name", INSTALL_CONFIG), None);
     assert_eq!(
         yaml_any("installationDisk", INSTALL_CONFIG).as_deref(),

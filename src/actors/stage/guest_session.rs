@@ -1,0 +1,36 @@
+//! The Install stage's guest session: the helper Job of the current step and VMI, recorded in
+//! `status.build.resources.helperJob`. Its result is the termination message of its succeeded pod
+//! ([`crate::contract::build_helper::Outcome`]). A lost helper Job is made again by the parent
+//! (mission §5: a helper works from status, so another run is safe); the child only reports.
+
+use k8s_openapi::api::batch::v1::Job;
+
+use super::installer_job::observe_job;
+use super::{Observation, Stage, WhenLost};
+use crate::actors::context::Context;
+use crate::api::bundle::CRCBundleStatus;
+use crate::api::common::ObjectIdentity;
+
+/// The guest session stage.
+pub struct GuestSession;
+
+impl Stage for GuestSession {
+    type Object = Job;
+    const KIND: &'static str = "crcbundle.guestsession";
+    const WHEN_LOST: WhenLost = WhenLost::Recreate;
+
+    fn slot(status: &CRCBundleStatus) -> Option<&ObjectIdentity> {
+        status
+            .build
+            .as_ref()?
+            .resources
+            .as_ref()?
+            .helper_job
+            .as_ref()
+            .filter(|job| !job.uid.is_empty())
+    }
+
+    async fn observe(job: &Job, ctx: &Context) -> Result<Observation, kube::Error> {
+        observe_job(job, ctx).await
+    }
+}

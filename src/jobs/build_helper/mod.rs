@@ -1,0 +1,582 @@
+//! `guestcluster build-helper`: the guest session of a bundle build's Install stage
+//! (`docs/design/certificates-and-time.md` §2–§4). One Job per step and VMI; the steps
+//! themselves are [`crate::guest::build`]:
+//!
+//! - **generator** (guest a day behind): the installer and its staging directory into the live
+//!   system's memory, the single-node Ignition made there, patched, embedded into the install
+//!   ISO (`disk.img` of the install ISO volume, via a partial file) in this pod; the admin
+//!   kubeconfig and kubeadmin password into the credentials Secret; the guest powered off;
+//! - **install** (guest a day behind): the install followed through the guest API until the
+//!   cluster is settled, the installer's kubelet signer recorded in the credentials Secret,
+//!   SNC's certificate steps, settled again;
+//! - **certificates** (guest on real time, after the cold restart): kubelet CSRs approved until
+//!   both kubelet certificates are valid 25 days by guest time from a signer that is not the
+//!   installer's.
+//!
+//! Scoped to its VMI as the crc-agent is ([`crate::agent::scope`]): a VMI that is replaced or
+//! stops ends the work without effect (exit 0, `vmiGone` in the outcome). The outcome is the
+//! termination message; a failure writes `<Reason>: <message>` there instead.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams};
+use tracing::info;
+
+use crate::agent::scope::{self, Verdict};
+use crate::contract::build_helper::{
+    ENV_CREDENTIALS_DIR, ENV_CREDENTIALS_SECRET, ENV_ISO_DIR, ENV_NAMESPACE, ENV_RELEASE_IMAGE,
+    ENV_SSH_HOST, ENV_SSH_KEY_PATH, ENV_STEP, ENV_VM_NAME, ENV_VMI_UID, ENV_WORK_DIR,
+    KEY_INSTALLER_SIGNER, KEY_KUBEADMIN_PASSWORD, KEY_KUBECONFIG, Outcome, Step,
+};
+use crate::contract::installer::{WORK_BIN, WORK_STAGING, WORK_STOCK_ISO};
+use crate::contract::termination;
+use crate::guest::api::Credentials;
+use crate::guest::build::{self as steps, DAY_SECONDS};
+use crate::guest::cluster::{self, Patience};
+use crate::guest::kubeconfig::Kubeconfig;
+use crate::guest::ssh::{SshGuest, SshOptions};
+use crate::guest::{GuestError, keys};
+use crate::kubevirt::VirtualMachineInstance;
+use crate::tools::coreos_installer;
+
+/// The ISO the build VM boots, in the install ISO volume.
+pub const DISK_FILE: &str = "disk.img";
+const PARTIAL_DISK_FILE: &str = ".disk.img.partial";
+/// The patched live Ignition, only while it is embedded (it holds the pull secret).
+const IGNITION_FILE: &str = ".live.ign";
+const SSH_PORT: u16 = 22;
+/// How long sshd may take to answer after the VMI runs (a live ISO boots in a minute or two).
+const SSH_WAIT: Duration = Duration::from_secs(600);
+/// Each guest command of the generator boot: the installer's `create` steps take seconds to a
+/// few minutes.
+const INSTALLER_COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
+/// Each guest command of the later steps (reads, `openssl`, `date`).
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+/// The install itself: bootstrap in place takes 30–60 minutes on real hardware.
+const INSTALL_WAIT: Duration = Duration::from_secs(2 * 3600);
+/// One round of waiting for a settled cluster over one connection, before connecting again.
+const INSTALL_ROUND: Duration = Duration::from_secs(120);
+/// A certificate step of the install boot, and the CSR loop after the cold restart.
+const CERTIFICATES_WAIT: Duration = Duration::from_secs(30 * 60);
+
+/// Why the helper failed; [`Error::reason`] is one of
+/// [`REASONS`](crate::contract::build_helper::REASONS).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    InvalidConfig(String),
+    #[error("{0}")]
+    Scope(#[from] scope::Error),
+    #[error("guest SSH: {0}")]
+    Ssh(#[source] GuestError),
+    #[error("{0}")]
+    Step(#[from] steps::Error),
+    #[error("{0}")]
+    Cluster(#[from] cluster::Error),
+    #[error("embedding the single-node Ignition: {0}")]
+    Embed(String),
+    #[error("the credentials: {0}")]
+    Credentials(String),
+    #[error("{what}: {source}")]
+    Storage {
+        what: String,
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::InvalidConfig(_) => "InvalidConfig",
+            Error::Scope(_) => "VMIUnreadable",
+            Error::Ssh(_) => "GuestUnreachable",
+            Error::Step(err) => err.reason(),
+            Error::Cluster(_) => "GuestAPIUnavailable",
+            Error::Embed(_) => "EmbedFailed",
+            Error::Credentials(_) => "CredentialsUnavailable",
+            Error::Storage { .. } => "StorageError",
+        }
+    }
+
+    fn storage(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+        let what = what.into();
+        move |source| Error::Storage { what, source }
+    }
+}
+
+/// The helper's settings, from the Job's environment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub step: Step,
+    pub namespace: String,
+    pub vm_name: String,
+    pub vmi_uid: String,
+    pub ssh_host: String,
+    pub ssh_key_path: PathBuf,
+    pub release_image: String,
+    pub credentials_secret: String,
+    pub work_dir: Option<PathBuf>,
+    pub iso_dir: Option<PathBuf>,
+    pub credentials_dir: Option<PathBuf>,
+}
+
+impl Config {
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, Error> {
+        let required = |name: &str| {
+            lookup(name)
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| Error::InvalidConfig(format!("{name} is required")))
+        };
+        let step_text = required(ENV_STEP)?;
+        let step = Step::parse(&step_text).ok_or_else(|| {
+            Error::InvalidConfig(format!(
+                "{ENV_STEP}={step_text:?} is not generator, install or certificates"
+            ))
+        })?;
+        let path = |name: &str| lookup(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let config = Config {
+            step,
+            namespace: required(ENV_NAMESPACE)?,
+            vm_name: required(ENV_VM_NAME)?,
+            vmi_uid: required(ENV_VMI_UID)?,
+            ssh_host: required(ENV_SSH_HOST)?,
+            ssh_key_path: PathBuf::from(required(ENV_SSH_KEY_PATH)?),
+            release_image: required(ENV_RELEASE_IMAGE)?,
+            credentials_secret: required(ENV_CREDENTIALS_SECRET)?,
+            work_dir: path(ENV_WORK_DIR),
+            iso_dir: path(ENV_ISO_DIR),
+            credentials_dir: path(ENV_CREDENTIALS_DIR),
+        };
+        let needs = |present: bool, name: &str| {
+            if present {
+                Ok(())
+            } else {
+                Err(Error::InvalidConfig(format!(
+                    "{name} is required for step {}",
+                    step.as_str()
+                )))
+            }
+        };
+        match step {
+            Step::Generator => {
+                needs(config.work_dir.is_some(), ENV_WORK_DIR)?;
+                needs(config.iso_dir.is_some(), ENV_ISO_DIR)?;
+            }
+            Step::Install | Step::Certificates => {
+                needs(config.credentials_dir.is_some(), ENV_CREDENTIALS_DIR)?;
+            }
+        }
+        Ok(config)
+    }
+
+    fn ssh_addr(&self) -> String {
+        if self.ssh_host.contains(':') {
+            format!("[{}]:{SSH_PORT}", self.ssh_host)
+        } else {
+            format!("{}:{SSH_PORT}", self.ssh_host)
+        }
+    }
+}
+
+/// Entry point of `guestcluster build-helper`.
+pub fn main() -> ExitCode {
+    let result = Config::from_lookup(|name| std::env::var(name).ok()).and_then(|config| {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(Error::storage("starting the async runtime"))?;
+        runtime.block_on(async {
+            let client = kube::Client::try_default()
+                .await
+                .map_err(|e| Error::InvalidConfig(format!("management cluster client: {e}")))?;
+            run(&config, client).await
+        })
+    });
+    match result {
+        Ok(outcome) => {
+            let json = serde_json::to_string(&outcome).unwrap_or_default();
+            eprintln!("build helper finished: {json}");
+            crate::jobs::termination::write(&json);
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            let message = termination::message(err.reason(), &err);
+            eprintln!("{message}");
+            crate::jobs::termination::write(&message);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the configured step for its VMI; `client` is the management cluster's.
+pub async fn run(config: &Config, client: kube::Client) -> Result<Outcome, Error> {
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), &config.namespace);
+    let gone = |reason: String| Outcome {
+        step: config.step,
+        vmi_gone: Some(reason),
+        summary: String::new(),
+    };
+    if let Verdict::Stop(reason) =
+        scope::check(&vmis, &config.namespace, &config.vm_name, &config.vmi_uid).await?
+    {
+        info!(%reason, "the VMI is not this Job's; nothing done");
+        return Ok(gone(reason));
+    }
+    let watch = scope::watch_until_gone(
+        vmis,
+        config.vm_name.clone(),
+        config.vmi_uid.clone(),
+        Duration::from_secs(1),
+    );
+    let work = async {
+        Ok::<_, Error>(match config.step {
+            Step::Generator => {
+                let guest = connect(config).await?;
+                let summary = generator(config, &client, &guest).await?;
+                (Some(guest), summary)
+            }
+            // The install boot reboots under its connections: it makes its own.
+            Step::Install => (None, install(config, &client).await?),
+            Step::Certificates => {
+                let guest = connect(config).await?;
+                let summary = certificates(config, guest.clone()).await?;
+                guest.close().await;
+                (None, summary)
+            }
+        })
+    };
+    // Dropping the work on a gone VMI drops its SSH connections with it.
+    let (generator_guest, summary) = tokio::select! {
+        reason = watch => return Ok(gone(reason)),
+        result = work => result?,
+    };
+    if let Some(guest) = generator_guest {
+        // After the watch: the power-off ends the VMI on purpose.
+        steps::power_off(&guest).await?;
+        info!("generator guest powered off");
+    }
+    Ok(Outcome {
+        step: config.step,
+        vmi_gone: None,
+        summary,
+    })
+}
+
+async fn connect(config: &Config) -> Result<Arc<SshGuest>, Error> {
+    let text = std::fs::read_to_string(&config.ssh_key_path).map_err(Error::storage(format!(
+        "reading the SSH key {}",
+        config.ssh_key_path.display()
+    )))?;
+    let key = keys::parse_private_key(&text).map_err(|e| {
+        Error::InvalidConfig(format!("SSH key {}: {e}", config.ssh_key_path.display()))
+    })?;
+    let addr = config.ssh_addr();
+    crate::guest::ssh::wait_for_port(&addr, Duration::from_secs(2), SSH_WAIT)
+        .await
+        .map_err(Error::Ssh)?;
+    let options = SshOptions {
+        connect_timeout: Duration::from_secs(30),
+        command_timeout: Some(match config.step {
+            Step::Generator => INSTALLER_COMMAND_TIMEOUT,
+            Step::Install | Step::Certificates => COMMAND_TIMEOUT,
+        }),
+        ..SshOptions::default()
+    };
+    let guest = SshGuest::connect(&addr, key, &options)
+        .await
+        .map_err(Error::Ssh)?;
+    info!(%addr, "connected to the guest");
+    Ok(Arc::new(guest))
+}
+
+/// The generator boot.
+async fn generator(
+    config: &Config,
+    client: &kube::Client,
+    guest: &SshGuest,
+) -> Result<String, Error> {
+    let skew = steps::check_clock(guest, -DAY_SECONDS).await?;
+    info!(skew, "guest clock a day behind");
+    let work = config
+        .work_dir
+        .as_deref()
+        .unwrap_or(std::path::Path::new("."));
+    let iso_dir = config
+        .iso_dir
+        .as_deref()
+        .unwrap_or(std::path::Path::new("."));
+    let installer_path = work.join(WORK_BIN).join("openshift-install");
+    let installer = std::fs::read(&installer_path).map_err(Error::storage(format!(
+        "reading {}",
+        installer_path.display()
+    )))?;
+    let staging_dir = work.join(WORK_STAGING);
+    let staged = steps::read_staging(&staging_dir).map_err(Error::storage(format!(
+        "reading the staging directory {}",
+        staging_dir.display()
+    )))?;
+    let generated = steps::generate(guest, &installer, &staged, &config.release_image).await?;
+    info!("single-node Ignition created in the guest");
+
+    // Embedding edits a file and involves no clock: done here, from the stock ISO.
+    let ignition = iso_dir.join(IGNITION_FILE);
+    write_private(&ignition, generated.live_ignition.expose().as_bytes())?;
+    let partial = iso_dir.join(PARTIAL_DISK_FILE);
+    let embedded = coreos_installer::embed(&ignition, &work.join(WORK_STOCK_ISO), &partial).await;
+    let _ = std::fs::remove_file(&ignition);
+    embedded.map_err(|e| Error::Embed(e.to_string()))?;
+    let disk = iso_dir.join(DISK_FILE);
+    std::fs::rename(&partial, &disk).map_err(Error::storage(format!(
+        "renaming {} to {}",
+        partial.display(),
+        disk.display()
+    )))?;
+    info!(disk = %disk.display(), "install ISO written");
+
+    patch_credentials(
+        client,
+        config,
+        [
+            (KEY_KUBECONFIG, generated.kubeconfig),
+            (KEY_KUBEADMIN_PASSWORD, generated.kubeadmin_password),
+        ],
+    )
+    .await?;
+    Ok(format!(
+        "single-node Ignition made at guest time ({skew} s from real time) and embedded into the install ISO"
+    ))
+}
+
+fn write_private(path: &std::path::Path, data: &[u8]) -> Result<(), Error> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(Error::storage(format!("writing {}", path.display())))?;
+    file.write_all(data)
+        .map_err(Error::storage(format!("writing {}", path.display())))
+}
+
+/// Adds keys to the credentials Secret (server-side apply of those keys only).
+async fn patch_credentials<const N: usize>(
+    client: &kube::Client,
+    config: &Config,
+    entries: [(&str, Vec<u8>); N],
+) -> Result<(), Error> {
+    let data: std::collections::BTreeMap<String, ByteString> = entries
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), ByteString(v)))
+        .collect();
+    let patch = serde_json::json!({"data": data});
+    Api::<Secret>::namespaced(client.clone(), &config.namespace)
+        .patch(
+            &config.credentials_secret,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(|e| {
+            Error::Credentials(format!(
+                "writing Secret {}/{}: {e}",
+                config.namespace, config.credentials_secret
+            ))
+        })?;
+    Ok(())
+}
+
+/// What the credentials Secret holds, as mounted.
+struct Mounted {
+    credentials: Credentials,
+    installer_signer: Option<String>,
+}
+
+fn read_mounted(config: &Config) -> Result<Mounted, Error> {
+    let dir = config
+        .credentials_dir
+        .as_deref()
+        .unwrap_or(std::path::Path::new("."));
+    let read = |key: &str| std::fs::read_to_string(dir.join(key));
+    let text = read(KEY_KUBECONFIG).map_err(|e| {
+        Error::Credentials(format!(
+            "{}/{KEY_KUBECONFIG}: {e} (the generator step writes it)",
+            dir.display()
+        ))
+    })?;
+    let kubeconfig = Kubeconfig::parse(&text)
+        .map_err(|e| Error::Credentials(format!("{KEY_KUBECONFIG}: {e}")))?;
+    let server_ca = kubeconfig
+        .server_ca()
+        .map_err(|e| Error::Credentials(format!("{KEY_KUBECONFIG}: {e}")))?;
+    let (client_cert, client_key) = kubeconfig
+        .client_credentials()
+        .map_err(|e| Error::Credentials(format!("{KEY_KUBECONFIG}: {e}")))?;
+    Ok(Mounted {
+        credentials: Credentials {
+            server_ca,
+            client_cert,
+            client_key,
+        },
+        installer_signer: read(KEY_INSTALLER_SIGNER)
+            .ok()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty()),
+    })
+}
+
+fn patience(deadline: Duration) -> Patience {
+    Patience::new(steps::POLL, deadline)
+}
+
+/// The install boot. The live system installs to the root disk and reboots inside the VMI, so
+/// the guest drops the connection (and its tunnels) once on the way, and its sshd may answer
+/// before the bundle key is installed: every failure to reach a settled cluster is retried over
+/// a new connection until [`INSTALL_WAIT`].
+async fn install(config: &Config, client: &kube::Client) -> Result<String, Error> {
+    let mounted = read_mounted(config)?;
+    let deadline = tokio::time::Instant::now() + INSTALL_WAIT;
+    let (guest, api, version) = loop {
+        let attempt = async {
+            let guest = connect(config).await?;
+            let skew = steps::check_clock(guest.as_ref(), -DAY_SECONDS).await?;
+            let clock = cluster::guest_clock(guest.as_ref()).await?;
+            let api = crate::guest::api::client(guest.clone(), &mounted.credentials, clock)
+                .map_err(|source| cluster::Error::Client {
+                    step: cluster::STEP_CLIENT,
+                    source,
+                })?;
+            let version =
+                steps::wait_settled(&api, patience(INSTALL_ROUND), || guest.is_closed()).await?;
+            info!(skew, %version, "install complete, guest a day behind");
+            Ok::<_, Error>((guest, api, version))
+        };
+        match attempt.await {
+            Ok(done) => break done,
+            // A clock that is not a day behind will not become so: fail at once.
+            Err(err @ Error::Step(steps::Error::ClockNotShifted { .. })) => return Err(err),
+            Err(err) if tokio::time::Instant::now() + steps::POLL < deadline => {
+                info!("install not complete yet: {err}");
+                tokio::time::sleep(steps::POLL).await;
+            }
+            Err(err) => return Err(err),
+        }
+    };
+    let signer = steps::issuer(guest.as_ref(), steps::KUBELET_CLIENT_CERT).await?;
+    info!(%signer, "the installer's kubelet signer");
+    patch_credentials(
+        client,
+        config,
+        [(KEY_INSTALLER_SIGNER, signer.clone().into_bytes())],
+    )
+    .await?;
+    steps::snc_certificate_steps(&api, patience(CERTIFICATES_WAIT)).await?;
+    info!("cred-manager applied, the installer's CSR signer replaced");
+    steps::wait_settled(&api, patience(CERTIFICATES_WAIT), || guest.is_closed()).await?;
+    guest.close().await;
+    Ok(format!(
+        "OpenShift {version} installed a day behind real time; the installer's kubelet signer ({signer}) replaced"
+    ))
+}
+
+/// After the cold restart.
+async fn certificates(config: &Config, guest: Arc<SshGuest>) -> Result<String, Error> {
+    let mounted = read_mounted(config)?;
+    let signer = mounted.installer_signer.ok_or_else(|| {
+        Error::Credentials(format!(
+            "{KEY_INSTALLER_SIGNER} is missing (the install step writes it)"
+        ))
+    })?;
+    let skew = steps::check_clock(guest.as_ref(), 0).await?;
+    info!(skew, "guest clock on real time");
+    let clock = cluster::guest_clock(guest.as_ref()).await?;
+    let api = crate::guest::api::client(guest.clone(), &mounted.credentials, clock).map_err(
+        |source| cluster::Error::Client {
+            step: cluster::STEP_CLIENT,
+            source,
+        },
+    )?;
+    let [client_cert, server_cert] =
+        steps::rotate_kubelet_certs(&guest, &api, &signer, patience(CERTIFICATES_WAIT)).await?;
+    Ok(format!(
+        "kubelet client certificate valid {} more days, serving {} more days by guest time, issued by {}",
+        client_cert.remaining / 86_400,
+        server_cert.remaining / 86_400,
+        client_cert.issuer.trim_start_matches("issuer=")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: std::collections::BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        move |name| map.get(name).cloned()
+    }
+
+    const BASE: [(&str, &str); 7] = [
+        (ENV_NAMESPACE, "ns"),
+        (ENV_VM_NAME, "b-b1-build"),
+        (ENV_VMI_UID, "uid"),
+        (ENV_SSH_HOST, "10.0.0.5"),
+        (ENV_SSH_KEY_PATH, "/key/id_ecdsa"),
+        (ENV_RELEASE_IMAGE, "quay.io/x/release@sha256:00"),
+        (ENV_CREDENTIALS_SECRET, "b-b1-credentials"),
+    ];
+
+    #[test]
+    fn each_step_needs_its_volumes() {
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut pairs = BASE.to_vec();
+            pairs.extend_from_slice(extra);
+            Config::from_lookup(env(&pairs))
+        };
+        let err = with(&[(ENV_STEP, "generator")]).unwrap_err();
+        assert_eq!(err.reason(), "InvalidConfig");
+        assert!(err.to_string().contains(ENV_WORK_DIR), "{err}");
+        let config = with(&[
+            (ENV_STEP, "generator"),
+            (ENV_WORK_DIR, "/work"),
+            (ENV_ISO_DIR, "/iso"),
+        ])
+        .unwrap();
+        assert_eq!(config.step, Step::Generator);
+        assert_eq!(config.ssh_addr(), "10.0.0.5:22");
+        assert!(with(&[(ENV_STEP, "install")]).is_err());
+        assert!(with(&[(ENV_STEP, "certificates"), (ENV_CREDENTIALS_DIR, "/c")]).is_ok());
+        let err = with(&[(ENV_STEP, "seal")]).unwrap_err();
+        assert!(err.to_string().contains("\"seal\""), "{err}");
+    }
+
+    #[test]
+    fn every_reason_is_in_the_contract() {
+        use crate::contract::build_helper::REASONS;
+        let errors = [
+            Error::InvalidConfig(String::new()),
+            Error::Embed(String::new()),
+            Error::Credentials(String::new()),
+            Error::Step(steps::Error::NotRotated(String::new())),
+            Error::Step(steps::Error::InstallIncomplete(String::new())),
+            Error::Step(steps::Error::ClockNotShifted {
+                expected: 0,
+                actual: 0,
+            }),
+            Error::Ssh(GuestError::Ssh(String::new())),
+        ];
+        for err in errors {
+            assert!(REASONS.contains(&err.reason()), "{}", err.reason());
+        }
+    }
+}

@@ -1,0 +1,296 @@
+//! The build source's Install stage end to end on the simulated cluster: the build VM's
+//! generator boot (the single-node Ignition made in the guest, a day behind), the install boot
+//! (bootstrap in place onto the root disk, SNC's certificate steps), the cold restart (ISO
+//! removed, clock back to real time, ISO and work volumes deleted) and the kubelet certificates
+//! brought to 25 days by guest time — each step a `guestcluster build-helper` Job run by the
+//! simulated kubelet against a guest that checks certificates by its own clock.
+// Tests act as users and other controllers: they write directly, not through the operator's write path.
+#![allow(clippy::disallowed_methods)]
+
+mod support;
+
+use std::collections::BTreeSet;
+
+use guestcluster::api::CRCBundle;
+use guestcluster::api::bundle::{BuildStage, InstallStep};
+use guestcluster::api::conditions::{self, reasons, types};
+use guestcluster::guest::ssh::{SshGuest, SshOptions};
+use guestcluster::guest::{Command, Guest, keys};
+use guestcluster::kubevirt::{VirtualMachine, VirtualMachineInstance};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
+use kube::api::{Api, DeleteParams};
+use support::build::*;
+use support::wait_for;
+use support::world::OPERATOR_NS;
+
+const DAY: i64 = 86_400;
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// What a watcher of the build VM saw while the build ran.
+#[derive(Default)]
+struct Seen {
+    /// Every address a VMI of the build VM had (the launcher pods').
+    ips: BTreeSet<String>,
+    /// The clock offsets of the VMIs, by UID.
+    offsets: std::collections::BTreeMap<String, i64>,
+    steps: Vec<InstallStep>,
+    last_message: String,
+}
+
+async fn look(client: &kube::Client, bundle: &str, seen: &mut Seen) {
+    let vm = format!("{bundle}-b1-build");
+    if let Ok(Some(vmi)) = Api::<VirtualMachineInstance>::namespaced(client.clone(), OPERATOR_NS)
+        .get_opt(&vm)
+        .await
+    {
+        if let Some(ip) = vmi.first_ip() {
+            seen.ips.insert(ip.to_owned());
+        }
+        let offset = vmi
+            .spec
+            .domain
+            .clock
+            .as_ref()
+            .and_then(|c| c.utc.as_ref())
+            .and_then(|u| u.offset_seconds)
+            .unwrap_or(0);
+        seen.offsets
+            .insert(vmi.metadata.uid.clone().unwrap_or_default(), offset);
+    }
+    if let Ok(b) = Api::<CRCBundle>::all(client.clone()).get(bundle).await
+        && let Some(step) = b.status.and_then(|s| s.build).and_then(|b| b.install_step)
+        && seen.steps.last() != Some(&step)
+    {
+        seen.steps.push(step);
+    }
+}
+
+async fn ssh(client: &kube::Client, bundle: &str, ip: &str) -> SshGuest {
+    let key = Api::<Secret>::namespaced(client.clone(), OPERATOR_NS)
+        .get(&format!("{bundle}-ssh-key"))
+        .await
+        .unwrap();
+    let text = String::from_utf8(key.data.unwrap()["id_ecdsa"].0.clone()).unwrap();
+    let key = keys::parse_private_key(&text).unwrap();
+    SshGuest::connect(&format!("{ip}:22"), key, &SshOptions::default())
+        .await
+        .expect("the bundle key opens the installed guest")
+}
+
+#[tokio::test]
+async fn a_build_installs_and_cold_restarts_with_25_day_kubelet_certificates() {
+    let client = support::client().await;
+    support::world::world();
+    let api: Api<CRCBundle> = Api::all(client.clone());
+    let name = support::unique("install");
+    good_inputs(&client, &name).await;
+    create_build(&client, &name, "30m").await;
+
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Seen::default()));
+    let b = support::wait_long("Installed=True", || {
+        let (client, api, name, seen) = (client.clone(), api.clone(), name.clone(), seen.clone());
+        async move {
+            let mut look_now = Seen::default();
+            std::mem::swap(&mut look_now, &mut seen.lock().unwrap());
+            look(&client, &name, &mut look_now).await;
+            *seen.lock().unwrap() = look_now;
+            let b = api.get(&name).await.ok()?;
+            let build = b.status.as_ref()?.build.as_ref()?;
+            // Shown when the wait times out: where the build stood.
+            let message = build.message.clone().unwrap_or_default();
+            if seen.lock().unwrap().last_message != message {
+                eprintln!("build: {message}");
+                seen.lock().unwrap().last_message = message;
+            }
+            assert_ne!(
+                build.stage,
+                Some(BuildStage::Failed),
+                "the build failed: {:?}",
+                b.status
+            );
+            condition(
+                &api,
+                &name,
+                types::INSTALLED,
+                "True",
+                reasons::STAGE_SUCCEEDED,
+            )
+            .await
+        }
+    })
+    .await;
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    let status = b.status.clone().unwrap();
+    let build = status.build.clone().unwrap();
+    assert_eq!(build.stage, Some(BuildStage::Customize));
+    assert_eq!(build.install_step, Some(InstallStep::Certificates));
+    let installed = message(&b, types::INSTALLED);
+    assert!(installed.contains("more days"), "{installed}");
+    assert!(
+        message(&b, types::CUSTOMIZED).contains("not part of this operator version"),
+        "{}",
+        message(&b, types::CUSTOMIZED)
+    );
+    assert!(
+        seen.steps.windows(2).all(|w| w[0] < w[1]),
+        "steps in order: {:?}",
+        seen.steps
+    );
+
+    // The VM after the cold restart: no ISO, real time, running from its root disk.
+    let vm = Api::<VirtualMachine>::namespaced(client.clone(), OPERATOR_NS)
+        .get(&format!("{name}-b1-build"))
+        .await
+        .unwrap();
+    let template = &vm.spec.template.spec;
+    assert!(
+        template
+            .domain
+            .devices
+            .disks
+            .iter()
+            .all(|d| d.cdrom.is_none()),
+        "no cdrom left: {:?}",
+        template.domain.devices.disks
+    );
+    assert!(template.volumes.iter().all(|v| v.name != "installiso"));
+    let vmi = Api::<VirtualMachineInstance>::namespaced(client.clone(), OPERATOR_NS)
+        .get(&format!("{name}-b1-build"))
+        .await
+        .unwrap();
+    let vmi_uid = vmi.metadata.uid.clone().unwrap();
+    assert_eq!(build.vmi_uid.as_deref(), Some(vmi_uid.as_str()));
+    assert_eq!(seen.offsets.get(&vmi_uid), Some(&0), "{:?}", seen.offsets);
+    assert!(
+        seen.offsets.values().filter(|o| **o == -DAY).count() >= 2,
+        "the generator and install boots ran a day behind: {:?}",
+        seen.offsets
+    );
+
+    // The ISOs and the work volume are gone; the root disk stays.
+    let pvcs = Api::<PersistentVolumeClaim>::namespaced(client.clone(), OPERATOR_NS);
+    for suffix in ["iso", "install-iso", "work"] {
+        let gone = pvcs
+            .get_opt(&format!("{name}-b1-{suffix}"))
+            .await
+            .unwrap()
+            .is_none_or(|p| p.metadata.deletion_timestamp.is_some());
+        assert!(gone, "{suffix} PVC deleted by the cold restart");
+    }
+    assert!(
+        pvcs.get_opt(&format!("{name}-b1-root"))
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    // In the guest, by its own clock: real time, and both kubelet certificates valid 25 days
+    // from a signer that is not the installer's.
+    let ip = vmi.first_ip().unwrap().to_owned();
+    let guest = ssh(&client, &name, &ip).await;
+    let guest_now: i64 = guest
+        .run_checked(&Command::new(["date", "-u", "+%s"]))
+        .await
+        .unwrap()
+        .stdout_text()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!((guest_now - now()).abs() < 300, "back on real time");
+    for pem in [
+        "/var/lib/kubelet/pki/kubelet-client-current.pem",
+        "/var/lib/kubelet/pki/kubelet-server-current.pem",
+    ] {
+        let checkend = guest
+            .run(&Command::sudo([
+                "openssl",
+                "x509",
+                "-noout",
+                "-checkend",
+                "2160000",
+                "-in",
+                pem,
+            ]))
+            .await
+            .unwrap();
+        assert_eq!(checkend.status, 0, "{pem} valid 25 days by guest time");
+        let issuer = guest
+            .run_checked(&Command::sudo([
+                "openssl", "x509", "-noout", "-issuer", "-in", pem,
+            ]))
+            .await
+            .unwrap()
+            .stdout_text();
+        assert!(!issuer.contains("kubelet-signer"), "{pem}: {issuer}");
+    }
+
+    // No launcher-pod address anywhere in the installed system.
+    let disk = volume_dir(&client, &format!("{name}-b1-root"))
+        .await
+        .join("disk.img");
+    let state = sim::guest::disk::read_state(&disk)
+        .unwrap()
+        .expect("an installed disk");
+    let text = serde_json::to_string(&state).unwrap();
+    assert!(!seen.ips.is_empty());
+    for ip in &seen.ips {
+        assert!(
+            !text.contains(ip.as_str()),
+            "pod IP {ip} in the installed guest"
+        );
+    }
+    guest.close().await;
+
+    // Credentials are a Secret of the bundle's, never in its status.
+    let status_text = serde_json::to_string(&status).unwrap();
+    assert!(!status_text.contains("BEGIN"), "no key material in status");
+}
+
+#[tokio::test]
+async fn a_root_disk_deleted_mid_install_fails_the_attempt_and_is_not_adopted() {
+    let client = support::client().await;
+    support::world::world();
+    let api: Api<CRCBundle> = Api::all(client.clone());
+    let name = support::unique("install-lost");
+    good_inputs(&client, &name).await;
+    create_build(&client, &name, "30m").await;
+
+    let root = wait_for("the root disk recorded", || async {
+        let b = api.get(&name).await.ok()?;
+        let resources = b.status?.build?.resources?;
+        resources.root_data_volume.filter(|r| !r.uid.is_empty())
+    })
+    .await;
+    let dvs = Api::<guestcluster::cdi::DataVolume>::namespaced(client.clone(), OPERATOR_NS);
+    dvs.delete(&root.name, &DeleteParams::default())
+        .await
+        .unwrap();
+
+    let b = wait_for("ResourceLost", || async {
+        let b = api.get(&name).await.ok()?;
+        let c = conditions::find(&b.status.as_ref()?.conditions, types::INSTALLED)?;
+        (c.reason == reasons::RESOURCE_LOST).then_some(b)
+    })
+    .await;
+    let text = message(&b, types::INSTALLED);
+    assert!(
+        text.contains(&root.name) && text.contains(&root.uid),
+        "{text}"
+    );
+    // The attempt's objects go, the build VM first among them.
+    wait_for("the build VM deleted", || async {
+        Api::<VirtualMachine>::namespaced(client.clone(), OPERATOR_NS)
+            .get_opt(&format!("{name}-b1-build"))
+            .await
+            .ok()?
+            .is_none_or(|vm| vm.metadata.deletion_timestamp.is_some())
+            .then_some(())
+    })
+    .await;
+}

@@ -1,0 +1,103 @@
+//! A build-sourced CRCBundle's inputs and the reads its scenarios share.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+
+use guestcluster::api::conditions;
+use guestcluster::api::{CRCBundle, CRCBundleSpec};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret};
+use kube::api::{Api, PostParams};
+
+use super::world::{OPERATOR_NS, world};
+
+pub const PULL_SECRET: &str = r#"{"auths":{"quay.io":{"auth":"c2NlbmFyaW86c2VjcmV0"}}}"#;
+pub const MACHINE_CONFIG: &str = "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n  name: 99-scenario\n  labels:\n    machineconfiguration.openshift.io/role: master\nspec: {}\n";
+
+pub async fn pull_secret(client: &kube::Client, name: &str, data: &str) {
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(
+            ".dockerconfigjson".to_owned(),
+            ByteString(data.as_bytes().to_vec()),
+        )])),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(client.clone(), OPERATOR_NS)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create pull secret");
+}
+
+pub async fn manifests(client: &kube::Client, name: &str, key: &str, text: &str) {
+    let cm = ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(key.to_owned(), text.to_owned())])),
+        ..Default::default()
+    };
+    Api::<ConfigMap>::namespaced(client.clone(), OPERATOR_NS)
+        .create(&PostParams::default(), &cm)
+        .await
+        .expect("create manifests ConfigMap");
+}
+
+/// A valid pull secret `<name>-pull` and manifest ConfigMap `<name>-mcs`.
+pub async fn good_inputs(client: &kube::Client, name: &str) {
+    pull_secret(client, &format!("{name}-pull"), PULL_SECRET).await;
+    manifests(client, &format!("{name}-mcs"), "mc.yaml", MACHINE_CONFIG).await;
+}
+
+/// Creates CRCBundle `name` building from Secret `<name>-pull` and ConfigMap `<name>-mcs`.
+pub async fn create_build(client: &kube::Client, name: &str, deadline: &str) {
+    let (secret, manifests) = (format!("{name}-pull"), format!("{name}-mcs"));
+    let spec: CRCBundleSpec = serde_json::from_value(serde_json::json!({
+        "goldenVolumeSize": "80Gi",
+        "build": {
+            "releaseImage": "quay.io/example/ocp-release:4.22.3-x86_64",
+            "pullSecretRef": {"name": secret},
+            "installationManifestRefs": [{"name": manifests}],
+            "deadline": deadline,
+        }
+    }))
+    .unwrap();
+    Api::<CRCBundle>::all(client.clone())
+        .create(&PostParams::default(), &CRCBundle::new(name, spec))
+        .await
+        .expect("create CRCBundle");
+}
+
+pub async fn condition(
+    api: &Api<CRCBundle>,
+    name: &str,
+    type_: &str,
+    status: &str,
+    reason: &str,
+) -> Option<CRCBundle> {
+    let b = api.get(name).await.ok()?;
+    let c = conditions::find(&b.status.as_ref()?.conditions, type_)?;
+    (c.status == status && c.reason == reason).then_some(b)
+}
+
+pub fn message(b: &CRCBundle, type_: &str) -> String {
+    conditions::find(&b.status.as_ref().unwrap().conditions, type_)
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
+/// The host directory of the PVC `name` (the simulation's volume store).
+pub async fn volume_dir(client: &kube::Client, name: &str) -> std::path::PathBuf {
+    let pvc = Api::<PersistentVolumeClaim>::namespaced(client.clone(), OPERATOR_NS)
+        .get(name)
+        .await
+        .expect("PVC");
+    world()
+        .root
+        .join("sim/volumes")
+        .join(pvc.metadata.uid.expect("uid"))
+}
