@@ -157,6 +157,8 @@ async fn build_objects(client: &kube::Client, name: &str) -> Vec<String> {
     uids!(k8s_openapi::api::core::v1::Secret);
     uids!(k8s_openapi::api::core::v1::PersistentVolumeClaim);
     uids!(k8s_openapi::api::core::v1::ServiceAccount);
+    uids!(guestcluster::kubevirt::VirtualMachine);
+    uids!(guestcluster::cdi::DataVolume);
     out.sort();
     out
 }
@@ -253,15 +255,81 @@ async fn a_restarted_operator_resumes_the_same_installer_job() {
     })
     .await;
     assert_eq!(b.status.unwrap().build.unwrap().attempt, Some(1));
-    assert_eq!(
-        build_objects(&client, &name).await,
-        objects,
-        "the same objects finished the stage"
-    );
+    // The build goes on into Install at once: the Prepare objects are the same ones.
+    let now = build_objects(&client, &name).await;
     assert!(
-        !second.log().contains("Create("),
-        "the second operator created nothing:\n{}",
-        second.log()
+        objects.iter().all(|o| now.contains(o)),
+        "the same objects finished the stage: {objects:#?} vs {now:#?}"
     );
+    for prepare in [
+        "ServiceAccount",
+        "InstallerSecret",
+        "WorkPvc",
+        "IsoPvc",
+        "InstallerJob",
+    ] {
+        assert!(
+            !second.log().contains(&format!("Create({prepare})")),
+            "the second operator created no Prepare object:\n{}",
+            second.log()
+        );
+    }
+
+    // Killed again in the install boot: the third operator follows the same VM, root disk and
+    // helper Job, and the build finishes with one of each.
+    let install_helper = wait_long("the install boot's helper Job recorded", || async {
+        let b = api.get(&name).await.ok()?;
+        let build = b.status?.build?;
+        (build.install_step == Some(guestcluster::api::bundle::InstallStep::Install))
+            .then_some(())?;
+        build
+            .resources?
+            .helper_job
+            .filter(|j| !j.uid.is_empty() && j.name.contains("-install-"))
+    })
+    .await;
+    let mut second = second;
+    second.kill();
+    let before = build_objects(&client, &name).await;
+    let third = operator_process("third-build-operator").await;
+    let b = wait_long("Installed=True", || async {
+        let b = api.get(&name).await.ok()?;
+        let c = conditions::find(&b.status.as_ref()?.conditions, types::INSTALLED)?;
+        (c.status == "True" && c.reason == reasons::STAGE_SUCCEEDED).then_some(b)
+    })
+    .await;
+    let build = b.status.unwrap().build.unwrap();
+    assert_eq!(build.attempt, Some(1));
+    let after = build_objects(&client, &name).await;
+    for kind in ["VirtualMachine", "DataVolume"] {
+        let of = |list: &[String]| -> Vec<String> {
+            list.iter()
+                .filter(|o| {
+                    o.split_whitespace()
+                        .next()
+                        .is_some_and(|k| k.rsplit("::").next() == Some(kind))
+                })
+                .cloned()
+                .collect()
+        };
+        assert_eq!(of(&before).len(), 1, "{before:#?}");
+        assert_eq!(of(&after), of(&before), "one {kind}, the same one");
+    }
+    assert!(
+        before.iter().any(|o| o.contains(&install_helper.uid)),
+        "the install helper Job existed when the operator was killed: {before:#?}"
+    );
+    for install in [
+        "BuildVm",
+        "RootDataVolume",
+        "InstallIsoPvc",
+        "CredentialsSecret",
+    ] {
+        assert!(
+            !third.log().contains(&format!("Create({install})")),
+            "the third operator made no second {install}:\n{}",
+            third.log()
+        );
+    }
     api.delete(&name, &DeleteParams::default()).await.unwrap();
 }

@@ -559,9 +559,13 @@ async fn ensure_pull_secret(client: &kube::Client) -> Result<(), Error> {
 }
 
 /// The build source as far as this operator version runs it: the sample build bundle's inputs
-/// (a pull secret and two manifest ConfigMaps), the bundle, then each stage change until
-/// `Prepared=True` (the installer Job: release resolved, installer extracted, live ISO verified,
-/// generator Ignition embedded).
+/// (a pull secret and two manifest ConfigMaps), the bundle, then each stage and install step
+/// until `Installed=True`: Prepare (the installer Job: release resolved, installer extracted,
+/// live ISO verified, generator Ignition embedded), then Install (the generator and install
+/// boots a day behind, the cold restart, the kubelet certificates to 25 days by guest time).
+/// How long the demo waits for the sample build to be Installed.
+const BUILD_DEADLINE: Duration = Duration::from_secs(900);
+
 async fn build_stages(
     client: &kube::Client,
     samples_dir: &Path,
@@ -608,48 +612,66 @@ async fn build_stages(
     let name =
         bundle.ok_or_else(|| Error::Demo("crcbundle-build.yaml holds no CRCBundle".into()))?;
     progress.step(format!(
-        "waiting for {name} to pass Admit (inputs digested into status) and Prepare (installer Job: release resolved to a digest, openshift-install extracted, live ISO verified, generator Ignition embedded)"
+        "waiting for {name} to pass Admit (inputs digested into status), Prepare (installer Job: release resolved to a digest, openshift-install extracted, live ISO verified, generator Ignition embedded) and Install (generator and install boots a day behind, cold restart from the root disk alone, kubelet certificates to 25 days by guest time)"
     ));
     let api: Api<CRCBundle> = Api::all(client.clone());
-    let deadline = Instant::now() + Duration::from_secs(300);
+    let deadline = Instant::now() + BUILD_DEADLINE;
     let mut last = String::new();
     loop {
         let b = api.get(&name).await?;
         let status = b.status.clone().unwrap_or_default();
         let stage = status.build.as_ref().and_then(|b| b.stage);
-        let lines: Vec<String> = [types::READY, types::PREPARED, types::INSTALLED]
+        let lines: Vec<String> = [types::PREPARED, types::INSTALLED]
             .into_iter()
             .filter_map(|t| conditions::find(&status.conditions, t))
             .map(|c| format!("{}={} {}", c.type_, c.status, c.reason))
             .collect();
         let stage_name = stage.map_or_else(|| "-".to_owned(), |s| format!("{s:?}"));
-        let line = format!("  {name}: stage {stage_name}, {}", lines.join(", "));
+        let step = status
+            .build
+            .as_ref()
+            .and_then(|b| b.install_step)
+            .map(|s| format!(" ({s:?})"))
+            .unwrap_or_default();
+        let message = status
+            .build
+            .as_ref()
+            .and_then(|b| b.message.clone())
+            .unwrap_or_default();
+        let line = format!(
+            "  {name}: stage {stage_name}{step}, {}: {message}",
+            lines.join(", ")
+        );
         if !lines.is_empty() && line != last {
             progress.step(&line);
             last = line;
         }
-        if conditions::find(&status.conditions, types::PREPARED).is_some_and(|c| {
-            c.status != "False" || stage == Some(guestcluster::api::bundle::BuildStage::Failed)
-        }) {
-            let prepared = conditions::find(&status.conditions, types::PREPARED)
+        let message_of = |type_: &str| {
+            conditions::find(&status.conditions, type_)
                 .map(|c| c.message.clone())
-                .unwrap_or_default();
-            if stage == Some(guestcluster::api::bundle::BuildStage::Failed) {
-                return Err(Error::Demo(format!(
-                    "the build of {name} failed: {prepared}"
-                )));
-            }
-            progress.step(format!("  Prepared: {prepared}"));
-            let installed = conditions::find(&status.conditions, types::INSTALLED)
-                .map(|c| c.message.clone())
-                .unwrap_or_default();
-            progress.step(format!("  Installed: {installed}"));
+                .unwrap_or_default()
+        };
+        if stage == Some(guestcluster::api::bundle::BuildStage::Failed) {
+            return Err(Error::Demo(format!(
+                "the build of {name} failed: {}",
+                message_of(types::READY)
+            )));
+        }
+        if conditions::find(&status.conditions, types::INSTALLED)
+            .is_some_and(|c| c.status == "True")
+        {
+            progress.step(format!("  Prepared: {}", message_of(types::PREPARED)));
+            progress.step(format!("  Installed: {}", message_of(types::INSTALLED)));
+            progress.step(format!(
+                "  next: {} (part 2 of the build source)",
+                message_of(types::CUSTOMIZED)
+            ));
             return Ok(());
         }
         if Instant::now() > deadline {
             return Err(Error::Timeout(
-                Duration::from_secs(300),
-                format!("CRCBundle {name} to be Prepared"),
+                BUILD_DEADLINE,
+                format!("CRCBundle {name} to be Installed"),
             ));
         }
         tokio::time::sleep(Duration::from_millis(250)).await;

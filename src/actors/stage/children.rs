@@ -103,7 +103,21 @@ impl Children {
             {
                 return;
             }
-            Some(slot) if slot.recorded != *recorded => self.stop(S::KIND),
+            // The old child holds the registered name until it has stopped: wait for it, so
+            // the new one can take the name at once.
+            Some(slot) if slot.recorded != *recorded => {
+                if let Some(slot) = self.slots.remove(S::KIND)
+                    && let Some(actor) = slot.actor
+                {
+                    actor
+                        .stop_and_wait(
+                            Some("follows another identity".into()),
+                            Some(CHILD_STOP_TIMEOUT),
+                        )
+                        .await
+                        .ok();
+                }
+            }
             _ => {}
         }
         let Some(parent) = &self.parent else {
