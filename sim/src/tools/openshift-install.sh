@@ -20,7 +20,15 @@ yaml_top() {
         index($0, key ":") == 1 {
             v = substr($0, length(key) + 2)
             sub(/^[ \t]+/, "", v)
-            if (v ~ /^[|>]/) { getline; v = $0; sub(/^[ \t]+/, "", v) }
+            if (v ~ /^[|>]/) {
+                # A block scalar: its indented lines, folded (>) with spaces or kept (|).
+                sep = (v ~ /^>/) ? " " : "\n"
+                v = ""
+                while ((getline line) > 0 && line ~ /^[ \t]/) {
+                    sub(/^[ \t]+/, "", line)
+                    v = (v == "" ? line : v sep line)
+                }
+            }
             gsub(/^["\047]|["\047][ \t]*$/, "", v)
             print v
             exit
@@ -117,6 +125,12 @@ create_manifests() {
     validate_install_config "$config"
     mkdir -p "$dir/manifests" "$dir/openshift" "$(state_dir)"
     write_cluster_config "$config" "$dir/manifests/cluster-config.yaml"
+    # The two installer manifests a CRC build edits, as the native installer writes them.
+    printf 'apiVersion: config.openshift.io/v1\nkind: ClusterVersion\nmetadata:\n  name: version\n  namespace: openshift-cluster-version\nspec:\n  channel: stable-4.22\n  clusterID: 00000000-0000-4000-8000-000000000000\n' \
+        >"$dir/manifests/cvo-overrides.yaml"
+    printf 'apiVersion: config.openshift.io/v1\nkind: Ingress\nmetadata:\n  creationTimestamp: null\n  name: cluster\nspec:\n  domain: apps.%s.%s\nstatus: {}\n' \
+        "$(cluster_name "$config")" "$(yaml_top baseDomain "$config")" \
+        >"$dir/manifests/cluster-ingress-02-config.yml"
     mint_certs manifests
     if [ "$config" = "$dir/install-config.yaml" ]; then
         mv -f "$config" "$(state_dir)/install-config.yaml"
