@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    EnvVar, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
-    PodTemplateSpec, SeccompProfile, Secret, SecretVolumeSource, ServiceAccount, Volume,
-    VolumeMount,
+    Container, EnvVar, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource,
+    PodSecurityContext, PodSpec, PodTemplateSpec, SeccompProfile, Secret, SecretVolumeSource,
+    ServiceAccount, Volume, VolumeMount,
 };
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -182,51 +182,76 @@ pub fn installer_job(
     names: &Names,
     settings: &JobSettings,
 ) -> Job {
-    let env = [
-        (contract::ENV_RELEASE_IMAGE, build.release_image.as_str()),
-        (contract::ENV_ARCH, bundle.spec.arch.as_str()),
-        (contract::ENV_INPUTS_DIR, INPUTS_DIR),
-        (contract::ENV_WORK_DIR, WORK_DIR),
-        (contract::ENV_ISO_DIR, ISO_DIR),
-        (termination::ENV_PATH, termination::DEFAULT_PATH),
-    ]
-    .into_iter()
-    .map(|(name, value)| EnvVar {
-        name: name.to_owned(),
-        value: Some(value.to_owned()),
-        ..Default::default()
-    })
-    .collect();
-    let mount = |volume: &str, path: &str, read_only: bool| VolumeMount {
-        name: volume.to_owned(),
-        mount_path: path.to_owned(),
-        read_only: read_only.then_some(true),
-        ..Default::default()
-    };
-    let claim = |volume: &str, claim: &str| Volume {
-        name: volume.to_owned(),
-        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-            claim_name: claim.to_owned(),
-            read_only: None,
-        }),
-        ..Default::default()
-    };
+    let env = env_vars([
+        (contract::ENV_RELEASE_IMAGE, build.release_image.clone()),
+        (contract::ENV_ARCH, bundle.spec.arch.as_str().to_owned()),
+        (contract::ENV_INPUTS_DIR, INPUTS_DIR.to_owned()),
+        (contract::ENV_WORK_DIR, WORK_DIR.to_owned()),
+        (contract::ENV_ISO_DIR, ISO_DIR.to_owned()),
+        (termination::ENV_PATH, termination::DEFAULT_PATH.to_owned()),
+    ]);
+    let mounts = vec![
+        mount("inputs", INPUTS_DIR, true),
+        mount("work", WORK_DIR, false),
+        mount("iso", ISO_DIR, false),
+    ];
+    restricted_job(
+        bundle,
+        build,
+        namespace,
+        names,
+        JobShape {
+            name: &names.installer_job,
+            service_account: &names.service_account,
+            api_token: false,
+            backoff_limit: INSTALLER_BACKOFF_LIMIT,
+            deadline_seconds: INSTALLER_DEADLINE_SECONDS,
+            container: job_container("installer", &settings.image, "installer", env, mounts),
+            volumes: vec![
+                secret_volume("inputs", &names.installer_secret),
+                claim_volume("work", &names.work_pvc),
+                claim_volume("iso", &names.iso_pvc),
+            ],
+        },
+    )
+}
+
+/// What differs between the build's Jobs; `restricted_job` adds what they share.
+struct JobShape<'a> {
+    name: &'a str,
+    service_account: &'a str,
+    /// Whether the pod gets its account's token (only the helper talks to the API server).
+    api_token: bool,
+    backoff_limit: i32,
+    deadline_seconds: i64,
+    container: Container,
+    volumes: Vec<Volume>,
+}
+
+/// A build Job: one non-root container, `RuntimeDefault` seccomp, the attempt's labels on its
+/// pod, within the build's placement.
+fn restricted_job(
+    bundle: &CRCBundle,
+    build: &BuildSpec,
+    namespace: &str,
+    names: &Names,
+    shape: JobShape<'_>,
+) -> Job {
     let placement = build.placement.clone().unwrap_or_default();
-    let labels = attempt_labels(bundle, names.attempt);
     Job {
-        metadata: meta(bundle, namespace, &names.installer_job, names.attempt),
+        metadata: meta(bundle, namespace, shape.name, names.attempt),
         spec: Some(JobSpec {
-            backoff_limit: Some(INSTALLER_BACKOFF_LIMIT),
-            active_deadline_seconds: Some(INSTALLER_DEADLINE_SECONDS),
+            backoff_limit: Some(shape.backoff_limit),
+            active_deadline_seconds: Some(shape.deadline_seconds),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
-                    labels: Some(labels),
+                    labels: Some(attempt_labels(bundle, names.attempt)),
                     ..Default::default()
                 }),
                 spec: Some(PodSpec {
                     restart_policy: Some("Never".to_owned()),
-                    service_account_name: Some(names.service_account.clone()),
-                    automount_service_account_token: Some(false),
+                    service_account_name: Some(shape.service_account.to_owned()),
+                    automount_service_account_token: (!shape.api_token).then_some(false),
                     security_context: Some(PodSecurityContext {
                         run_as_non_root: Some(true),
                         run_as_user: Some(1001),
@@ -237,30 +262,8 @@ pub fn installer_job(
                         }),
                         ..Default::default()
                     }),
-                    containers: vec![job_container(
-                        "installer",
-                        &settings.image,
-                        "installer",
-                        env,
-                        vec![
-                            mount("inputs", INPUTS_DIR, true),
-                            mount("work", WORK_DIR, false),
-                            mount("iso", ISO_DIR, false),
-                        ],
-                    )],
-                    volumes: Some(vec![
-                        Volume {
-                            name: "inputs".to_owned(),
-                            secret: Some(SecretVolumeSource {
-                                secret_name: Some(names.installer_secret.clone()),
-                                default_mode: Some(0o400),
-                                ..Default::default()
-                            }),
-                            ..Default::default()
-                        },
-                        claim("work", &names.work_pvc),
-                        claim("iso", &names.iso_pvc),
-                    ]),
+                    containers: vec![shape.container],
+                    volumes: Some(shape.volumes),
                     node_selector: (!placement.node_selector.is_empty())
                         .then_some(placement.node_selector),
                     tolerations: (!placement.tolerations.is_empty())
@@ -269,6 +272,50 @@ pub fn installer_job(
                     ..Default::default()
                 }),
             },
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn env_vars<const N: usize>(pairs: [(&str, String); N]) -> Vec<EnvVar> {
+    pairs
+        .into_iter()
+        .map(|(name, value)| EnvVar {
+            name: name.to_owned(),
+            value: Some(value),
+            ..Default::default()
+        })
+        .collect()
+}
+
+fn mount(volume: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: volume.to_owned(),
+        mount_path: path.to_owned(),
+        read_only: read_only.then_some(true),
+        ..Default::default()
+    }
+}
+
+fn claim_volume(volume: &str, claim: &str) -> Volume {
+    Volume {
+        name: volume.to_owned(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: claim.to_owned(),
+            read_only: None,
+        }),
+        ..Default::default()
+    }
+}
+
+/// A Secret volume readable by its owner only.
+fn secret_volume(volume: &str, secret: &str) -> Volume {
+    Volume {
+        name: volume.to_owned(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.to_owned()),
+            default_mode: Some(0o400),
             ..Default::default()
         }),
         ..Default::default()
@@ -435,19 +482,17 @@ pub fn helper_job(
     settings: &JobSettings,
 ) -> Job {
     let key_secret = super::bundle::Names::of(&names.bundle).ssh_secret;
-    let mut env = vec![
+    let key_path = format!(
+        "{HELPER_KEY_DIR}/{}",
+        crate::contract::bundle_prep::SECRET_KEY
+    );
+    let mut env = env_vars([
         (helper_contract::ENV_STEP, target.step.as_str().to_owned()),
         (helper_contract::ENV_NAMESPACE, namespace.to_owned()),
         (helper_contract::ENV_VM_NAME, names.build_vm.clone()),
         (helper_contract::ENV_VMI_UID, target.vmi_uid.to_owned()),
         (helper_contract::ENV_SSH_HOST, target.ssh_host.to_owned()),
-        (
-            helper_contract::ENV_SSH_KEY_PATH,
-            format!(
-                "{HELPER_KEY_DIR}/{}",
-                crate::contract::bundle_prep::SECRET_KEY
-            ),
-        ),
+        (helper_contract::ENV_SSH_KEY_PATH, key_path),
         (
             helper_contract::ENV_RELEASE_IMAGE,
             target.release_image.to_owned(),
@@ -457,108 +502,45 @@ pub fn helper_job(
             names.credentials_secret.clone(),
         ),
         (termination::ENV_PATH, termination::DEFAULT_PATH.to_owned()),
-    ];
-    let mount = |volume: &str, path: &str, read_only: bool| VolumeMount {
-        name: volume.to_owned(),
-        mount_path: path.to_owned(),
-        read_only: read_only.then_some(true),
-        ..Default::default()
-    };
-    let claim = |volume: &str, claim: &str| Volume {
-        name: volume.to_owned(),
-        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-            claim_name: claim.to_owned(),
-            read_only: None,
-        }),
-        ..Default::default()
-    };
-    let secret = |volume: &str, secret: &str| Volume {
-        name: volume.to_owned(),
-        secret: Some(SecretVolumeSource {
-            secret_name: Some(secret.to_owned()),
-            default_mode: Some(0o400),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+    ]);
     let mut mounts = vec![mount("ssh", HELPER_KEY_DIR, true)];
-    let mut volumes = vec![secret("ssh", &key_secret)];
+    let mut volumes = vec![secret_volume("ssh", &key_secret)];
     match target.step {
         Step::Generator => {
-            env.push((helper_contract::ENV_WORK_DIR, WORK_DIR.to_owned()));
-            env.push((helper_contract::ENV_ISO_DIR, ISO_DIR.to_owned()));
+            env.extend(env_vars([
+                (helper_contract::ENV_WORK_DIR, WORK_DIR.to_owned()),
+                (helper_contract::ENV_ISO_DIR, ISO_DIR.to_owned()),
+            ]));
             mounts.push(mount("work", WORK_DIR, true));
             mounts.push(mount("install-iso", ISO_DIR, false));
-            volumes.push(claim("work", &names.work_pvc));
-            volumes.push(claim("install-iso", &names.install_iso_pvc));
+            volumes.push(claim_volume("work", &names.work_pvc));
+            volumes.push(claim_volume("install-iso", &names.install_iso_pvc));
         }
         Step::Install | Step::Certificates => {
-            env.push((
+            env.extend(env_vars([(
                 helper_contract::ENV_CREDENTIALS_DIR,
                 HELPER_CREDENTIALS_DIR.to_owned(),
-            ));
+            )]));
             mounts.push(mount("credentials", HELPER_CREDENTIALS_DIR, true));
-            volumes.push(secret("credentials", &names.credentials_secret));
+            volumes.push(secret_volume("credentials", &names.credentials_secret));
         }
     }
-    let env = env
-        .into_iter()
-        .map(|(name, value)| EnvVar {
-            name: name.to_owned(),
-            value: Some(value),
-            ..Default::default()
-        })
-        .collect();
-    let placement = build.placement.clone().unwrap_or_default();
-    let labels = attempt_labels(bundle, names.attempt);
-    Job {
-        metadata: meta(
-            bundle,
-            namespace,
-            &names.helper_job(target.step, target.vmi_uid),
-            names.attempt,
-        ),
-        spec: Some(JobSpec {
-            backoff_limit: Some(HELPER_BACKOFF_LIMIT),
-            active_deadline_seconds: Some(helper_deadline_seconds(target.step)),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels),
-                    ..Default::default()
-                }),
-                spec: Some(PodSpec {
-                    restart_policy: Some("Never".to_owned()),
-                    service_account_name: Some(names.helper.clone()),
-                    security_context: Some(PodSecurityContext {
-                        run_as_non_root: Some(true),
-                        run_as_user: Some(1001),
-                        fs_group: Some(1001),
-                        seccomp_profile: Some(SeccompProfile {
-                            type_: "RuntimeDefault".to_owned(),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    }),
-                    containers: vec![job_container(
-                        "build-helper",
-                        &settings.image,
-                        "build-helper",
-                        env,
-                        mounts,
-                    )],
-                    volumes: Some(volumes),
-                    node_selector: (!placement.node_selector.is_empty())
-                        .then_some(placement.node_selector),
-                    tolerations: (!placement.tolerations.is_empty())
-                        .then_some(placement.tolerations),
-                    affinity: placement.affinity,
-                    ..Default::default()
-                }),
-            },
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    let name = names.helper_job(target.step, target.vmi_uid);
+    restricted_job(
+        bundle,
+        build,
+        namespace,
+        names,
+        JobShape {
+            name: &name,
+            service_account: &names.helper,
+            api_token: true,
+            backoff_limit: HELPER_BACKOFF_LIMIT,
+            deadline_seconds: helper_deadline_seconds(target.step),
+            container: job_container("build-helper", &settings.image, "build-helper", env, mounts),
+            volumes,
+        },
+    )
 }
 
 #[cfg(test)]
