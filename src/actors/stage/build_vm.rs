@@ -6,7 +6,7 @@
 
 use crate::kubevirt::VirtualMachine;
 
-use super::{Observation, Stage, WhenLost};
+use super::{Observation, Stage, WhenLost, build_slot};
 use crate::actors::context::Context;
 use crate::api::bundle::CRCBundleStatus;
 use crate::api::common::ObjectIdentity;
@@ -20,14 +20,7 @@ impl Stage for BuildVmStage {
     const WHEN_LOST: WhenLost = WhenLost::FailAttempt;
 
     fn slot(status: &CRCBundleStatus) -> Option<&ObjectIdentity> {
-        status
-            .build
-            .as_ref()?
-            .resources
-            .as_ref()?
-            .build_vm
-            .as_ref()
-            .filter(|vm| !vm.uid.is_empty())
+        build_slot(status, |r| r.build_vm.as_ref())
     }
 
     async fn observe(vm: &VirtualMachine, _ctx: &Context) -> Result<Observation, kube::Error> {

@@ -6,7 +6,7 @@
 use k8s_openapi::api::batch::v1::Job;
 
 use super::installer_job::observe_job;
-use super::{Observation, Stage, WhenLost};
+use super::{Observation, Stage, WhenLost, build_slot};
 use crate::actors::context::Context;
 use crate::api::bundle::CRCBundleStatus;
 use crate::api::common::ObjectIdentity;
@@ -20,14 +20,7 @@ impl Stage for GuestSession {
     const WHEN_LOST: WhenLost = WhenLost::Recreate;
 
     fn slot(status: &CRCBundleStatus) -> Option<&ObjectIdentity> {
-        status
-            .build
-            .as_ref()?
-            .resources
-            .as_ref()?
-            .helper_job
-            .as_ref()
-            .filter(|job| !job.uid.is_empty())
+        build_slot(status, |r| r.helper_job.as_ref())
     }
 
     async fn observe(job: &Job, ctx: &Context) -> Result<Observation, kube::Error> {

@@ -36,7 +36,7 @@ use kube::Resource;
 use serde::de::DeserializeOwned;
 
 use super::context::Context;
-use crate::api::bundle::CRCBundleStatus;
+use crate::api::bundle::{BuildResources, CRCBundleStatus};
 use crate::api::common::ObjectIdentity;
 use crate::api::conditions::reasons;
 use crate::resources::common::is_controlled_by;
@@ -107,6 +107,14 @@ pub trait Stage: Send + Sync + 'static {
         object: &Self::Object,
         ctx: &Context,
     ) -> impl std::future::Future<Output = Result<Observation, kube::Error>> + Send;
+}
+
+/// A build stage's slot: one of `status.build.resources`, once its UID is recorded.
+pub fn build_slot(
+    status: &CRCBundleStatus,
+    field: impl FnOnce(&BuildResources) -> Option<&ObjectIdentity>,
+) -> Option<&ObjectIdentity> {
+    field(status.build.as_ref()?.resources.as_ref()?).filter(|object| !object.uid.is_empty())
 }
 
 /// Whether `object` (what is under the recorded name now) is the recorded object of the bundle
