@@ -2,5 +2,6 @@
 
 pub mod build_helper;
 pub mod bundle_prep;
+pub mod exit;
 pub mod installer;
 pub mod termination;

@@ -34,13 +34,13 @@ use crate::contract::build_helper::{
     KEY_INSTALLER_SIGNER, KEY_KUBEADMIN_PASSWORD, KEY_KUBECONFIG, Outcome, Step,
 };
 use crate::contract::installer::{WORK_BIN, WORK_STAGING, WORK_STOCK_ISO};
-use crate::contract::termination;
 use crate::guest::api::Credentials;
 use crate::guest::build::{self as steps, DAY_SECONDS};
 use crate::guest::cluster::{self, Patience};
 use crate::guest::kubeconfig::Kubeconfig;
 use crate::guest::ssh::{SshGuest, SshOptions};
 use crate::guest::{GuestError, keys};
+use crate::jobs::exit;
 use crate::kubevirt::VirtualMachineInstance;
 use crate::tools::coreos_installer;
 
@@ -89,6 +89,16 @@ pub enum Error {
     },
 }
 
+impl exit::Failure for Error {
+    fn reason(&self) -> &'static str {
+        Error::reason(self)
+    }
+
+    fn runtime_failed(err: std::io::Error) -> Self {
+        Error::storage("starting the async runtime")(err)
+    }
+}
+
 impl Error {
     pub fn reason(&self) -> &'static str {
         match self {
@@ -127,11 +137,7 @@ pub struct Config {
 
 impl Config {
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, Error> {
-        let required = |name: &str| {
-            lookup(name)
-                .filter(|v| !v.is_empty())
-                .ok_or_else(|| Error::InvalidConfig(format!("{name} is required")))
-        };
+        let required = |name: &str| exit::required(&lookup, name).map_err(Error::InvalidConfig);
         let step_text = required(ENV_STEP)?;
         let step = Step::parse(&step_text).ok_or_else(|| {
             Error::InvalidConfig(format!(
@@ -185,33 +191,21 @@ impl Config {
 
 /// Entry point of `guestcluster build-helper`.
 pub fn main() -> ExitCode {
-    let result = Config::from_lookup(|name| std::env::var(name).ok()).and_then(|config| {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .map_err(Error::storage("starting the async runtime"))?;
-        runtime.block_on(async {
+    exit::run(
+        Config::from_lookup(|name| std::env::var(name).ok()),
+        |config| async move {
             let client = kube::Client::try_default()
                 .await
                 .map_err(|e| Error::InvalidConfig(format!("management cluster client: {e}")))?;
             run(&config, client).await
-        })
-    });
-    match result {
-        Ok(outcome) => {
-            let json = serde_json::to_string(&outcome).unwrap_or_default();
-            eprintln!("build helper finished: {json}");
-            crate::jobs::termination::write(&json);
-            ExitCode::SUCCESS
-        }
-        Err(err) => {
-            let message = termination::message(err.reason(), &err);
-            eprintln!("{message}");
-            crate::jobs::termination::write(&message);
-            ExitCode::FAILURE
-        }
-    }
+        },
+        |outcome| {
+            format!(
+                "build helper finished: {}",
+                serde_json::to_string(outcome).unwrap_or_default()
+            )
+        },
+    )
 }
 
 /// Runs the configured step for its VMI; `client` is the management cluster's.

@@ -38,6 +38,7 @@ use crate::contract::bundle_prep::{
     ENV_NAMESPACE, ENV_SCRATCH_DIR, ENV_SHA256_URL, ENV_SSH_SECRET_NAME, exit_code_of,
 };
 use crate::contract::termination;
+use crate::jobs::exit;
 use crate::tools::qemu_img;
 
 pub use download::HttpOptions;
@@ -129,6 +130,20 @@ pub enum PrepError {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl exit::Failure for PrepError {
+    fn reason(&self) -> &'static str {
+        PrepError::reason(self)
+    }
+
+    fn exit_code(&self) -> ExitCode {
+        ExitCode::from(PrepError::exit_code(self))
+    }
+
+    fn runtime_failed(err: std::io::Error) -> Self {
+        PrepError::storage("starting the async runtime")(err)
+    }
 }
 
 impl PrepError {
@@ -796,28 +811,11 @@ pub async fn download_to(
 }
 
 pub fn main() -> ExitCode {
-    let result = Config::from_env().and_then(|config| {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .map_err(PrepError::storage("starting the async runtime"))?;
-        runtime.block_on(run(&config))
-    });
-    match result {
-        Ok(outcome) => {
-            let summary = outcome.summary();
-            crate::jobs::termination::write(&summary);
-            eprintln!("{summary}");
-            ExitCode::SUCCESS
-        }
-        Err(err) => {
-            let message = err.termination_message();
-            crate::jobs::termination::write(&message);
-            eprintln!("{message}");
-            ExitCode::from(err.exit_code())
-        }
-    }
+    exit::run(
+        Config::from_env(),
+        |config| async move { run(&config).await },
+        Outcome::summary,
+    )
 }
 
 #[cfg(test)]

@@ -27,8 +27,8 @@ use crate::contract::installer::{
     KEY_PULL_SECRET, KEY_STAGING, Outcome, REASONS, StagedFile, WORK_BIN, WORK_STAGING,
     WORK_STOCK_ISO,
 };
-use crate::contract::termination;
 use crate::jobs::bundle_prep::{HttpOptions, download_to};
+use crate::jobs::exit;
 use crate::tools::release::{self, ReleaseError};
 use crate::tools::{coreos_installer, run::RunError};
 
@@ -64,6 +64,20 @@ pub enum Error {
         what: String,
         source: std::io::Error,
     },
+}
+
+impl exit::Failure for Error {
+    fn reason(&self) -> &'static str {
+        Error::reason(self)
+    }
+
+    fn exit_code(&self) -> ExitCode {
+        ExitCode::from(Error::exit_code(self))
+    }
+
+    fn runtime_failed(err: std::io::Error) -> Self {
+        Error::storage("starting the async runtime")(err)
+    }
 }
 
 impl Error {
@@ -106,11 +120,7 @@ pub struct Config {
 
 impl Config {
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, Error> {
-        let get = |name: &str| {
-            lookup(name)
-                .filter(|v| !v.is_empty())
-                .ok_or_else(|| Error::InvalidConfig(format!("{name} is not set")))
-        };
+        let get = |name: &str| exit::required(&lookup, name).map_err(Error::InvalidConfig);
         Ok(Config {
             release_image: get(ENV_RELEASE_IMAGE)?,
             arch: get(ENV_ARCH)?,
@@ -127,28 +137,16 @@ pub fn main() -> ExitCode {
         ca_file: std::env::var_os("SSL_CERT_FILE").map(PathBuf::from),
         ..HttpOptions::default()
     };
-    let result = Config::from_lookup(|name| std::env::var(name).ok()).and_then(|config| {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .map_err(Error::storage("starting the async runtime"))?;
-        runtime.block_on(run(&config, &http))
-    });
-    match result {
-        Ok(outcome) => {
-            let json = serde_json::to_string(&outcome).unwrap_or_default();
-            eprintln!("installer inputs prepared: {json}");
-            crate::jobs::termination::write(&json);
-            ExitCode::SUCCESS
-        }
-        Err(err) => {
-            let message = termination::message(err.reason(), &err);
-            eprintln!("{message}");
-            crate::jobs::termination::write(&message);
-            ExitCode::from(err.exit_code())
-        }
-    }
+    exit::run(
+        Config::from_lookup(|name| std::env::var(name).ok()),
+        |config| async move { run(&config, &http).await },
+        |outcome| {
+            format!(
+                "installer inputs prepared: {}",
+                serde_json::to_string(outcome).unwrap_or_default()
+            )
+        },
+    )
 }
 
 /// Runs the steps; see the module documentation.
