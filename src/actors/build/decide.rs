@@ -36,23 +36,65 @@ use crate::contract::installer::Outcome;
 use crate::resources::build::Names;
 use crate::resources::profile::vm::BuildBoot;
 
-/// The temporary objects of an attempt, in the order they are created.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Temp {
-    ServiceAccount,
-    InstallerSecret,
-    WorkPvc,
-    IsoPvc,
-    InstallerJob,
-    HelperAccount,
-    HelperRole,
-    HelperRoleBinding,
-    CredentialsSecret,
-    RootDataVolume,
-    InstallIsoPvc,
-    BuildVm,
+/// Declares [`Temp`] from one row per temporary object, in creation order: its Kubernetes kind
+/// (for messages), the name a new object gets, and its slot in `status.build.resources`.
+macro_rules! temps {
+    ($($(#[$doc:meta])* $temp:ident: $kind:literal, $name:ident, $slot:ident;)+) => {
+        /// The temporary objects of an attempt, in the order they are created.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+        pub enum Temp {
+            $($(#[$doc])* $temp,)+
+        }
+
+        impl Temp {
+            /// Every temporary object, in creation order.
+            pub const ALL: &[Temp] = &[$(Temp::$temp,)+];
+
+            /// Kubernetes kind, for messages.
+            pub fn kind(self) -> &'static str {
+                match self {
+                    $(Temp::$temp => $kind,)+
+                }
+            }
+
+            /// The name a new object gets (the helper Job's depends on its step and VMI: see
+            /// [`Names::helper_job`]).
+            pub fn name(self, names: &Names) -> &str {
+                match self {
+                    $(Temp::$temp => &names.$name,)+
+                }
+            }
+
+            pub fn slot(self, resources: &BuildResources) -> Option<&ObjectIdentity> {
+                match self {
+                    $(Temp::$temp => resources.$slot.as_ref(),)+
+                }
+            }
+
+            fn slot_mut(self, resources: &mut BuildResources) -> &mut Option<ObjectIdentity> {
+                match self {
+                    $(Temp::$temp => &mut resources.$slot,)+
+                }
+            }
+        }
+    };
+}
+
+temps! {
+    ServiceAccount: "ServiceAccount", service_account, service_account;
+    InstallerSecret: "Secret", installer_secret, installer_auth_secret;
+    WorkPvc: "PersistentVolumeClaim", work_pvc, work_pvc;
+    IsoPvc: "PersistentVolumeClaim", iso_pvc, iso_pvc;
+    InstallerJob: "Job", installer_job, installer_job;
+    HelperAccount: "ServiceAccount", helper, helper_account;
+    HelperRole: "Role", helper, helper_role;
+    HelperRoleBinding: "RoleBinding", helper, helper_role_binding;
+    CredentialsSecret: "Secret", credentials_secret, credentials_secret;
+    RootDataVolume: "DataVolume", root_data_volume, root_data_volume;
+    InstallIsoPvc: "PersistentVolumeClaim", install_iso_pvc, install_iso_pvc;
+    BuildVm: "VirtualMachine", build_vm, build_vm;
     /// The helper Job of the current step and VMI; its name is recorded with it.
-    HelperJob,
+    HelperJob: "Job", build_vm, helper_job;
 }
 
 impl Temp {
@@ -75,93 +117,9 @@ impl Temp {
         Temp::BuildVm,
     ];
 
-    /// Every temporary object, in creation order.
-    pub const ALL: [Temp; 13] = [
-        Temp::ServiceAccount,
-        Temp::InstallerSecret,
-        Temp::WorkPvc,
-        Temp::IsoPvc,
-        Temp::InstallerJob,
-        Temp::HelperAccount,
-        Temp::HelperRole,
-        Temp::HelperRoleBinding,
-        Temp::CredentialsSecret,
-        Temp::RootDataVolume,
-        Temp::InstallIsoPvc,
-        Temp::BuildVm,
-        Temp::HelperJob,
-    ];
-
     /// The volumes the cold restart deletes: the live ISOs and the installer's work volume.
     pub const RELEASED_BY_COLD_RESTART: [Temp; 3] =
         [Temp::WorkPvc, Temp::IsoPvc, Temp::InstallIsoPvc];
-
-    /// Kubernetes kind, for messages.
-    pub fn kind(self) -> &'static str {
-        match self {
-            Temp::ServiceAccount | Temp::HelperAccount => "ServiceAccount",
-            Temp::InstallerSecret | Temp::CredentialsSecret => "Secret",
-            Temp::WorkPvc | Temp::IsoPvc | Temp::InstallIsoPvc => "PersistentVolumeClaim",
-            Temp::InstallerJob | Temp::HelperJob => "Job",
-            Temp::HelperRole => "Role",
-            Temp::HelperRoleBinding => "RoleBinding",
-            Temp::RootDataVolume => "DataVolume",
-            Temp::BuildVm => "VirtualMachine",
-        }
-    }
-
-    /// The name a new object gets (the helper Job's depends on its step and VMI: see
-    /// [`Names::helper_job`]).
-    pub fn name(self, names: &Names) -> &str {
-        match self {
-            Temp::ServiceAccount => &names.service_account,
-            Temp::InstallerSecret => &names.installer_secret,
-            Temp::WorkPvc => &names.work_pvc,
-            Temp::IsoPvc => &names.iso_pvc,
-            Temp::InstallerJob => &names.installer_job,
-            Temp::HelperAccount | Temp::HelperRole | Temp::HelperRoleBinding => &names.helper,
-            Temp::CredentialsSecret => &names.credentials_secret,
-            Temp::RootDataVolume => &names.root_data_volume,
-            Temp::InstallIsoPvc => &names.install_iso_pvc,
-            Temp::BuildVm | Temp::HelperJob => &names.build_vm,
-        }
-    }
-
-    pub fn slot(self, resources: &BuildResources) -> Option<&ObjectIdentity> {
-        match self {
-            Temp::ServiceAccount => resources.service_account.as_ref(),
-            Temp::InstallerSecret => resources.installer_auth_secret.as_ref(),
-            Temp::WorkPvc => resources.work_pvc.as_ref(),
-            Temp::IsoPvc => resources.iso_pvc.as_ref(),
-            Temp::InstallerJob => resources.installer_job.as_ref(),
-            Temp::HelperAccount => resources.helper_account.as_ref(),
-            Temp::HelperRole => resources.helper_role.as_ref(),
-            Temp::HelperRoleBinding => resources.helper_role_binding.as_ref(),
-            Temp::CredentialsSecret => resources.credentials_secret.as_ref(),
-            Temp::RootDataVolume => resources.root_data_volume.as_ref(),
-            Temp::InstallIsoPvc => resources.install_iso_pvc.as_ref(),
-            Temp::BuildVm => resources.build_vm.as_ref(),
-            Temp::HelperJob => resources.helper_job.as_ref(),
-        }
-    }
-
-    fn slot_mut(self, resources: &mut BuildResources) -> &mut Option<ObjectIdentity> {
-        match self {
-            Temp::ServiceAccount => &mut resources.service_account,
-            Temp::InstallerSecret => &mut resources.installer_auth_secret,
-            Temp::WorkPvc => &mut resources.work_pvc,
-            Temp::IsoPvc => &mut resources.iso_pvc,
-            Temp::InstallerJob => &mut resources.installer_job,
-            Temp::HelperAccount => &mut resources.helper_account,
-            Temp::HelperRole => &mut resources.helper_role,
-            Temp::HelperRoleBinding => &mut resources.helper_role_binding,
-            Temp::CredentialsSecret => &mut resources.credentials_secret,
-            Temp::RootDataVolume => &mut resources.root_data_volume,
-            Temp::InstallIsoPvc => &mut resources.install_iso_pvc,
-            Temp::BuildVm => &mut resources.build_vm,
-            Temp::HelperJob => &mut resources.helper_job,
-        }
-    }
 }
 
 /// The build VM as a pass read it (only once its UID is recorded and it is ours).
@@ -992,7 +950,7 @@ fn cleanup(status: &CRCBundleStatus, observed: &Observed, actions: &mut Vec<Acti
     let Some(resources) = status.build.as_ref().and_then(|b| b.resources.as_ref()) else {
         return;
     };
-    for temp in Temp::ALL {
+    for &temp in Temp::ALL {
         let Some(recorded) = temp.slot(resources).filter(|r| !r.uid.is_empty()) else {
             continue;
         };

@@ -306,7 +306,7 @@ async fn observe(
         .and_then(|s| s.build.as_ref())
         .and_then(|b| b.resources.clone())
         .unwrap_or_default();
-    for temp in Temp::ALL {
+    for &temp in Temp::ALL {
         let Some(recorded) = temp.slot(&resources).filter(|r| !r.uid.is_empty()) else {
             continue;
         };
