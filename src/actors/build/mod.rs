@@ -500,12 +500,20 @@ async fn act(
         action: action.clone(),
         source,
     };
+    let render = |detail: String| Error::Render {
+        name: name.clone(),
+        detail,
+    };
+    let build_vm = names.build_vm.as_str();
+    let patch_vm = |patch: serde_json::Value| async move {
+        let vms = Api::<VirtualMachine>::namespaced(client.clone(), ns);
+        write::merge_patch(&vms, build_vm, &patch)
+            .await
+            .map(|_| None)
+    };
     let result = match action {
         Action::CreateKeySecret => {
-            let secret = key_secret(bundle, ns).map_err(|detail| Error::Render {
-                name: name.clone(),
-                detail,
-            })?;
+            let secret = key_secret(bundle, ns).map_err(render)?;
             write::create(&Api::namespaced(client.clone(), ns), &secret)
                 .await
                 .map_err(kube_err)?;
@@ -523,10 +531,7 @@ async fn act(
                 };
                 let inputs = installer_inputs(ctx, bundle, admitted).await?;
                 let secret = resources::build::installer_secret(bundle, ns, &names, &inputs)
-                    .map_err(|e| Error::Render {
-                        name: name.clone(),
-                        detail: e.to_string(),
-                    })?;
+                    .map_err(|e| render(e.to_string()))?;
                 create(ctx, &secret).await
             }
             Temp::WorkPvc => create(ctx, &resources::build::work_pvc(bundle, ns, &names)).await,
@@ -569,12 +574,8 @@ async fn act(
                 let boot = BuildBoot::Generator {
                     iso_claim: names.iso_pvc.clone(),
                 };
-                let vm = resources::build::build_vm(bundle, ns, &names, &boot).map_err(|e| {
-                    Error::Render {
-                        name: name.clone(),
-                        detail: e.to_string(),
-                    }
-                })?;
+                let vm = resources::build::build_vm(bundle, ns, &names, &boot)
+                    .map_err(|e| render(e.to_string()))?;
                 create(ctx, &vm).await
             }
             Temp::HelperJob => {
@@ -606,38 +607,20 @@ async fn act(
             .map_err(kube_err)?;
             None
         }
-        Action::HaltVm => {
-            let patch = serde_json::json!({"spec": {"runStrategy": "Halted"}});
-            write::merge_patch(
-                &Api::<VirtualMachine>::namespaced(client.clone(), ns),
-                &names.build_vm,
-                &patch,
-            )
+        Action::HaltVm => patch_vm(serde_json::json!({"spec": {"runStrategy": "Halted"}}))
             .await
-            .map_err(kube_err)?;
-            None
-        }
+            .map_err(kube_err)?,
         Action::StartVm(boot) => {
-            let vm = resources::build::build_vm(bundle, ns, &names, boot).map_err(|e| {
-                Error::Render {
-                    name: name.clone(),
-                    detail: e.to_string(),
-                }
-            })?;
+            let vm = resources::build::build_vm(bundle, ns, &names, boot)
+                .map_err(|e| render(e.to_string()))?;
             // The whole template of the new boot (the ISO disk gone after the cold restart)
             // and the run strategy, in one write.
-            let patch = serde_json::json!({"spec": {
+            patch_vm(serde_json::json!({"spec": {
                 "runStrategy": vm.spec.run_strategy,
                 "template": vm.spec.template,
-            }});
-            write::merge_patch(
-                &Api::<VirtualMachine>::namespaced(client.clone(), ns),
-                &names.build_vm,
-                &patch,
-            )
+            }}))
             .await
-            .map_err(kube_err)?;
-            None
+            .map_err(kube_err)?
         }
     };
     tracing::info!(crcbundle = %name, ?action, "done");
