@@ -20,7 +20,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use sim::bundles::{self, BundleSpec, Flaw};
 use sim::file_server::Fault;
-use support::world::{OPERATOR_NS, bare_world, operator_process};
+use support::world::{OPERATOR_NS, bare_world, one_operator_at_a_time, operator_process};
 use support::{Operator, wait_for, wait_long};
 
 async fn recorded_job(api: &Api<CRCBundle>, name: &str) -> Option<ObjectIdentity> {
@@ -60,6 +60,7 @@ async fn live(operator: &Operator, kind: &str) -> Option<i64> {
 async fn a_restarted_operator_resumes_the_same_prep_job() {
     let world = bare_world();
     let client = support::client().await;
+    let _turn = one_operator_at_a_time().await;
     let mut first = operator_process("first-operator").await;
 
     let name = support::unique("crc-restart");
@@ -190,6 +191,7 @@ async fn a_restarted_operator_resumes_the_same_installer_job() {
     )
     .expect("tools config");
 
+    let _turn = one_operator_at_a_time().await;
     let mut first = operator_process("first-build-operator").await;
     let name = support::unique("build-restart");
     let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(serde_json::json!({

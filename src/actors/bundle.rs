@@ -10,19 +10,20 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::{Api, ResourceExt};
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
 
 use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, ServiceAccount};
 use kube::api::{PartialObjectMeta, PropagationPolicy};
 
 use super::context::Context;
 use super::download::{self, Action, JobState};
 use super::kind_supervisor::{
     Next, ObjectActor, OwnerEvents, ReconcileError, Related, RelatedEvents, owner_events,
-    related_events,
+    related_events_selected,
 };
 use super::stage::Stage;
 use super::stage::build_vm::BuildVmStage;
@@ -143,21 +144,38 @@ impl ObjectActor for BundleActor {
         ]
     }
 
-    /// The build VM's VMIs carry the bundle's label (the VM owns them, not the bundle): a VMI
-    /// that starts, gets its address, ends or goes wakes its bundle at once.
+    /// The build VM's VMIs and their virt-launcher pods carry the bundle's label (the VM owns
+    /// the VMI, the VMI the pod): a VMI that starts, gets its address, ends or goes, and a
+    /// launcher pod that goes (releasing the disks), wake the bundle at once. Both watches are
+    /// metadata only and select by that label.
     fn related_events(ctx: &Arc<Context>) -> Vec<RelatedEvents<CRCBundle>> {
-        vec![related_events(
-            Api::<PartialObjectMeta<VirtualMachineInstance>>::namespaced(
-                ctx.client.clone(),
-                &ctx.namespace,
+        fn by_label<R: Resource>(object: &R) -> Option<Related<CRCBundle>> {
+            let bundle = object.labels().get(labels::CRC_BUNDLE)?.clone();
+            Some(Related::anywhere(move |b: &CRCBundle| {
+                b.name_any() == bundle
+            }))
+        }
+        let labelled = watcher::Config::default().labels(labels::CRC_BUNDLE);
+        vec![
+            related_events_selected(
+                Api::<PartialObjectMeta<VirtualMachineInstance>>::namespaced(
+                    ctx.client.clone(),
+                    &ctx.namespace,
+                ),
+                labelled.clone(),
+                by_label,
             ),
-            |vmi: &PartialObjectMeta<VirtualMachineInstance>| {
-                let bundle = vmi.labels().get(labels::CRC_BUNDLE)?.clone();
-                Some(Related::anywhere(move |b: &CRCBundle| {
-                    b.name_any() == bundle
-                }))
-            },
-        )]
+            related_events_selected(
+                Api::<PartialObjectMeta<Pod>>::namespaced(ctx.client.clone(), &ctx.namespace),
+                labelled.labels(&format!(
+                    "{},{}={}",
+                    labels::CRC_BUNDLE,
+                    crate::kubevirt::labels::APP,
+                    crate::kubevirt::labels::VIRT_LAUNCHER
+                )),
+                by_label,
+            ),
+        ]
     }
 }
 

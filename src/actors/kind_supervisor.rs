@@ -438,7 +438,21 @@ where
     R: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K: 'static,
 {
-    watcher(api, watcher::Config::default())
+    related_events_selected(api, watcher::Config::default(), map)
+}
+
+/// [`related_events`] of the objects `config` selects (a label selector keeps a busy kind's
+/// other objects off the wire).
+pub fn related_events_selected<R, K>(
+    api: Api<R>,
+    config: watcher::Config,
+    map: impl Fn(&R) -> Option<Related<K>> + Send + 'static,
+) -> RelatedEvents<K>
+where
+    R: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: 'static,
+{
+    watcher(api, config)
         .default_backoff()
         .filter_map(move |event| {
             let related = match event {

@@ -46,6 +46,14 @@ pub fn bare_world() -> &'static World {
     WORLD.get_or_init(|| launch(false))
 }
 
+/// Operator processes in one test binary contend for one leader lease: a test that follows a
+/// particular process (counts its actors, kills it) holds this for its whole run, so no other
+/// test's process leads meanwhile.
+pub async fn one_operator_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    TURN.lock().await
+}
+
 /// The operator as a process of its own (one a test can kill) in the [`bare_world`], set up
 /// like the in-process one: our Job image, the `default` prep service account, Route hosts
 /// through the simulated router. Its leader identity begins with `name`.

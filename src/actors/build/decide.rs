@@ -132,7 +132,8 @@ pub struct VmSeen {
     /// `status.runStrategy` is `Halted`: KubeVirt has acted on the stop.
     pub halt_observed: bool,
     pub vmi: Option<VmiSeen>,
-    /// A virt-launcher pod of the VM still exists (it may still hold the disks).
+    /// A virt-launcher pod of the VM still exists (it may still hold the disks). Read only
+    /// once the VM is halted and its VMI gone; assumed true before.
     pub launcher_pod: bool,
 }
 
@@ -269,7 +270,6 @@ pub fn decide(bundle: &CRCBundle, observed: &Observed, deadline: Duration, now: 
         status: &mut status,
         generation,
         now: now.clone(),
-        poll: None,
     };
 
     let build = step.status.build.clone().unwrap_or_default();
@@ -347,13 +347,7 @@ pub fn decide(bundle: &CRCBundle, observed: &Observed, deadline: Duration, now: 
     }
     let requeue = match step.build().stage {
         Some(BuildStage::Failed) => None,
-        _ => {
-            let deadline = remaining.filter(|r| !r.is_zero());
-            match (deadline, step.poll) {
-                (Some(d), Some(p)) => Some(d.min(p)),
-                (d, p) => d.or(p),
-            }
-        }
+        _ => remaining.filter(|r| !r.is_zero()),
     };
     Decision {
         status,
@@ -367,9 +361,6 @@ struct Step<'a> {
     status: &'a mut CRCBundleStatus,
     generation: Option<i64>,
     now: Time,
-    /// Look again after this long: set only while waiting on something that is not watched
-    /// (a virt-launcher pod going away).
-    poll: Option<Duration>,
 }
 
 impl Step<'_> {
@@ -638,10 +629,6 @@ fn ensure_temps(
     true
 }
 
-/// How long to look again while only a virt-launcher pod (not watched) keeps a stopped VM's
-/// disks.
-pub const LAUNCHER_POLL: Duration = Duration::from_secs(2);
-
 /// Stage 2 (`docs/design/certificates-and-time.md` §2–§4): the build VM's three boots, each
 /// with its helper Job, and the cold restart between the second and the third.
 fn install(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Vec<Action>) {
@@ -683,19 +670,17 @@ fn install(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Ve
     };
     if install_step == InstallStep::Certificates {
         // Once the cold restart has started them going, the ISOs and the work volume stay gone;
-        // a deletion that a crash interrupted is sent again.
-        for temp in Temp::RELEASED_BY_COLD_RESTART {
-            if let Some(recorded) = step.build().resources.as_ref().and_then(|r| temp.slot(r))
-                && !recorded.uid.is_empty()
-                && matches!(observed.temps.get(&temp), Some(None))
-            {
-                actions.push(Action::Delete {
-                    temp,
-                    name: recorded.name.clone(),
-                    uid: recorded.uid.clone(),
-                });
-            }
-        }
+        // a deletion that a crash interrupted is sent again, and one seen through is forgotten.
+        let resources = step
+            .build_mut()
+            .resources
+            .get_or_insert_with(Default::default);
+        release(
+            resources,
+            observed,
+            &Temp::RELEASED_BY_COLD_RESTART,
+            actions,
+        );
     }
 
     // The helper of this step, for the VMI it was started for.
@@ -785,8 +770,9 @@ fn install(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Ve
             ));
             return;
         }
+        // The launcher pods carry the bundle's label and are watched (metadata only), and
+        // `status.runStrategy` comes with the VM's watch event: both wake this pass.
         if vm.launcher_pod || !vm.halt_observed {
-            step.poll = Some(LAUNCHER_POLL);
             step.installing(format!(
                 "{}: waiting for the virt-launcher pod of VirtualMachine {} to release its disks",
                 describe(install_step),
@@ -946,33 +932,51 @@ fn step_done(step: &mut Step, done: InstallStep, summary: &str, names: &Names) {
 }
 
 /// A failed attempt deletes every temporary object it recorded that is still ours.
-fn cleanup(status: &CRCBundleStatus, observed: &Observed, actions: &mut Vec<Action>) {
-    let Some(resources) = status.build.as_ref().and_then(|b| b.resources.as_ref()) else {
-        return;
+fn cleanup(status: &mut CRCBundleStatus, observed: &Observed, actions: &mut Vec<Action>) {
+    if let Some(resources) = status.build.as_mut().and_then(|b| b.resources.as_mut()) {
+        release(resources, observed, Temp::ALL, actions);
+    }
+}
+
+/// Deletes each of `temps` that is still ours, and forgets the ones that are gone (or going), so
+/// later passes stop reading them.
+fn release(
+    resources: &mut BuildResources,
+    observed: &Observed,
+    temps: &[Temp],
+    actions: &mut Vec<Action>,
+) {
+    let job_ours = |state: &JobState| {
+        matches!(
+            state,
+            JobState::Unreported
+                | JobState::Seen(
+                    Observation::Progress(_) | Observation::Done(_) | Observation::Failed(_)
+                )
+        )
     };
-    for &temp in Temp::ALL {
-        let Some(recorded) = temp.slot(resources).filter(|r| !r.uid.is_empty()) else {
+    for &temp in temps {
+        let Some(recorded) = temp.slot(resources).filter(|r| !r.uid.is_empty()).cloned() else {
             continue;
-        };
-        let job_ours = |state: &JobState| {
-            matches!(
-                state,
-                JobState::Unreported
-                    | JobState::Seen(
-                        Observation::Progress(_) | Observation::Done(_) | Observation::Failed(_)
-                    )
-            )
         };
         let ours = match temp {
             Temp::InstallerJob => job_ours(&observed.installer),
             Temp::HelperJob => job_ours(&observed.helper),
-            _ => matches!(observed.temps.get(&temp), Some(None)),
+            _ => match observed.temps.get(&temp) {
+                Some(None) => true,
+                Some(Some(Observation::Lost)) => {
+                    *temp.slot_mut(resources) = None;
+                    false
+                }
+                // Replaced by another's, or not read this pass: not ours to delete.
+                _ => false,
+            },
         };
         if ours {
             actions.push(Action::Delete {
                 temp,
-                name: recorded.name.clone(),
-                uid: recorded.uid.clone(),
+                name: recorded.name,
+                uid: recorded.uid,
             });
         }
     }
@@ -1320,12 +1324,16 @@ mod tests {
         assert!(waiting.actions.is_empty(), "the VMI is still there");
         let vm = observed.vm.as_mut().unwrap();
         vm.vmi = None;
-        let polling = decide(&b, &observed, HOUR, at(73));
+        let held = decide(&b, &observed, HOUR, at(73));
         assert!(
-            polling.actions.is_empty(),
+            held.actions.is_empty(),
             "the launcher pod still holds the disks"
         );
-        assert_eq!(polling.requeue, Some(LAUNCHER_POLL));
+        assert_eq!(
+            held.requeue,
+            waiting.requeue.map(|r| r - Duration::from_secs(1)),
+            "only the stage deadline: the launcher pod's watch event wakes the pass"
+        );
         let vm = observed.vm.as_mut().unwrap();
         vm.launcher_pod = false;
         vm.halt_observed = true;
@@ -1382,6 +1390,32 @@ mod tests {
             next.status
         );
         assert_eq!(next.actions.last(), Some(&Action::Create(Temp::HelperJob)));
+        let resources = next
+            .status
+            .build
+            .as_ref()
+            .unwrap()
+            .resources
+            .as_ref()
+            .unwrap();
+        for temp in Temp::RELEASED_BY_COLD_RESTART {
+            assert_eq!(
+                temp.slot(resources),
+                None,
+                "{temp:?} gone: forgotten, read no more"
+            );
+        }
+        // A deletion that a crash interrupted is sent again.
+        observed.temps.insert(Temp::IsoPvc, None);
+        let again = decide(&b, &observed, HOUR, at(82));
+        assert!(
+            again
+                .actions
+                .iter()
+                .any(|a| matches!(a, Action::Delete { temp, .. } if *temp == Temp::IsoPvc)),
+            "{:?}",
+            again.actions
+        );
     }
 
     #[test]

@@ -398,18 +398,23 @@ async fn build_vm(
         .get_opt(&recorded.name)
         .await
         .map_err(err(format!("VirtualMachineInstance {}", recorded.name)))?;
-    let pods = Api::<Pod>::namespaced(ctx.client.clone(), &ctx.namespace)
-        .list_metadata(&ListParams::default().labels(&format!(
-            "{}={}",
-            crate::kubevirt::labels::VM_NAME,
-            recorded.name
-        )))
-        .await
-        .map_err(err(format!("the virt-launcher pods of {}", recorded.name)))?;
-    Ok((
-        None,
-        Some(vm_seen(&vm, vmi.as_ref(), !pods.items.is_empty())),
-    ))
+    // The launcher pods matter only once the VM is stopped and its VMI gone (they may still
+    // hold the disks); before that, assume they are there and do not ask.
+    let stopped = vm.spec.run_strategy == Some(RunStrategy::Halted) && vmi.is_none();
+    let launcher_pod = if stopped {
+        let pods = Api::<Pod>::namespaced(ctx.client.clone(), &ctx.namespace)
+            .list_metadata(&ListParams::default().labels(&format!(
+                "{}={}",
+                crate::kubevirt::labels::VM_NAME,
+                recorded.name
+            )))
+            .await
+            .map_err(err(format!("the virt-launcher pods of {}", recorded.name)))?;
+        !pods.items.is_empty()
+    } else {
+        true
+    };
+    Ok((None, Some(vm_seen(&vm, vmi.as_ref(), launcher_pod))))
 }
 
 /// What the build pass needs of the VM: which boot its template is, and its VMI.

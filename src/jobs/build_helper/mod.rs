@@ -192,6 +192,7 @@ impl Config {
 /// Entry point of `guestcluster build-helper`.
 pub fn main() -> ExitCode {
     exit::run(
+        "build helper",
         Config::from_lookup(|name| std::env::var(name).ok()),
         |config| async move {
             let client = kube::Client::try_default()
@@ -199,12 +200,7 @@ pub fn main() -> ExitCode {
                 .map_err(|e| Error::InvalidConfig(format!("management cluster client: {e}")))?;
             run(&config, client).await
         },
-        |outcome| {
-            format!(
-                "build helper finished: {}",
-                serde_json::to_string(outcome).unwrap_or_default()
-            )
-        },
+        |outcome| serde_json::to_string(outcome).unwrap_or_default(),
     )
 }
 

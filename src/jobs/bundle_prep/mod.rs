@@ -812,6 +812,7 @@ pub async fn download_to(
 
 pub fn main() -> ExitCode {
     exit::run(
+        "bundle prep",
         Config::from_env(),
         |config| async move { run(&config).await },
         Outcome::summary,

@@ -138,14 +138,10 @@ pub fn main() -> ExitCode {
         ..HttpOptions::default()
     };
     exit::run(
+        "installer",
         Config::from_lookup(|name| std::env::var(name).ok()),
         |config| async move { run(&config, &http).await },
-        |outcome| {
-            format!(
-                "installer inputs prepared: {}",
-                serde_json::to_string(outcome).unwrap_or_default()
-            )
-        },
+        |outcome| serde_json::to_string(outcome).unwrap_or_default(),
     )
 }
 
