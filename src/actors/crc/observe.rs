@@ -1,6 +1,7 @@
 //! Every read of a CRC pass, into one plain [`Observed`] value that [`super::plan`] decides on.
 //!
-//! Objects are read by name; what a pass cannot use at this point is not read (the bundle's disk
+//! Objects are read by name; what a pass cannot use at this point is not read (an unbound
+//! instance's own objects while its bundle is not Ready: [`waits_unbound`]; the bundle's disk
 //! and key once the instance holds its own copy and its clone finished, the agent's pods and
 //! Events once a handoff is accepted, the cluster's Route hosts once ours exists), so a settled
 //! instance costs a handful of GETs. The bundle and the cluster's Route hosts come from the shared
@@ -17,9 +18,9 @@ use serde::de::DeserializeOwned;
 
 use super::{Error, Scope, agent};
 use crate::actors::Context;
-use crate::api::bundle::CRCBundle;
+use crate::api::bundle::{BundlePhase, CRCBundle};
 use crate::api::common::LocalRef;
-use crate::api::instance::{ClusterInstance, ClusterInstanceStatus};
+use crate::api::instance::{ClusterInstance, ClusterInstanceStatus, InstancePhase};
 use crate::cdi::DataVolume;
 use crate::kubevirt::{VirtualMachine, VirtualMachineInstance};
 use crate::resources::instance as res;
@@ -79,6 +80,26 @@ pub struct Observed {
     pub probe: Option<Result<(), String>>,
 }
 
+/// A turnkey instance with no boot-key binding whose bundle is not Ready: the plan stops at the
+/// bundle wait, and nothing of the instance's own can exist yet (the binding is written ahead of
+/// any disk), so its VM, VMI, DataVolume and key copy are not read. A thousand instances waiting
+/// for their bundles then cost one GET each per pass (the pull secret, checked first); an object
+/// of someone else's under one of their names is reported once the bundle is Ready.
+pub fn waits_unbound(
+    instance: &ClusterInstance,
+    status: &ClusterInstanceStatus,
+    bundle: Option<&CRCBundle>,
+) -> bool {
+    let bound = status.crc.as_ref().is_some_and(|c| c.boot_key.is_some());
+    let bundle_ready = bundle
+        .and_then(|b| b.status.as_ref())
+        .is_some_and(|s| s.phase == Some(BundlePhase::Ready));
+    !super::is_manual(instance)
+        && !bound
+        && !bundle_ready
+        && status.phase != Some(InstancePhase::Ready)
+}
+
 /// Reads what a pass over `instance` (with its pass-start `status`) can use.
 pub async fn observe(
     instance: &ClusterInstance,
@@ -98,12 +119,24 @@ pub async fn observe(
     // On the heap: the objects of a pass add up to tens of KiB, too much to move around on an
     // async task's stack.
     let mut o = Box::<Observed>::default();
-    o.vm = reader.get(&reader.ns(), &vm_name).await?;
-    o.vmi = reader.get(&reader.ns(), &vm_name).await?;
-    o.data_volume = reader.get(&reader.ns(), &dv_name).await?;
+    if !super::is_manual(instance) {
+        // From the shared bundle view: a change of the bundle wakes the instance anyway.
+        o.bundle = ctx
+            .views
+            .bundle(&super::bundle_name(instance))
+            .await
+            .map_err(reader.view_err())?
+            .map(|b| b.as_ref().clone());
+    }
     o.pull_secret = reader
         .get(&reader.ns(), &super::pull_secret_name(instance))
         .await?;
+    if waits_unbound(instance, status, o.bundle.as_ref()) {
+        return Ok(o);
+    }
+    o.vm = reader.get(&reader.ns(), &vm_name).await?;
+    o.vmi = reader.get(&reader.ns(), &vm_name).await?;
+    o.data_volume = reader.get(&reader.ns(), &dv_name).await?;
 
     if let Some(key_ref) = template
         .bundle_ssh_key_ref
@@ -114,14 +147,6 @@ pub async fn observe(
         o.manual_key = reader.get(&reader.ns(), key_ref).await?;
     }
     if !super::is_manual(instance) {
-        let bundle_name = super::bundle_name(instance);
-        // From the shared bundle view: a change of the bundle wakes the instance anyway.
-        o.bundle = ctx
-            .views
-            .bundle(&bundle_name)
-            .await
-            .map_err(reader.view_err())?
-            .map(|b| b.as_ref().clone());
         o.boot_key_copy = reader
             .get(&reader.ns(), &res::boot_key_secret_name(&name))
             .await?;

@@ -14,7 +14,7 @@ use kube::ResourceExt;
 use serde_json::json;
 
 use super::*;
-use crate::actors::crc::observe::{Observed, RouteHost};
+use crate::actors::crc::observe::{self, Observed, RouteHost};
 use crate::api::bundle::{BundlePhase, BundleSource, CRCBundleSpec, CRCBundleStatus};
 use crate::api::instance::{ClusterInstanceSpec, InstancePhase};
 
@@ -413,12 +413,31 @@ fn a_turnkey_instance_walks_every_step_in_order_to_ready() {
             .contains("waiting for CRCBundle crc-4.16.0-amd64")
     );
     assert_eq!(p.status.phase, Some(InstancePhase::Provisioning));
+    // So the pass did not need the instance's own objects (`observe` skips them).
+    assert!(observe::waits_unbound(
+        &w.instance,
+        &w.status,
+        w.o.bundle.as_ref()
+    ));
 
     // Ready: the binding is recorded, alone, before any disk.
     w.o.bundle = Some(ready_bundle("bundle-uid"));
+    assert!(!observe::waits_unbound(
+        &w.instance,
+        &w.status,
+        w.o.bundle.as_ref()
+    ));
     let p = w.pass();
     assert!(p.actions.is_empty(), "{:?}", p.actions);
     assert_eq!(stop(&p).requeue, Some(AFTER_RECORD));
+    // Bound: its objects are read whatever the bundle does next.
+    let mut gone_back = ready_bundle("bundle-uid");
+    gone_back.status.as_mut().unwrap().phase = Some(BundlePhase::Preparing);
+    assert!(!observe::waits_unbound(
+        &w.instance,
+        &w.status,
+        Some(&gone_back)
+    ));
     let binding = w.status.crc.as_ref().unwrap().boot_key.clone().unwrap();
     assert_eq!(binding.pvc_uid, "golden-uid");
     assert_eq!(binding.key_sha256, boot_key::key_sha256(KEY));
@@ -731,6 +750,10 @@ fn the_manual_path_needs_a_release_image_and_a_key_secret() {
         w
     };
     let mut w = manual(json!({}));
+    assert!(
+        !observe::waits_unbound(&w.instance, &w.status, None),
+        "no bundle to wait for: a manual instance reads its objects"
+    );
     let p = w.pass();
     assert_eq!(
         (stop(&p).reason, stop(&p).failed),
