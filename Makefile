@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build test lint fmt crds external-crds controlplane deps demo dev-up clean-cache bench bench-scale
+.PHONY: all build test lint fmt crds external-crds controlplane deps demo dev-up clean-cache bench bench-disk bench-scale
 
 all: build
 
@@ -52,6 +52,12 @@ bench:
 ## (docs/performance.md). Other sizes: BENCH_ARGS="--instances 500 --pools 10".
 bench-scale: controlplane
 	$(CARGO) bench --bench scale -- $(BENCH_ARGS)
+
+## The disk Job's one-pass sparse copy and hash of a multi-GiB raw image against hashing it alone
+## and against cp --sparse=always + sha256sum, and its allocation against the source's
+## (docs/performance.md). Other sizes: BENCH_ARGS="--gib 8 --rounds 5".
+bench-disk:
+	$(CARGO) bench --bench disk_copy -- $(BENCH_ARGS)
 
 ## The whole flow on an embedded control plane with progress output. Per-request error logs of
 ## kube clients are off (the operator's guest API probes fail by design until a guest is up; the

@@ -255,6 +255,38 @@ pub mod build_helper {
     ];
 }
 
+/// `guestcluster disk`, the Publish stage's Job of a build (mission §5, stage 5): copies the
+/// stopped build VM's raw root disk into the golden PVC, sparsely, with its digest.
+pub mod disk {
+    use serde::{Deserialize, Serialize};
+
+    /// Where the build VM's root disk volume is mounted (read-only); the disk is `disk.img` in
+    /// it (KubeVirt's filesystem-mode layout).
+    pub const ENV_SOURCE_DIR: &str = "SOURCE_DIR";
+    /// Where the golden PVC is mounted; the Job leaves `disk.img` there.
+    pub const ENV_TARGET_DIR: &str = "TARGET_DIR";
+    /// The raw disk file in both volumes.
+    pub const DISK_FILE: &str = "disk.img";
+    /// What the copy is written to before it is renamed to [`DISK_FILE`]: a golden PVC never
+    /// shows a partial `disk.img`.
+    pub const PARTIAL_FILE: &str = ".disk.img.partial";
+
+    /// A successful copy's termination message (JSON, one line).
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct Outcome {
+        /// SHA-256 of the whole raw image, holes read as zeros (hex).
+        pub disk_sha256: String,
+        /// The raw image's size in bytes: the guest's disk size.
+        pub disk_virtual_size: u64,
+        /// Bytes the copy wrote (everything else is a hole).
+        pub data_bytes: u64,
+    }
+
+    /// Every reason of a failed disk Job.
+    pub const REASONS: &[&str] = &["InvalidConfig", "SourceUnreadable", "StorageError"];
+}
+
 #[cfg(test)]
 mod tests {
     use super::bundle_prep::{PERMANENT_REASONS, REASONS, exit_code_of};

@@ -39,6 +39,13 @@ enum Command {
         #[command(flatten)]
         log: LogArgs,
     },
+    /// Body of a bundle build's disk Job (stage Publish): copy the stopped build VM's raw disk
+    /// into the golden PVC sparsely, with its SHA-256 and virtual size in the same pass.
+    /// Settings come from the environment (see `guestcluster::jobs::disk`).
+    Disk {
+        #[command(flatten)]
+        log: LogArgs,
+    },
     /// Body of an instance's crc-agent Job: configure the freshly booted CRC guest and publish
     /// the handoff Secret. Settings come from the environment (see `guestcluster::agent`).
     Agent {
@@ -195,6 +202,10 @@ fn main() -> ExitCode {
         Command::BuildHelper { log } => {
             init_logging(&log);
             return guestcluster::jobs::build_helper::main();
+        }
+        Command::Disk { log } => {
+            init_logging(&log);
+            return guestcluster::jobs::disk::main();
         }
         Command::Agent { log } => {
             init_logging(&log);

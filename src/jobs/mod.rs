@@ -2,6 +2,8 @@
 
 pub mod build_helper;
 pub mod bundle_prep;
+pub mod disk;
 pub mod exit;
+pub mod extents;
 pub mod installer;
 pub mod termination;

@@ -23,7 +23,7 @@
 //! ([`PrepError::reason`], [`REASONS`](crate::contract::bundle_prep::REASONS)). The environment, the exit codes and what is published
 //! are the operator's contract with this Job ([`crate::contract::bundle_prep`]).
 
-mod checksum;
+pub(crate) mod checksum;
 mod download;
 mod extract;
 mod progress;
