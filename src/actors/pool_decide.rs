@@ -94,6 +94,15 @@ fn is_ready(instance: &ClusterInstance) -> bool {
         .is_some_and(|s| s.phase == Some(InstancePhase::Ready))
 }
 
+/// Its bundle now publishes another disk than it was cloned from (`Stale=True`).
+fn is_stale(instance: &ClusterInstance) -> bool {
+    instance
+        .status
+        .as_ref()
+        .and_then(|s| conditions::find(&s.conditions, types::STALE))
+        .is_some_and(|c| c.status == "True")
+}
+
 /// Counts the members of `pool` among `instances`; `claimed` are the instances leases hold.
 pub fn count(pool: &str, instances: &[ClusterInstance], claimed: &BTreeSet<String>) -> Counts {
     let mut counts = Counts::default();
@@ -143,7 +152,7 @@ pub fn idle_since(instance: &ClusterInstance) -> Option<Timestamp> {
 }
 
 /// The instance scale-down deletes: among the Ready, unclaimed, not deleting members idle for at
-/// least `grace`, the newest (by creation time, then name). `Err(wait)`: none is idle long
+/// least `grace`, a stale one first, then the newest (by creation time, then name). `Err(wait)`: none is idle long
 /// enough yet, the first becomes so after `wait`; `Ok(None)`: no candidate at all.
 pub fn trim_candidate<'a>(
     pool: &str,
@@ -172,6 +181,7 @@ pub fn trim_candidate<'a>(
     }
     if let Some(newest) = idle.into_iter().max_by_key(|i| {
         (
+            is_stale(i),
             i.metadata.creation_timestamp.as_ref().map(|t| t.0),
             i.name_any(),
         )
@@ -308,8 +318,34 @@ pub fn decide(pool: &ClusterPool, observed: Observed<'_>) -> Decision {
             Ok(None) => {}
             Err(wait) => decision.requeue = Some(wait),
         }
+        return decision;
+    }
+    if let Some(stale) = replacement(&name, observed.instances, &demand.claimed) {
+        decision.delete = Some((stale.name_any(), stale.uid().unwrap_or_default()));
     }
     decision
+}
+
+/// A stale member to replace: Ready and unclaimed (no grace: it will never be current again, and
+/// handing it out is worse than a short gap), the oldest first, one at a time (none while a
+/// member is still terminating). The pool's sizing creates the replacement.
+fn replacement<'a>(
+    pool: &str,
+    instances: &'a [ClusterInstance],
+    claimed: &BTreeSet<String>,
+) -> Option<&'a ClusterInstance> {
+    let members = || instances.iter().filter(|i| is_member(pool, i));
+    if members().any(|i| i.metadata.deletion_timestamp.is_some()) {
+        return None;
+    }
+    members()
+        .filter(|i| is_ready(i) && is_stale(i) && !claimed.contains(&i.name_any()))
+        .min_by_key(|i| {
+            (
+                i.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                i.name_any(),
+            )
+        })
 }
 
 #[cfg(test)]
@@ -837,5 +873,54 @@ mod tests {
             },
         );
         assert_eq!(second.status, first.status);
+    }
+
+    fn stale(mut i: ClusterInstance) -> ClusterInstance {
+        let status = i.status.as_mut().unwrap();
+        status.conditions.push(conditions::new(
+            types::STALE,
+            true,
+            reasons::BUNDLE_REBUILT,
+            "",
+            None,
+            Time(at(NOW)),
+        ));
+        i
+    }
+
+    #[test]
+    fn idle_stale_instances_are_replaced_one_at_a_time_and_trimmed_first() {
+        let p = crc_pool(3, 5, 0);
+        let old = |name: &str, created: i64| {
+            inst(
+                name,
+                Some(InstancePhase::Ready),
+                created,
+                Some(created + 60),
+            )
+        };
+        // At size: the oldest idle stale member goes; a leased stale one stays.
+        let instances = [
+            stale(old("p-0", NOW - 900)),
+            stale(old("p-1", NOW - 800)),
+            old("p-2", NOW - 700),
+        ];
+        let d = run(&p, &instances, &[bound("l0", "p-0")]);
+        assert_eq!(deleted(&d), Some("p-1"));
+        // Still terminating: no second one yet.
+        let instances = [
+            stale(old("p-0", NOW - 900)),
+            deleting(stale(old("p-1", NOW - 800))),
+            old("p-2", NOW - 700),
+        ];
+        assert_eq!(deleted(&run(&p, &instances, &[])), None);
+        // Scale-down takes a stale idle member before a newer current one.
+        let p = crc_pool(0, 5, 0);
+        let instances = [stale(old("p-0", NOW - 900)), old("p-1", NOW - 800)];
+        assert_eq!(deleted(&run(&p, &instances, &[])), Some("p-0"));
+        // Nothing stale: nothing replaced.
+        let p = crc_pool(2, 5, 0);
+        let instances = [old("p-0", NOW - 900), old("p-1", NOW - 800)];
+        assert_eq!(deleted(&run(&p, &instances, &[])), None);
     }
 }

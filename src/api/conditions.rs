@@ -18,6 +18,8 @@ pub mod types {
     pub const VALIDATED: &str = "Validated";
     // ClusterInstance.
     pub const VERSION_MISMATCH: &str = "VersionMismatch";
+    /// The bundle the instance is bound to now publishes another disk (rebuilt under its name).
+    pub const STALE: &str = "Stale";
     pub const GUEST_API_REACHABLE: &str = "GuestAPIReachable";
     pub const CRC_AGENT: &str = "CRCAgent";
     pub const TERMINATING: &str = "Terminating";
@@ -57,6 +59,9 @@ pub mod reasons {
     pub const BACKING_RESOURCES_AVAILABLE: &str = "BackingResourcesAvailable";
     pub const OCP_VERSION_MISMATCH: &str = "OCPVersionMismatch";
     pub const OCP_VERSION_MATCHES: &str = "OCPVersionMatches";
+    /// `Stale`: the bound bundle publishes the disk the instance was cloned from, or another.
+    pub const BUNDLE_CURRENT: &str = "BundleCurrent";
+    pub const BUNDLE_REBUILT: &str = "BundleRebuilt";
     pub const GUEST_API_READY: &str = "GuestAPIReady";
     pub const CLEANUP_IN_PROGRESS: &str = "CleanupInProgress";
     pub const CLEANUP_ERROR: &str = "CleanupError";

@@ -78,8 +78,8 @@ pub struct ClusterInstanceStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Ready, VersionMismatch, GuestAPIReachable, CRCAgent, Terminating, ProvisioningAllowed,
-    /// HyperConvergedReady.
+    /// Ready, VersionMismatch, Stale, GuestAPIReachable, CRCAgent, Terminating,
+    /// ProvisioningAllowed, HyperConvergedReady.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

@@ -193,6 +193,39 @@ pub fn verify_unchanged(binding: &CRCBootKeyStatus, source: &Source<'_>) -> Resu
     }
 }
 
+/// Whether the bundle an instance is bound to still publishes the disk it was cloned from: the
+/// digest it was bound to (a built bundle's `diskSHA256`, a downloaded one's archive `sha256`)
+/// against the one the Ready bundle publishes now. `None` while the bundle is not Ready (it
+/// cannot say yet). A bundle deleted and made again with the same disk is current.
+pub fn freshness(binding: &CRCBootKeyStatus, bundle: &CRCBundle) -> Option<Freshness> {
+    let status = bundle.status.as_ref()?;
+    if status.phase != Some(BundlePhase::Ready) {
+        return None;
+    }
+    let published = if status.source == Some(BundleSource::Build) {
+        status.disk_sha256.clone()
+    } else {
+        status.sha256.clone()
+    }
+    .unwrap_or_default();
+    let bound = binding
+        .disk_sha256
+        .clone()
+        .unwrap_or_else(|| binding.bundle_sha256.clone());
+    Some(if published == bound {
+        Freshness::Current { digest: bound }
+    } else {
+        Freshness::Stale { bound, published }
+    })
+}
+
+/// See [`freshness`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Freshness {
+    Current { digest: String },
+    Stale { bound: String, published: String },
+}
+
 /// An existing instance-owned copy is ours and holds the bound key.
 pub fn check_copy(
     copy: &Secret,

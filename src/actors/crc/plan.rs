@@ -217,6 +217,7 @@ pub fn plan(input: &Input<'_>) -> Plan {
             End::Stop(stop)
         }
     };
+    walk.record_freshness();
     Plan {
         actions: walk.actions,
         status: walk.status,
@@ -1081,6 +1082,39 @@ impl<'a> Walk<'a> {
             }
         }
         Ok(())
+    }
+
+    /// `Stale`, once bound, whenever the bundle is Ready: whether it still publishes the disk
+    /// this instance was cloned from (its pool replaces an idle stale instance).
+    fn record_freshness(&mut self) {
+        let (Some(binding), Some(bundle)) = (self.binding().cloned(), self.o.bundle.as_ref())
+        else {
+            return;
+        };
+        let short = |digest: &str| digest.chars().take(12).collect::<String>();
+        let bundle_name = bundle.name_any();
+        let (status, reason, message) = match boot_key::freshness(&binding, bundle) {
+            None => return,
+            Some(boot_key::Freshness::Current { digest }) => (
+                "False",
+                reasons::BUNDLE_CURRENT,
+                format!(
+                    "cloned from disk {} of CRCBundle {bundle_name}, which it still publishes",
+                    short(&digest)
+                ),
+            ),
+            Some(boot_key::Freshness::Stale { bound, published }) => (
+                "True",
+                reasons::BUNDLE_REBUILT,
+                format!(
+                    "cloned from disk {} of CRCBundle {bundle_name}, which now publishes disk {}; \
+                     delete this instance for one from the current disk (its pool replaces it once idle)",
+                    short(&bound),
+                    short(&published)
+                ),
+            ),
+        };
+        self.condition(types::STALE, status, reason, &message);
     }
 
     fn mark_ready(&mut self, ocp_version: &str, host: &str) {

@@ -1139,3 +1139,47 @@ fn a_handoff_for_another_vmi_or_instance_is_not_accepted() {
     assert_ne!(p.end, End::Ready);
     assert!(matches!(p.end, End::Stop(_)));
 }
+
+#[test]
+fn an_instance_whose_bundle_now_publishes_another_disk_is_stale() {
+    let stale = |w: &World| {
+        conditions::find(&w.status.conditions, types::STALE)
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    };
+    let mut w = World::turnkey();
+    let mut preparing = ready_bundle("bundle-uid");
+    preparing.status.as_mut().unwrap().phase = Some(BundlePhase::Preparing);
+    w.o.bundle = Some(preparing);
+    w.pass();
+    assert_eq!(stale(&w), None, "not bound: nothing to be stale against");
+
+    let mut w = World::ready();
+    let (status, reason, _) = stale(&w).expect("bound and the bundle Ready");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", reasons::BUNDLE_CURRENT)
+    );
+
+    // Deleted and made again with the same disk: still current.
+    w.o.bundle = Some(ready_bundle("recreated-uid"));
+    w.pass();
+    assert_eq!(stale(&w).unwrap().1, reasons::BUNDLE_CURRENT);
+
+    // Rebuilt: another disk under the same name.
+    w.o.bundle.as_mut().unwrap().status.as_mut().unwrap().sha256 = Some("b".repeat(64));
+    w.pass();
+    let (status, reason, message) = stale(&w).unwrap();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", reasons::BUNDLE_REBUILT)
+    );
+    assert!(
+        message.contains("aaaaaaaaaaaa") && message.contains("bbbbbbbbbbbb"),
+        "{message}"
+    );
+
+    // Not Ready (being rebuilt): it cannot say, and the last word stands.
+    w.o.bundle.as_mut().unwrap().status.as_mut().unwrap().phase = Some(BundlePhase::Preparing);
+    w.pass();
+    assert_eq!(stale(&w).unwrap().1, reasons::BUNDLE_REBUILT);
+}
