@@ -503,3 +503,100 @@ async fn the_manual_path_imports_a_disk_by_url_with_the_users_key() {
         "the manual path uses the user's Secret, no copy"
     );
 }
+
+/// The `Stale` condition of an instance: (status, reason).
+fn staleness(i: &ClusterInstance) -> Option<(String, String)> {
+    let c = conditions::find(&i.status.as_ref()?.conditions, types::STALE)?;
+    Some((c.status.clone(), c.reason.clone()))
+}
+
+#[tokio::test]
+async fn a_bundle_made_again_under_its_name_makes_its_pools_idle_instance_stale_and_replaced() {
+    let client = support::client().await;
+    let bundle = support::unique("stale-bundle");
+    let first_bundle = ready_bundle(world(), &client, &bundle, "4.22.7").await;
+    let ns = team_namespace(&client).await;
+    let pools: Api<ClusterPool> = Api::namespaced(client.clone(), &ns);
+    let pool: ClusterPool = serde_json::from_value(serde_json::json!({
+        "apiVersion": "guestcluster.opdev.io/v1alpha1", "kind": "ClusterPool",
+        "metadata": {"name": "stale"},
+        "spec": {"type": "crc", "minSize": 1, "maxSize": 2,
+                 "template": template(serde_json::json!({"crcBundleRef": {"name": bundle}}))}
+    }))
+    .unwrap();
+    pools.create(&PostParams::default(), &pool).await.unwrap();
+    let instances: Api<ClusterInstance> = Api::namespaced(client.clone(), &ns);
+    let current = |i: &ClusterInstance| {
+        i.status.as_ref().and_then(|s| s.phase) == Some(InstancePhase::Ready)
+            && staleness(i) == Some(("False".to_owned(), reasons::BUNDLE_CURRENT.to_owned()))
+    };
+    let first = wait_long("the pool's instance Ready and current", || async {
+        let list = instances.list(&ListParams::default()).await.ok()?.items;
+        list.into_iter().find(|i| current(i))
+    })
+    .await;
+
+    // Every state the instances pass through, from here on.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let watch = {
+        let seen = seen.clone();
+        let stream = watcher::watcher(instances.clone(), watcher::Config::default());
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                if let Ok(Event::Apply(i) | Event::InitApply(i)) = event {
+                    seen.lock().unwrap().push((i.uid(), staleness(&i)));
+                }
+            }
+        })
+    };
+
+    // The bundle is deleted and made again under its name from another archive (another disk).
+    let bundles: Api<guestcluster::api::CRCBundle> = Api::all(client.clone());
+    bundles
+        .delete(&bundle, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the first CRCBundle gone", || async {
+        bundles.get_opt(&bundle).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    let second_bundle = ready_bundle(world(), &client, &bundle, "4.22.7").await;
+    assert_ne!(
+        first_bundle.status.unwrap().sha256,
+        second_bundle.status.clone().unwrap().sha256
+    );
+
+    // The idle instance is found stale, deleted by its pool, and replaced by a current one.
+    let replacement = wait_long(
+        "a current replacement Ready, the stale one gone",
+        || async {
+            let list = instances.list(&ListParams::default()).await.ok()?.items;
+            let old_left = list.iter().any(|i| i.uid() == first.uid());
+            let new = list
+                .into_iter()
+                .find(|i| i.uid() != first.uid() && current(i))?;
+            (!old_left).then_some(new)
+        },
+    )
+    .await;
+    watch.abort();
+    let stale = Some(("True".to_owned(), reasons::BUNDLE_REBUILT.to_owned()));
+    let seen: Vec<_> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(uid, _)| *uid == first.uid())
+        .map(|(_, s)| s.clone())
+        .collect();
+    assert!(
+        seen.contains(&stale),
+        "the first instance was marked Stale before it was replaced: {seen:?}"
+    );
+    let binding = replacement.status.unwrap().crc.unwrap().boot_key.unwrap();
+    assert_eq!(
+        Some(binding.bundle_sha256),
+        second_bundle.status.unwrap().sha256,
+        "the replacement is cloned from the bundle made again"
+    );
+}
