@@ -294,3 +294,174 @@ async fn a_root_disk_deleted_mid_install_fails_the_attempt_and_is_not_adopted() 
     })
     .await;
 }
+
+/// A deletion-relevant watch event: the object, the etcd revision of the event (one counter for
+/// every resource, so events of different kinds are ordered by it), and whether it was the
+/// object's removal or the start of its deletion.
+#[derive(Clone, Debug)]
+struct Change {
+    kind: &'static str,
+    name: String,
+    revision: u64,
+    gone: bool,
+}
+
+/// Records every deletion start and removal of `K` objects whose name contains `part`.
+fn record_deletions<K>(
+    client: &kube::Client,
+    part: String,
+    into: std::sync::Arc<std::sync::Mutex<Vec<Change>>>,
+) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    use futures::StreamExt;
+    use kube::runtime::watcher::{self, Event};
+    let api = Api::<K>::namespaced(client.clone(), OPERATOR_NS);
+    tokio::spawn(async move {
+        let stream = watcher::watcher(api, watcher::Config::default());
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            let (object, gone) = match event {
+                Ok(Event::Apply(o) | Event::InitApply(o)) => (o, false),
+                Ok(Event::Delete(o)) => (o, true),
+                _ => continue,
+            };
+            let meta = object.meta();
+            let name = meta.name.clone().unwrap_or_default();
+            if !name.contains(&part) || (!gone && meta.deletion_timestamp.is_none()) {
+                continue;
+            }
+            let revision = meta
+                .resource_version
+                .as_deref()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_default();
+            into.lock().unwrap().push(Change {
+                kind: K::kind(&()).to_string().leak(),
+                name,
+                revision,
+                gone,
+            });
+        }
+    })
+}
+
+#[tokio::test]
+async fn a_bundle_deleted_mid_install_stops_its_jobs_and_vm_before_any_volume_and_leaves_nothing() {
+    use guestcluster::cdi::DataVolume;
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+
+    let client = support::client().await;
+    support::world::world();
+    let api: Api<CRCBundle> = Api::all(client.clone());
+    let name = support::unique("install-deleted");
+    good_inputs(&client, &name).await;
+    create_build(&client, &name, "30m").await;
+    let b = wait_for("the bundle's finalizer", || async {
+        let b = api.get(&name).await.ok()?;
+        b.metadata
+            .finalizers
+            .as_ref()?
+            .contains(&"guestcluster.opdev.io/build-cleanup".to_owned())
+            .then_some(b)
+    })
+    .await;
+    assert!(
+        b.status
+            .is_none_or(|s| s.build.is_none_or(|b| b.resources.is_none())),
+        "the finalizer comes before anything of the build exists"
+    );
+    support::wait_long("the install boot's helper Job running", || async {
+        let build = api.get(&name).await.ok()?.status?.build?;
+        let helper = build.resources?.helper_job.filter(|j| !j.uid.is_empty())?;
+        (build.install_step == Some(InstallStep::Install)).then_some(helper)
+    })
+    .await;
+
+    let changes = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let part = format!("{name}-b1");
+    let watches = [
+        record_deletions::<Job>(&client, part.clone(), changes.clone()),
+        record_deletions::<VirtualMachineInstance>(&client, part.clone(), changes.clone()),
+        record_deletions::<Pod>(&client, part.clone(), changes.clone()),
+        record_deletions::<PersistentVolumeClaim>(&client, part.clone(), changes.clone()),
+        record_deletions::<DataVolume>(&client, part.clone(), changes.clone()),
+    ];
+    // Let the watches list first, so no change of the deletion is missed.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    api.delete(&name, &DeleteParams::default()).await.unwrap();
+    support::wait_long("the bundle gone", || async {
+        api.get_opt(&name).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    for watch in watches {
+        watch.abort();
+    }
+
+    let changes = changes.lock().unwrap().clone();
+    let stopped = changes
+        .iter()
+        .filter(|c| c.gone && matches!(c.kind, "Job" | "VirtualMachineInstance" | "Pod"))
+        .map(|c| c.revision)
+        .max()
+        .expect("the Jobs, the VMI and the pods went");
+    let first_volume = changes
+        .iter()
+        .filter(|c| matches!(c.kind, "PersistentVolumeClaim" | "DataVolume"))
+        .min_by_key(|c| c.revision)
+        .expect("the volumes were deleted");
+    assert!(
+        stopped < first_volume.revision,
+        "{} {} was deleted while a Job, VMI or pod still existed: {changes:#?}",
+        first_volume.kind,
+        first_volume.name
+    );
+    for kind in [
+        "Job",
+        "VirtualMachineInstance",
+        "PersistentVolumeClaim",
+        "DataVolume",
+    ] {
+        assert!(
+            changes.iter().any(|c| c.kind == kind && c.gone),
+            "no {kind} removal seen: {changes:#?}"
+        );
+    }
+
+    // Nothing of the build is left.
+    async fn left<K>(client: &kube::Client, part: &str) -> Vec<String>
+    where
+        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        Api::<K>::namespaced(client.clone(), OPERATOR_NS)
+            .list_metadata(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|o| o.metadata.name)
+            .filter(|n| n.contains(part))
+            .collect()
+    }
+    let mut remaining = Vec::new();
+    remaining.extend(left::<Job>(&client, &part).await);
+    remaining.extend(left::<VirtualMachine>(&client, &part).await);
+    remaining.extend(left::<DataVolume>(&client, &part).await);
+    remaining.extend(left::<PersistentVolumeClaim>(&client, &part).await);
+    remaining.extend(left::<Secret>(&client, &part).await);
+    remaining.extend(left::<ServiceAccount>(&client, &part).await);
+    remaining.extend(left::<Role>(&client, &part).await);
+    remaining.extend(left::<RoleBinding>(&client, &part).await);
+    assert!(remaining.is_empty(), "left behind: {remaining:?}");
+}

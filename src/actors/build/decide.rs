@@ -71,7 +71,7 @@ macro_rules! temps {
                 }
             }
 
-            fn slot_mut(self, resources: &mut BuildResources) -> &mut Option<ObjectIdentity> {
+            pub(super) fn slot_mut(self, resources: &mut BuildResources) -> &mut Option<ObjectIdentity> {
                 match self {
                     $(Temp::$temp => &mut resources.$slot,)+
                 }

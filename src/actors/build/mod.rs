@@ -6,6 +6,7 @@
 
 pub mod admit;
 pub mod decide;
+pub mod teardown;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -33,6 +34,7 @@ use super::stage::{Stage, judge};
 use crate::api::bundle::InstallStep;
 use crate::api::bundle::{BuildSpec, CRCBundle, CRCBundleStatus, ManifestRef, ManifestSourceKind};
 use crate::api::conditions::types;
+use crate::api::labels::FINALIZER_BUILD;
 use crate::cdi::DataVolume;
 use crate::contract::build_helper::Step as HelperStep;
 use crate::contract::bundle_prep::SECRET_KEY;
@@ -68,6 +70,8 @@ pub enum Error {
         action: Action,
         source: kube::Error,
     },
+    #[error("updating the finalizers of CRCBundle {name}: {source}")]
+    Finalizer { name: String, source: kube::Error },
     #[error("rendering the installer inputs of CRCBundle {name}: {detail}")]
     Render { name: String, detail: String },
     #[error(transparent)]
@@ -88,6 +92,19 @@ pub async fn pass(
         return Ok(Next::Done);
     };
     let bundle = bundle.as_ref();
+    let finalized = bundle.finalizers().iter().any(|f| f == FINALIZER_BUILD);
+    if bundle.metadata.deletion_timestamp.is_some() {
+        if !finalized {
+            return Ok(Next::Done);
+        }
+        return teardown_pass(ctx, bundle).await;
+    }
+    if !finalized {
+        // Before anything of the build exists, so nothing can outlive a deletion unordered.
+        // The update's watch event brings the next pass.
+        set_finalizer(ctx, bundle, true).await?;
+        return Ok(Next::Done);
+    }
     let spec = bundle.spec.build.clone().unwrap_or_else(empty_build);
     let deadline =
         crate::actors::lease_decide::parse_duration(&spec.deadline).unwrap_or(DEFAULT_DEADLINE);
@@ -147,6 +164,124 @@ pub async fn pass(
     follow::<BuildVmStage>(ctx, children, &owner, &status).await;
     follow::<GuestSession>(ctx, children, &owner, &status).await;
     Ok(requeue.map_or(Next::Done, Next::Requeue))
+}
+
+/// How often a deleting bundle looks again: not every object it waits for is watched (the
+/// helper's Role and RoleBinding).
+const TEARDOWN_STEP: Duration = Duration::from_secs(2);
+
+/// One pass of a deleting bundle ([`teardown::teardown`]): read every recorded object and the
+/// build VM, record the step, act, and drop the finalizer once nothing is left.
+async fn teardown_pass(ctx: &Arc<Context>, bundle: &CRCBundle) -> Result<Next, Error> {
+    let name = bundle.name_any();
+    let owner = bundle.uid().unwrap_or_default();
+    let resources = bundle
+        .status
+        .as_ref()
+        .and_then(|s| s.build.as_ref())
+        .and_then(|b| b.resources.clone())
+        .unwrap_or_default();
+    let mut seen = teardown::Seen::default();
+    for &temp in Temp::ALL {
+        let Some(recorded) = temp.slot(&resources).filter(|r| !r.uid.is_empty()) else {
+            continue;
+        };
+        let presence = match temp {
+            Temp::ServiceAccount | Temp::HelperAccount => {
+                presence::<ServiceAccount>(ctx, &name, recorded, &owner).await?
+            }
+            Temp::InstallerSecret | Temp::CredentialsSecret => {
+                presence::<Secret>(ctx, &name, recorded, &owner).await?
+            }
+            Temp::WorkPvc | Temp::IsoPvc | Temp::InstallIsoPvc => {
+                presence::<PersistentVolumeClaim>(ctx, &name, recorded, &owner).await?
+            }
+            Temp::InstallerJob | Temp::HelperJob => {
+                presence::<Job>(ctx, &name, recorded, &owner).await?
+            }
+            Temp::HelperRole => presence::<Role>(ctx, &name, recorded, &owner).await?,
+            Temp::HelperRoleBinding => {
+                presence::<RoleBinding>(ctx, &name, recorded, &owner).await?
+            }
+            Temp::RootDataVolume => presence::<DataVolume>(ctx, &name, recorded, &owner).await?,
+            Temp::BuildVm => {
+                let presence = presence::<VirtualMachine>(ctx, &name, recorded, &owner).await?;
+                if presence != teardown::Presence::NotOurs {
+                    seen.vm = build_vm(ctx, &name, recorded, &owner).await?.1;
+                }
+                presence
+            }
+        };
+        seen.temps.insert(temp, presence);
+    }
+    let step = teardown::teardown(bundle, &seen, Time(Timestamp::now()));
+    if step.done {
+        set_finalizer(ctx, bundle, false).await?;
+        tracing::info!(crcbundle = %name, "build objects deleted; finalizer removed");
+        return Ok(Next::Done);
+    }
+    super::bundle::write_status(ctx, bundle, &step.status).await?;
+    let status = &step.status;
+    for action in &step.actions {
+        act(
+            ctx,
+            bundle,
+            &empty_build(),
+            status,
+            None,
+            &Observed::default(),
+            action,
+        )
+        .await?;
+    }
+    Ok(Next::Requeue(TEARDOWN_STEP))
+}
+
+/// Whether the recorded object is there, ours, going, or another's.
+async fn presence<K>(
+    ctx: &Context,
+    bundle: &str,
+    recorded: &crate::api::common::ObjectIdentity,
+    owner: &str,
+) -> Result<teardown::Presence, Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let object = Api::<K>::namespaced(ctx.client.clone(), &ctx.namespace)
+        .get_opt(&recorded.name)
+        .await
+        .map_err(|source| Error::Observe {
+            name: bundle.to_owned(),
+            what: format!("{} {}", K::kind(&()), recorded.name),
+            source,
+        })?;
+    Ok(match object {
+        None => teardown::Presence::Gone,
+        Some(o)
+            if o.meta().uid.as_deref() != Some(recorded.uid.as_str())
+                || !is_controlled_by(&o, owner) =>
+        {
+            teardown::Presence::NotOurs
+        }
+        Some(o) if o.meta().deletion_timestamp.is_some() => teardown::Presence::Deleting,
+        Some(_) => teardown::Presence::Ours,
+    })
+}
+
+async fn set_finalizer(ctx: &Context, bundle: &CRCBundle, add: bool) -> Result<(), Error> {
+    let api = Api::<CRCBundle>::all(ctx.client.clone());
+    match write::finalizer(&api, bundle, FINALIZER_BUILD, add).await {
+        // Changed since it was read: that change's watch event brings the next pass.
+        Ok(()) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(source) => Err(Error::Finalizer {
+            name: bundle.name_any(),
+            source,
+        }),
+    }
 }
 
 /// Starts (or keeps) the child of stage `S` on its recorded object; stops it when nothing is
@@ -603,7 +738,10 @@ async fn act(
                 Temp::WorkPvc | Temp::IsoPvc | Temp::InstallIsoPvc => {
                     delete::<PersistentVolumeClaim>(ctx, name, uid).await
                 }
-                Temp::InstallerJob | Temp::HelperJob => delete::<Job>(ctx, name, uid).await,
+                // In the foreground: the Job is gone only once its pods are.
+                Temp::InstallerJob | Temp::HelperJob => {
+                    delete_with::<Job>(ctx, name, uid, PropagationPolicy::Foreground).await
+                }
                 Temp::HelperRole => delete::<Role>(ctx, name, uid).await,
                 Temp::HelperRoleBinding => delete::<RoleBinding>(ctx, name, uid).await,
                 Temp::RootDataVolume => delete::<DataVolume>(ctx, name, uid).await,
@@ -694,11 +832,26 @@ where
         + DeserializeOwned
         + std::fmt::Debug,
 {
+    delete_with::<K>(ctx, name, uid, PropagationPolicy::Background).await
+}
+
+async fn delete_with<K>(
+    ctx: &Context,
+    name: &str,
+    uid: &str,
+    propagation: PropagationPolicy,
+) -> Result<(), kube::Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
     write::delete_exact::<K>(
         &Api::namespaced(ctx.client.clone(), &ctx.namespace),
         name,
         uid,
-        PropagationPolicy::Background,
+        propagation,
     )
     .await
 }
