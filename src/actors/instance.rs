@@ -1,9 +1,9 @@
 //! The ClusterInstance actor: one per instance, keyed by UID.
 //!
 //! A pass (upstream §3.1): deletion runs the ordered teardown ([`super::crc::teardown`]) and
-//! then releases our finalizer; otherwise the finalizer is added, the gates are decided (topology,
-//! namespace policy, platform: pure, in [`super::instance_gates`]), and once they are open the
-//! CRC backing takes the next step ([`super::crc`]). The status is recorded with one server-side
+//! then releases our finalizer; otherwise the gates are decided (topology, namespace policy,
+//! platform: pure, in [`super::instance_gates`]), and once they are open the CRC backing takes
+//! the next step ([`super::crc`]), adding our finalizer right before its first object. The status is recorded with one server-side
 //! apply when it changed, with an Event when the `Ready` reason changed.
 
 use std::sync::Arc;
@@ -189,19 +189,11 @@ async fn reconcile(instance: &ClusterInstance, ctx: &Arc<Context>) -> Result<Nex
         if let Some(next) = teardown(instance, ctx, &api).await? {
             return Ok(next);
         }
-        if set_finalizer(&api, instance, false).await? {
+        if release_finalizer(&api, instance).await? {
             tracing::info!(clusterinstance = %name, namespace = %ns, "finalizer removed");
         }
         return Ok(Next::Done);
     }
-    if !has_finalizer {
-        if set_finalizer(&api, instance, true).await? {
-            tracing::info!(clusterinstance = %name, namespace = %ns, "finalizer added");
-        }
-        // The update event brings us back.
-        return Ok(Next::Done);
-    }
-
     // Never decide on a watch cache that may not have seen our own last write: `startedAt`,
     // the boot-key binding and the API endpoint are written once, ahead of what they guard, and
     // the status is applied whole — a stale copy would erase them. Once the cache shows our
@@ -328,12 +320,13 @@ async fn teardown(
     Ok(Some(Next::Requeue(crc::teardown::STEP_REQUEUE)))
 }
 
-async fn set_finalizer(
+/// Releases our finalizer once the teardown is done (it was added by the CRC pass before the
+/// first object, [`super::crc::reconcile`]).
+async fn release_finalizer(
     api: &Api<ClusterInstance>,
     instance: &ClusterInstance,
-    add: bool,
 ) -> Result<bool, Error> {
-    match write::finalizer(api, instance, FINALIZER_CLEANUP, add).await {
+    match write::finalizer(api, instance, FINALIZER_CLEANUP, false).await {
         Ok(()) => Ok(true),
         // Changed since it was read (e.g. its pool adopted it meanwhile): that change's watch
         // event is queued for this actor and brings the next pass; no retry with backoff.

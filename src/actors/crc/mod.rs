@@ -34,6 +34,7 @@ use kube::{Resource, ResourceExt};
 
 use super::context::Context;
 use crate::api::instance::{ClusterInstance, ClusterInstanceStatus};
+use crate::api::labels::FINALIZER_CLEANUP;
 pub use plan::{UNWATCHED_RECHECK, bundle_name, is_manual, pull_secret_name, user_secret_names};
 
 /// How often a Ready instance re-checks its guest (upstream: 60 s): the guest API's health is
@@ -57,6 +58,11 @@ pub enum Error {
     View {
         instance: String,
         source: crate::actors::views::Error,
+    },
+    #[error("adding the finalizer of ClusterInstance {instance}: {source}")]
+    Finalizer {
+        instance: String,
+        source: Box<kube::Error>,
     },
     #[error("generating the identity of ClusterInstance {instance}: {source}")]
     Identity {
@@ -149,6 +155,10 @@ pub async fn reconcile(
             _ => break planned,
         }
     };
+    if !planned.actions.is_empty() && !ensure_finalizer(instance, ctx).await? {
+        // Conflicted: that change's watch event brings the next pass, which plans again.
+        return Ok(Outcome::Wait(None));
+    }
     Box::pin(act::act(instance, ctx, &planned.actions)).await?;
     *status = planned.status;
     Ok(match planned.end {
@@ -157,4 +167,27 @@ pub async fn reconcile(
         // Not returned once the probe was observed.
         plan::End::Probe { .. } => Outcome::Wait(Some(plan::PROBE_RETRY)),
     })
+}
+
+/// The teardown finalizer, added right before the backing's first object is created: an
+/// instance that never got that far (gated, waiting for its bundle, a bad pull secret) owns
+/// nothing to tear down, and a thousand of them cost no finalizer update. `false` when the
+/// update conflicted.
+async fn ensure_finalizer(instance: &ClusterInstance, ctx: &Context) -> Result<bool, Error> {
+    if instance.finalizers().iter().any(|f| f == FINALIZER_CLEANUP) {
+        return Ok(true);
+    }
+    let api: Api<ClusterInstance> =
+        Api::namespaced(ctx.client.clone(), &instance.namespace().unwrap_or_default());
+    match crate::write::finalizer(&api, instance, FINALIZER_CLEANUP, true).await {
+        Ok(()) => {
+            tracing::info!(clusterinstance = %instance.name_any(), "finalizer added");
+            Ok(true)
+        }
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+        Err(source) => Err(Error::Finalizer {
+            instance: instance.name_any(),
+            source: Box::new(source),
+        }),
+    }
 }
