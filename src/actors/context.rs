@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::own_writes::OwnWrites;
+use super::user_secrets::UserSecrets;
 use super::views::Views;
 use crate::events::Events;
 use crate::guest::route::RouteAccess;
@@ -33,6 +34,8 @@ pub struct Context {
     /// The resourceVersion of each object's last status write by this process, so reconciles
     /// decide on the watch cache once it shows that write.
     pub own_writes: OwnWrites,
+    /// The user Secrets instances read by name, read once per change.
+    pub user_secrets: UserSecrets,
 }
 
 impl Context {
@@ -84,6 +87,7 @@ impl Context {
             tuning,
             views: Views::default(),
             own_writes: OwnWrites::default(),
+            user_secrets: UserSecrets::default(),
         })
     }
 }

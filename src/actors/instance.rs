@@ -157,17 +157,19 @@ impl ObjectActor for InstanceActor {
             ),
             // Users' Secrets carry none of our labels: every Secret is watched, metadata only
             // and never stored, so a pull secret or `bundleSSHKeyRef` Secret created (or fixed)
-            // wakes the instances that named it instead of a timer.
-            related_events(
-                Api::<PartialObjectMeta<Secret>>::all(c.clone()),
-                |secret: &PartialObjectMeta<Secret>| {
+            // wakes the instances that named it instead of a timer, and the shared copy of it
+            // is forgotten (`user_secrets`).
+            related_events(Api::<PartialObjectMeta<Secret>>::all(c.clone()), {
+                let ctx = ctx.clone();
+                move |secret: &PartialObjectMeta<Secret>| {
+                    let namespace = secret.namespace()?;
+                    ctx.user_secrets.changed(&namespace, &secret.name_any());
                     let name = Some(secret.name_any());
-                    Some(Related::new(
-                        secret.namespace()?,
-                        move |i: &ClusterInstance| crc::user_secret_names(i).contains(&name),
-                    ))
-                },
-            ),
+                    Some(Related::new(namespace, move |i: &ClusterInstance| {
+                        crc::user_secret_names(i).contains(&name)
+                    }))
+                }
+            }),
         ]
     }
 

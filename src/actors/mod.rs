@@ -41,6 +41,7 @@ pub mod pool_decide;
 pub mod resolve;
 pub mod root;
 pub mod stage;
+pub mod user_secrets;
 pub mod views;
 
 pub use context::{Context, Tuning};

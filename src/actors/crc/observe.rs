@@ -129,7 +129,7 @@ pub async fn observe(
             .map(|b| b.as_ref().clone());
     }
     o.pull_secret = reader
-        .get(&reader.ns(), &super::pull_secret_name(instance))
+        .user_secret(&super::pull_secret_name(instance))
         .await?;
     if waits_unbound(instance, status, o.bundle.as_ref()) {
         return Ok(o);
@@ -144,7 +144,7 @@ pub async fn observe(
         .and_then(LocalRef::name)
         && super::is_manual(instance)
     {
-        o.manual_key = reader.get(&reader.ns(), key_ref).await?;
+        o.manual_key = reader.user_secret(key_ref).await?;
     }
     if !super::is_manual(instance) {
         o.boot_key_copy = reader
@@ -286,6 +286,17 @@ impl<'a> Reader<'a> {
         api.get_opt(name)
             .await
             .map_err(self.err(format!("{} {name}", K::kind(&()))))
+    }
+
+    /// A user Secret of the instance's namespace, through the shared copy
+    /// ([`crate::actors::user_secrets`]).
+    async fn user_secret(&self, name: &str) -> Result<Option<Secret>, Error> {
+        let ctx = self.scope.ctx;
+        ctx.user_secrets
+            .get(&self.ns(), &self.scope.namespace, name)
+            .await
+            .map(|s| s.map(|s| s.as_ref().clone()))
+            .map_err(self.err(format!("Secret {name}")))
     }
 
     async fn ingress_domain(&self) -> Result<Option<String>, Error> {
