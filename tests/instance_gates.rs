@@ -176,7 +176,10 @@ async fn instance_gates_follow_namespace_policy_and_platform() {
     // deletion takes them away at once.
     for n in [&name, &hcp] {
         let i = api.get(n).await.unwrap();
-        assert!(!i.finalizers().iter().any(|f| f == FINALIZER_CLEANUP), "{n}");
+        assert!(
+            !i.finalizers().iter().any(|f| f == FINALIZER_CLEANUP),
+            "{n}"
+        );
         api.delete(n, &DeleteParams::default())
             .await
             .expect("delete instance");

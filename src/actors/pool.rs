@@ -29,7 +29,7 @@ use super::pool_decide;
 use super::views::{self, Change};
 use crate::api::conditions::reasons;
 use crate::api::{CRCBundle, ClusterInstance, ClusterLease, ClusterPool};
-use crate::resources::pool::{bundle_for, member_selector};
+use crate::resources::pool::member_selector;
 use crate::write::{self, Guard};
 
 /// Errors of a pool reconcile.
@@ -90,14 +90,15 @@ impl ObjectActor for PoolActor {
         )]
     }
 
-    /// A change of the pool's CRCBundle (e.g. deleted) wakes it, to ensure it again.
+    /// A change of the pool's CRCBundle wakes it: to ensure it again when deleted, and to say
+    /// whether it is Ready (`BundleAvailable`).
     fn woken_by(change: &Change) -> Option<Related<ClusterPool>> {
         let Change::Bundle(name) = change else {
             return None;
         };
         let name = name.clone();
         Some(Related::anywhere(move |p: &ClusterPool| {
-            bundle_for(&p.spec.template).is_some_and(|b| b.name_any() == name)
+            crate::actors::resolve::bundle_name(&p.spec.template).as_deref() == Some(name.as_str())
         }))
     }
 
@@ -211,10 +212,24 @@ async fn reconcile(pool: &ClusterPool, ctx: &Context) -> Result<Next, Error> {
         .map_err(err("leases"))?
         .items;
 
+    let bundle = match crate::actors::resolve::bundle_name(&pool.spec.template) {
+        None => pool_decide::BundleState::NoneSelected,
+        Some(bundle) => match ctx.views.bundle(&bundle).await? {
+            None => pool_decide::BundleState::Missing,
+            Some(b)
+                if b.status.as_ref().and_then(|s| s.phase)
+                    == Some(crate::api::bundle::BundlePhase::Ready) =>
+            {
+                pool_decide::BundleState::Ready
+            }
+            Some(_) => pool_decide::BundleState::NotReady,
+        },
+    };
     let decision = pool_decide::decide(
         pool,
         pool_decide::Observed {
             namespace,
+            bundle,
             instances: &members,
             leases: &leases,
             now: Timestamp::now(),

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
@@ -194,10 +194,21 @@ pub fn trim_candidate<'a>(
     }
 }
 
+/// The bundle a pool's template selects, as the bundle view shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BundleState {
+    /// The template selects none (the manual path, or `type: hcp`).
+    NoneSelected,
+    Missing,
+    NotReady,
+    Ready,
+}
+
 /// What the pool controller observed (live reads) besides the pool itself.
 #[derive(Clone, Copy, Debug)]
 pub struct Observed<'a> {
     pub namespace: NamespaceState,
+    pub bundle: BundleState,
     /// The pool's instances (listed by its labels).
     pub instances: &'a [ClusterInstance],
     /// Every lease of the pool's namespace.
@@ -290,6 +301,9 @@ pub fn decide(pool: &ClusterPool, observed: Observed<'_>) -> Decision {
         )
     };
     conditions::set(&mut status.conditions, capacity);
+    if let Some(bundle) = bundle_condition(spec, observed.bundle, &cond) {
+        conditions::set(&mut status.conditions, bundle);
+    }
     decision.status = status;
 
     if refusal.is_some() {
@@ -324,6 +338,48 @@ pub fn decide(pool: &ClusterPool, observed: Observed<'_>) -> Decision {
         decision.delete = Some((stale.name_any(), stale.uid().unwrap_or_default()));
     }
     decision
+}
+
+/// `BundleAvailable` of a pool whose template selects a bundle. The pool creates its instances
+/// either way (they wait for the bundle, cheaply); this says why they wait.
+fn bundle_condition(
+    spec: &ClusterPoolSpec,
+    state: BundleState,
+    cond: &impl Fn(&str, bool, &str, &str) -> Condition,
+) -> Option<Condition> {
+    let name = crate::actors::resolve::bundle_name(&spec.template)?;
+    let referenced = spec.template.crc_bundle_ref().is_some();
+    Some(match state {
+        BundleState::NoneSelected => return None,
+        BundleState::Ready => cond(
+            types::BUNDLE_AVAILABLE,
+            true,
+            reasons::BUNDLE_READY,
+            &format!("CRCBundle {name} is Ready"),
+        ),
+        BundleState::NotReady => cond(
+            types::BUNDLE_AVAILABLE,
+            false,
+            reasons::BUNDLE_NOT_READY,
+            &format!(
+                "waiting for CRCBundle {name} to become Ready; the pool's instances wait with it (`kubectl get crcbundle {name}` shows its progress)"
+            ),
+        ),
+        BundleState::Missing if referenced => cond(
+            types::BUNDLE_AVAILABLE,
+            false,
+            reasons::BUNDLE_NOT_FOUND,
+            &format!(
+                "CRCBundle {name} does not exist; crcBundleRef names a bundle the pool never creates: create it"
+            ),
+        ),
+        BundleState::Missing => cond(
+            types::BUNDLE_AVAILABLE,
+            false,
+            reasons::BUNDLE_NOT_FOUND,
+            &format!("CRCBundle {name} does not exist yet; the pool creates it for crcVersion"),
+        ),
+    })
 }
 
 /// A stale member to replace: Ready and unclaimed (no grace: it will never be current again, and
@@ -465,6 +521,7 @@ mod tests {
     fn observed<'a>(instances: &'a [ClusterInstance], leases: &'a [ClusterLease]) -> Observed<'a> {
         Observed {
             namespace: NamespaceState::Enabled,
+            bundle: BundleState::Ready,
             instances,
             leases,
             now: at(NOW),
@@ -922,5 +979,57 @@ mod tests {
         let p = crc_pool(2, 5, 0);
         let instances = [old("p-0", NOW - 900), old("p-1", NOW - 800)];
         assert_eq!(deleted(&run(&p, &instances, &[])), None);
+    }
+
+    #[test]
+    fn bundle_available_says_why_instances_wait() {
+        let available = |p: &ClusterPool, bundle: BundleState| {
+            let d = decide(
+                p,
+                Observed {
+                    bundle,
+                    ..observed(&[], &[])
+                },
+            );
+            conditions::find(&d.status.conditions, types::BUNDLE_AVAILABLE)
+                .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+        };
+        let by_version = crc_pool(1, 2, 0);
+        let (status, reason, message) = available(&by_version, BundleState::Missing).unwrap();
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("False", reasons::BUNDLE_NOT_FOUND)
+        );
+        assert!(message.contains("the pool creates it"), "{message}");
+        let by_ref = pool(
+            "crc",
+            1,
+            2,
+            0,
+            json!({"crcBundleRef": {"name": "custom"}, "ocpVersion": "4.22.7",
+                   "memory": "16Gi", "cores": 4}),
+        );
+        let (_, reason, message) = available(&by_ref, BundleState::Missing).unwrap();
+        assert_eq!(reason, reasons::BUNDLE_NOT_FOUND);
+        assert!(message.contains("CRCBundle custom") && message.contains("create it"));
+        let (status, reason, _) = available(&by_ref, BundleState::NotReady).unwrap();
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("False", reasons::BUNDLE_NOT_READY)
+        );
+        let (status, reason, _) = available(&by_ref, BundleState::Ready).unwrap();
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("True", reasons::BUNDLE_READY)
+        );
+        // The instances are created either way: they wait for the bundle themselves.
+        let d = decide(
+            &by_ref,
+            Observed {
+                bundle: BundleState::NotReady,
+                ..observed(&[], &[])
+            },
+        );
+        assert!(d.create.is_some());
     }
 }

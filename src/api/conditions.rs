@@ -28,6 +28,8 @@ pub mod types {
     pub const MULTI_CLUSTER_ENGINE_READY: &str = "MultiClusterEngineReady";
     // ClusterPool.
     pub const CAPACITY_AVAILABLE: &str = "CapacityAvailable";
+    /// The bundle the pool's template selects is Ready (its instances wait for it otherwise).
+    pub const BUNDLE_AVAILABLE: &str = "BundleAvailable";
     // ClusterLease.
     pub const BOUND: &str = "Bound";
 }
@@ -40,6 +42,9 @@ pub mod reasons {
     pub const PREPARING: &str = "Preparing";
     pub const PREP_JOB_FAILED: &str = "PrepJobFailed";
     pub const BUNDLE_READY: &str = "BundleReady";
+    /// ClusterPool `BundleAvailable=False`.
+    pub const BUNDLE_NOT_READY: &str = "BundleNotReady";
+    pub const BUNDLE_NOT_FOUND: &str = "BundleNotFound";
     pub const REPROVISIONING: &str = "Reprovisioning";
     // ClusterInstance (upstream §3.9) and topology.
     pub const TOPOLOGY_UNSUPPORTED: &str = "TopologyUnsupported";

@@ -94,7 +94,7 @@ pub struct ClusterPoolStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `CapacityAvailable` and `ProvisioningAllowed`.
+    /// `CapacityAvailable`, `ProvisioningAllowed` and `BundleAvailable`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

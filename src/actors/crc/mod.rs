@@ -177,8 +177,10 @@ async fn ensure_finalizer(instance: &ClusterInstance, ctx: &Context) -> Result<b
     if instance.finalizers().iter().any(|f| f == FINALIZER_CLEANUP) {
         return Ok(true);
     }
-    let api: Api<ClusterInstance> =
-        Api::namespaced(ctx.client.clone(), &instance.namespace().unwrap_or_default());
+    let api: Api<ClusterInstance> = Api::namespaced(
+        ctx.client.clone(),
+        &instance.namespace().unwrap_or_default(),
+    );
     match crate::write::finalizer(&api, instance, FINALIZER_CLEANUP, true).await {
         Ok(()) => {
             tracing::info!(clusterinstance = %instance.name_any(), "finalizer added");
