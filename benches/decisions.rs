@@ -184,6 +184,7 @@ fn pool_decisions(c: &mut Criterion) {
         let size = i32::try_from(n).expect("small pool");
         let observed = || pool_decide::Observed {
             namespace: NamespaceState::Enabled,
+            bundle: pool_decide::BundleState::Ready,
             instances: &instances,
             leases: &leases,
             now: at(NOW),
