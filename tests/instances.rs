@@ -561,7 +561,28 @@ async fn a_bundle_made_again_under_its_name_makes_its_pools_idle_instance_stale_
         bundles.get_opt(&bundle).await.ok()?.is_none().then_some(())
     })
     .await;
+    let pool_says = |reason: &'static str| {
+        let pools = pools.clone();
+        async move {
+            let p = pools.get("stale").await.ok()?;
+            let c = conditions::find(&p.status?.conditions, types::BUNDLE_AVAILABLE)?.clone();
+            (c.reason == reason).then_some(c)
+        }
+    };
+    let missing = wait_for("the pool says its bundle is missing", || {
+        pool_says(reasons::BUNDLE_NOT_FOUND)
+    })
+    .await;
+    assert!(
+        missing.message.contains("never creates"),
+        "{}",
+        missing.message
+    );
     let second_bundle = ready_bundle(world(), &client, &bundle, "4.22.7").await;
+    wait_for("the pool says its bundle is Ready", || {
+        pool_says(reasons::BUNDLE_READY)
+    })
+    .await;
     assert_ne!(
         first_bundle.status.unwrap().sha256,
         second_bundle.status.clone().unwrap().sha256

@@ -787,8 +787,11 @@ async fn forward_events<A: ObjectActor>(
 ) where
     ObjectRef<A::Object>: Hash + Eq,
 {
-    let events =
-        reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
+    // Managed fields are the larger part of an object that the operator applies to (an entry per
+    // field manager, its status included) and no reconcile reads them: not kept.
+    let trimmed = watcher(api, watcher::Config::default())
+        .map(|e| e.map(|e| e.modify(|o| o.managed_fields_mut().clear())));
+    let events = reflector::reflector(writer, trimmed).default_backoff();
     futures::pin_mut!(events);
     let mut listing = Listing::default();
     while let Some(event) = events.next().await {
