@@ -364,27 +364,58 @@ async fn a_bundle_deleted_mid_install_stops_its_jobs_and_vm_before_any_volume_an
     let api: Api<CRCBundle> = Api::all(client.clone());
     let name = support::unique("install-deleted");
     good_inputs(&client, &name).await;
+    // Every state the bundle passes through (a watch misses none): whether it carried the
+    // finalizer, and whether anything of the build was recorded yet.
+    let states = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let bundle_watch = {
+        use futures::StreamExt;
+        use kube::runtime::watcher::{self, Event};
+        let states = states.clone();
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let stream = watcher::watcher(api.clone(), config);
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                if let Ok(Event::Apply(b) | Event::InitApply(b)) = event {
+                    let finalized = b
+                        .metadata
+                        .finalizers
+                        .iter()
+                        .flatten()
+                        .any(|f| f == "guestcluster.opdev.io/build-cleanup");
+                    let recorded = b
+                        .status
+                        .and_then(|s| s.build)
+                        .and_then(|b| b.resources)
+                        .is_some();
+                    states.lock().unwrap().push((finalized, recorded));
+                }
+            }
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     create_build(&client, &name, "30m").await;
-    let b = wait_for("the bundle's finalizer", || async {
-        let b = api.get(&name).await.ok()?;
-        b.metadata
-            .finalizers
-            .as_ref()?
-            .contains(&"guestcluster.opdev.io/build-cleanup".to_owned())
-            .then_some(b)
-    })
-    .await;
-    assert!(
-        b.status
-            .is_none_or(|s| s.build.is_none_or(|b| b.resources.is_none())),
-        "the finalizer comes before anything of the build exists"
-    );
     support::wait_long("the install boot's helper Job running", || async {
         let build = api.get(&name).await.ok()?.status?.build?;
         let helper = build.resources?.helper_job.filter(|j| !j.uid.is_empty())?;
         (build.install_step == Some(InstallStep::Install)).then_some(helper)
     })
     .await;
+    bundle_watch.abort();
+    let states = states.lock().unwrap().clone();
+    let first_recorded = states
+        .iter()
+        .position(|(_, recorded)| *recorded)
+        .expect("the build recorded its objects");
+    assert!(
+        states[..=first_recorded]
+            .iter()
+            .any(|(finalized, _)| *finalized)
+            && states[first_recorded..]
+                .iter()
+                .all(|(finalized, _)| *finalized),
+        "the finalizer comes before anything of the build is recorded: {states:?}"
+    );
 
     let changes = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let part = format!("{name}-b1");

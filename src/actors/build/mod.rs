@@ -30,7 +30,7 @@ use super::stage::build_vm::BuildVmStage;
 use super::stage::children::Children;
 use super::stage::guest_session::GuestSession;
 use super::stage::installer_job::InstallerJob;
-use super::stage::{Stage, judge};
+use super::stage::{Stage, judge, judge_meta};
 use crate::api::bundle::InstallStep;
 use crate::api::bundle::{BuildSpec, CRCBundle, CRCBundleStatus, ManifestRef, ManifestSourceKind};
 use crate::api::conditions::types;
@@ -186,32 +186,11 @@ async fn teardown_pass(ctx: &Arc<Context>, bundle: &CRCBundle) -> Result<Next, E
         let Some(recorded) = temp.slot(&resources).filter(|r| !r.uid.is_empty()) else {
             continue;
         };
-        let presence = match temp {
-            Temp::ServiceAccount | Temp::HelperAccount => {
-                presence::<ServiceAccount>(ctx, &name, recorded, &owner).await?
-            }
-            Temp::InstallerSecret | Temp::CredentialsSecret => {
-                presence::<Secret>(ctx, &name, recorded, &owner).await?
-            }
-            Temp::WorkPvc | Temp::IsoPvc | Temp::InstallIsoPvc => {
-                presence::<PersistentVolumeClaim>(ctx, &name, recorded, &owner).await?
-            }
-            Temp::InstallerJob | Temp::HelperJob => {
-                presence::<Job>(ctx, &name, recorded, &owner).await?
-            }
-            Temp::HelperRole => presence::<Role>(ctx, &name, recorded, &owner).await?,
-            Temp::HelperRoleBinding => {
-                presence::<RoleBinding>(ctx, &name, recorded, &owner).await?
-            }
-            Temp::RootDataVolume => presence::<DataVolume>(ctx, &name, recorded, &owner).await?,
-            Temp::BuildVm => {
-                let presence = presence::<VirtualMachine>(ctx, &name, recorded, &owner).await?;
-                if presence != teardown::Presence::NotOurs {
-                    seen.vm = build_vm(ctx, &name, recorded, &owner).await?.1;
-                }
-                presence
-            }
-        };
+        let meta = recorded_meta(ctx, &name, temp, recorded).await?;
+        let presence = teardown::presence(recorded, &owner, meta.as_ref());
+        if temp == Temp::BuildVm && presence != teardown::Presence::NotOurs {
+            seen.vm = build_vm(ctx, &name, recorded, &owner).await?.1;
+        }
         seen.temps.insert(temp, presence);
     }
     let step = teardown::teardown(bundle, &seen, Time(Timestamp::now()));
@@ -235,40 +214,6 @@ async fn teardown_pass(ctx: &Arc<Context>, bundle: &CRCBundle) -> Result<Next, E
         .await?;
     }
     Ok(Next::Requeue(TEARDOWN_STEP))
-}
-
-/// Whether the recorded object is there, ours, going, or another's.
-async fn presence<K>(
-    ctx: &Context,
-    bundle: &str,
-    recorded: &crate::api::common::ObjectIdentity,
-    owner: &str,
-) -> Result<teardown::Presence, Error>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
-{
-    let object = Api::<K>::namespaced(ctx.client.clone(), &ctx.namespace)
-        .get_opt(&recorded.name)
-        .await
-        .map_err(|source| Error::Observe {
-            name: bundle.to_owned(),
-            what: format!("{} {}", K::kind(&()), recorded.name),
-            source,
-        })?;
-    Ok(match object {
-        None => teardown::Presence::Gone,
-        Some(o)
-            if o.meta().uid.as_deref() != Some(recorded.uid.as_str())
-                || !is_controlled_by(&o, owner) =>
-        {
-            teardown::Presence::NotOurs
-        }
-        Some(o) if o.meta().deletion_timestamp.is_some() => teardown::Presence::Deleting,
-        Some(_) => teardown::Presence::Ours,
-    })
 }
 
 async fn set_finalizer(ctx: &Context, bundle: &CRCBundle, add: bool) -> Result<(), Error> {
@@ -446,18 +391,6 @@ async fn observe(
             continue;
         };
         let seen = match temp {
-            Temp::ServiceAccount | Temp::HelperAccount => {
-                judged::<ServiceAccount>(ctx, &name, recorded, &owner).await?
-            }
-            Temp::InstallerSecret | Temp::CredentialsSecret => {
-                judged::<Secret>(ctx, &name, recorded, &owner).await?
-            }
-            Temp::WorkPvc | Temp::IsoPvc | Temp::InstallIsoPvc => {
-                judged::<PersistentVolumeClaim>(ctx, &name, recorded, &owner).await?
-            }
-            Temp::HelperRole => judged::<Role>(ctx, &name, recorded, &owner).await?,
-            Temp::HelperRoleBinding => judged::<RoleBinding>(ctx, &name, recorded, &owner).await?,
-            Temp::RootDataVolume => judged::<DataVolume>(ctx, &name, recorded, &owner).await?,
             Temp::BuildVm => {
                 let (seen, vm) = build_vm(ctx, &name, recorded, &owner).await?;
                 observed.vm = vm;
@@ -476,6 +409,10 @@ async fn observe(
                     .cloned()
                     .map_or(JobState::Unreported, JobState::Seen);
                 continue;
+            }
+            _ => {
+                let meta = recorded_meta(ctx, &name, temp, recorded).await?;
+                judge_meta(recorded, &owner, meta.as_ref())
             }
         };
         observed.temps.insert(temp, seen);
@@ -597,27 +534,48 @@ fn vm_seen(
     }
 }
 
-async fn judged<K>(
+/// The metadata of the object under a recorded name (a metadata-only GET), whatever its kind.
+async fn recorded_meta(
     ctx: &Context,
     bundle: &str,
+    temp: Temp,
     recorded: &crate::api::common::ObjectIdentity,
-    owner: &str,
-) -> Result<Option<super::stage::Observation>, Error>
+) -> Result<Option<ObjectMeta>, Error> {
+    let name = recorded.name.as_str();
+    match temp {
+        Temp::ServiceAccount | Temp::HelperAccount => {
+            meta_of::<ServiceAccount>(ctx, bundle, name).await
+        }
+        Temp::InstallerSecret | Temp::CredentialsSecret => {
+            meta_of::<Secret>(ctx, bundle, name).await
+        }
+        Temp::WorkPvc | Temp::IsoPvc | Temp::InstallIsoPvc => {
+            meta_of::<PersistentVolumeClaim>(ctx, bundle, name).await
+        }
+        Temp::InstallerJob | Temp::HelperJob => meta_of::<Job>(ctx, bundle, name).await,
+        Temp::HelperRole => meta_of::<Role>(ctx, bundle, name).await,
+        Temp::HelperRoleBinding => meta_of::<RoleBinding>(ctx, bundle, name).await,
+        Temp::RootDataVolume => meta_of::<DataVolume>(ctx, bundle, name).await,
+        Temp::BuildVm => meta_of::<VirtualMachine>(ctx, bundle, name).await,
+    }
+}
+
+async fn meta_of<K>(ctx: &Context, bundle: &str, name: &str) -> Result<Option<ObjectMeta>, Error>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
         + DeserializeOwned
         + std::fmt::Debug,
 {
-    let object = Api::<K>::namespaced(ctx.client.clone(), &ctx.namespace)
-        .get_opt(&recorded.name)
+    Api::<K>::namespaced(ctx.client.clone(), &ctx.namespace)
+        .get_metadata_opt(name)
         .await
+        .map(|o| o.map(|o| o.metadata))
         .map_err(|source| Error::Observe {
             name: bundle.to_owned(),
-            what: format!("{} {}", K::kind(&()), recorded.name),
+            what: format!("{} {name}", K::kind(&())),
             source,
-        })?;
-    Ok(judge(recorded, owner, object.as_ref()))
+        })
 }
 
 /// Performs `action`; for [`Action::Create`], returns the UID now under the recorded name.

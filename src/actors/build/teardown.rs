@@ -25,6 +25,21 @@ pub enum Presence {
     NotOurs,
 }
 
+/// Where the object under a recorded name stands, from its metadata.
+pub fn presence(
+    recorded: &crate::api::common::ObjectIdentity,
+    owner_uid: &str,
+    meta: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
+) -> Presence {
+    use crate::actors::stage::{Observation, judge_meta};
+    match (meta, judge_meta(recorded, owner_uid, meta)) {
+        (None, _) => Presence::Gone,
+        (Some(_), None) => Presence::Ours,
+        (Some(_), Some(Observation::Lost)) => Presence::Deleting,
+        (Some(_), Some(_)) => Presence::NotOurs,
+    }
+}
+
 /// What a teardown pass read: each recorded object (UID known) and the build VM.
 #[derive(Clone, Debug, Default)]
 pub struct Seen {
@@ -280,5 +295,43 @@ mod tests {
         .unwrap();
         let t = teardown(&CRCBundle::new("custom", spec), &Seen::default(), now());
         assert!(t.done && t.actions.is_empty());
+    }
+
+    #[test]
+    fn presence_is_read_from_metadata() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+            ObjectMeta, OwnerReference, Time as T,
+        };
+        let recorded = ObjectIdentity {
+            name: "custom-b1-work".into(),
+            uid: "u1".into(),
+        };
+        let meta = |uid: &str, owner: &str, deleting: bool| ObjectMeta {
+            uid: Some(uid.into()),
+            owner_references: Some(vec![OwnerReference {
+                controller: Some(true),
+                uid: owner.into(),
+                ..Default::default()
+            }]),
+            deletion_timestamp: deleting.then(now).map(|t: Time| T(t.0)),
+            ..Default::default()
+        };
+        assert_eq!(presence(&recorded, "b", None), Presence::Gone);
+        assert_eq!(
+            presence(&recorded, "b", Some(&meta("u1", "b", false))),
+            Presence::Ours
+        );
+        assert_eq!(
+            presence(&recorded, "b", Some(&meta("u1", "b", true))),
+            Presence::Deleting
+        );
+        assert_eq!(
+            presence(&recorded, "b", Some(&meta("u2", "b", false))),
+            Presence::NotOurs
+        );
+        assert_eq!(
+            presence(&recorded, "b", Some(&meta("u1", "x", false))),
+            Presence::NotOurs
+        );
     }
 }

@@ -32,6 +32,7 @@ pub mod prep_job;
 
 use std::fmt::Debug;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use serde::de::DeserializeOwned;
 
@@ -39,7 +40,6 @@ use super::context::Context;
 use crate::api::bundle::{BuildResources, CRCBundleStatus};
 use crate::api::common::ObjectIdentity;
 use crate::api::conditions::reasons;
-use crate::resources::common::is_controlled_by;
 
 /// What a child saw of its object.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -125,18 +125,36 @@ pub fn judge<K: Resource>(
     owner_uid: &str,
     object: Option<&K>,
 ) -> Option<Observation> {
-    let Some(object) = object else {
+    judge_meta(recorded, owner_uid, object.map(Resource::meta))
+}
+
+/// [`judge`] on an object's metadata (what a metadata-only read returns).
+pub fn judge_meta(
+    recorded: &ObjectIdentity,
+    owner_uid: &str,
+    meta: Option<&ObjectMeta>,
+) -> Option<Observation> {
+    let Some(meta) = meta else {
         return Some(Observation::Lost);
     };
-    let uid = object.meta().uid.clone().unwrap_or_default();
-    if uid != recorded.uid || !is_controlled_by(object, owner_uid) {
+    let uid = meta.uid.clone().unwrap_or_default();
+    if uid != recorded.uid || !meta_controlled_by(meta, owner_uid) {
         return Some(Observation::Replaced { uid });
     }
     // Being deleted: its work will not finish, and the next object under the name is another.
-    if object.meta().deletion_timestamp.is_some() {
+    if meta.deletion_timestamp.is_some() {
         return Some(Observation::Lost);
     }
     None
+}
+
+fn meta_controlled_by(meta: &ObjectMeta, owner_uid: &str) -> bool {
+    !owner_uid.is_empty()
+        && meta
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|r| r.controller == Some(true) && r.uid == owner_uid)
 }
 
 /// The failure an observation means for an attempt under `when_lost`: `(reason, message)`, or
