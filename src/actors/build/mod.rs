@@ -534,6 +534,46 @@ fn vm_seen(
     }
 }
 
+/// Runs `$body` with `$k` the Kubernetes type of temporary object `$temp`.
+macro_rules! of_kind {
+    ($temp:expr, $k:ident => $body:expr) => {
+        match $temp {
+            Temp::ServiceAccount | Temp::HelperAccount => {
+                type $k = ServiceAccount;
+                $body
+            }
+            Temp::InstallerSecret | Temp::CredentialsSecret => {
+                type $k = Secret;
+                $body
+            }
+            Temp::WorkPvc | Temp::IsoPvc | Temp::InstallIsoPvc => {
+                type $k = PersistentVolumeClaim;
+                $body
+            }
+            Temp::InstallerJob | Temp::HelperJob => {
+                type $k = Job;
+                $body
+            }
+            Temp::HelperRole => {
+                type $k = Role;
+                $body
+            }
+            Temp::HelperRoleBinding => {
+                type $k = RoleBinding;
+                $body
+            }
+            Temp::RootDataVolume => {
+                type $k = DataVolume;
+                $body
+            }
+            Temp::BuildVm => {
+                type $k = VirtualMachine;
+                $body
+            }
+        }
+    };
+}
+
 /// The metadata of the object under a recorded name (a metadata-only GET), whatever its kind.
 async fn recorded_meta(
     ctx: &Context,
@@ -541,23 +581,7 @@ async fn recorded_meta(
     temp: Temp,
     recorded: &crate::api::common::ObjectIdentity,
 ) -> Result<Option<ObjectMeta>, Error> {
-    let name = recorded.name.as_str();
-    match temp {
-        Temp::ServiceAccount | Temp::HelperAccount => {
-            meta_of::<ServiceAccount>(ctx, bundle, name).await
-        }
-        Temp::InstallerSecret | Temp::CredentialsSecret => {
-            meta_of::<Secret>(ctx, bundle, name).await
-        }
-        Temp::WorkPvc | Temp::IsoPvc | Temp::InstallIsoPvc => {
-            meta_of::<PersistentVolumeClaim>(ctx, bundle, name).await
-        }
-        Temp::InstallerJob | Temp::HelperJob => meta_of::<Job>(ctx, bundle, name).await,
-        Temp::HelperRole => meta_of::<Role>(ctx, bundle, name).await,
-        Temp::HelperRoleBinding => meta_of::<RoleBinding>(ctx, bundle, name).await,
-        Temp::RootDataVolume => meta_of::<DataVolume>(ctx, bundle, name).await,
-        Temp::BuildVm => meta_of::<VirtualMachine>(ctx, bundle, name).await,
-    }
+    of_kind!(temp, K => meta_of::<K>(ctx, bundle, &recorded.name).await)
 }
 
 async fn meta_of<K>(ctx: &Context, bundle: &str, name: &str) -> Result<Option<ObjectMeta>, Error>
@@ -686,26 +710,13 @@ async fn act(
         }
         .map_err(kube_err)?,
         Action::Delete { temp, name, uid } => {
-            match temp {
-                Temp::ServiceAccount | Temp::HelperAccount => {
-                    delete::<ServiceAccount>(ctx, name, uid).await
-                }
-                Temp::InstallerSecret | Temp::CredentialsSecret => {
-                    delete::<Secret>(ctx, name, uid).await
-                }
-                Temp::WorkPvc | Temp::IsoPvc | Temp::InstallIsoPvc => {
-                    delete::<PersistentVolumeClaim>(ctx, name, uid).await
-                }
-                // In the foreground: the Job is gone only once its pods are.
-                Temp::InstallerJob | Temp::HelperJob => {
-                    delete_with::<Job>(ctx, name, uid, PropagationPolicy::Foreground).await
-                }
-                Temp::HelperRole => delete::<Role>(ctx, name, uid).await,
-                Temp::HelperRoleBinding => delete::<RoleBinding>(ctx, name, uid).await,
-                Temp::RootDataVolume => delete::<DataVolume>(ctx, name, uid).await,
-                Temp::BuildVm => delete::<VirtualMachine>(ctx, name, uid).await,
-            }
-            .map_err(kube_err)?;
+            // In the foreground for Jobs: a Job is gone only once its pods are.
+            let propagation = match temp {
+                Temp::InstallerJob | Temp::HelperJob => PropagationPolicy::Foreground,
+                _ => PropagationPolicy::Background,
+            };
+            of_kind!(*temp, K => delete_with::<K>(ctx, name, uid, propagation).await)
+                .map_err(kube_err)?;
             None
         }
         Action::HaltVm => patch_vm(serde_json::json!({"spec": {"runStrategy": "Halted"}}))
@@ -783,16 +794,6 @@ where
 
 /// Deletes the object `name` of the operator namespace if it still has `uid`; dependents (a
 /// Job's pods) in the background.
-async fn delete<K>(ctx: &Context, name: &str, uid: &str) -> Result<(), kube::Error>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
-{
-    delete_with::<K>(ctx, name, uid, PropagationPolicy::Background).await
-}
-
 async fn delete_with<K>(
     ctx: &Context,
     name: &str,
