@@ -26,10 +26,9 @@ pub fn required(lookup: &impl Fn(&str) -> Option<String>, name: &str) -> Result<
 }
 
 /// Runs `body` with `config` on a two-worker runtime; on success writes `summary(outcome)` as
-/// the termination message (what the operator parses), on failure `<Reason>: <message>`, and
-/// logs the same line after `job`.
+/// the termination message (what the operator parses), on failure `<Reason>: <message>`; the
+/// same line is the last one on stderr (the pod log ends with what the Job concluded).
 pub fn run<C, T, E, F>(
-    job: &str,
     config: Result<C, E>,
     body: impl FnOnce(C) -> F,
     summary: impl FnOnce(&T) -> String,
@@ -50,7 +49,7 @@ where
         Ok(outcome) => (summary(outcome), ExitCode::SUCCESS),
         Err(err) => (termination::message(err.reason(), err), err.exit_code()),
     };
-    eprintln!("{job}: {line}");
+    eprintln!("{line}");
     super::termination::write(&line);
     code
 }

@@ -192,7 +192,6 @@ impl Config {
 /// Entry point of `guestcluster build-helper`.
 pub fn main() -> ExitCode {
     exit::run(
-        "build helper",
         Config::from_lookup(|name| std::env::var(name).ok()),
         |config| async move {
             let client = kube::Client::try_default()

@@ -812,7 +812,6 @@ pub async fn download_to(
 
 pub fn main() -> ExitCode {
     exit::run(
-        "bundle prep",
         Config::from_env(),
         |config| async move { run(&config).await },
         Outcome::summary,

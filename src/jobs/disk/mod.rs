@@ -81,7 +81,6 @@ impl Config {
 /// Entry point of `guestcluster disk`.
 pub fn main() -> ExitCode {
     exit::run(
-        "disk",
         Config::from_lookup(|name| std::env::var(name).ok()),
         |config| async move {
             // Blocking file work: off the runtime's workers.

@@ -138,7 +138,6 @@ pub fn main() -> ExitCode {
         ..HttpOptions::default()
     };
     exit::run(
-        "installer",
         Config::from_lookup(|name| std::env::var(name).ok()),
         |config| async move { run(&config, &http).await },
         |outcome| serde_json::to_string(outcome).unwrap_or_default(),
