@@ -52,14 +52,7 @@ async fn look(client: &kube::Client, bundle: &str, seen: &mut Seen) {
         if let Some(ip) = vmi.first_ip() {
             seen.ips.insert(ip.to_owned());
         }
-        let offset = vmi
-            .spec
-            .domain
-            .clock
-            .as_ref()
-            .and_then(|c| c.utc.as_ref())
-            .and_then(|u| u.offset_seconds)
-            .unwrap_or(0);
+        let offset = vmi.spec.domain.clock_offset_seconds();
         seen.offsets
             .insert(vmi.metadata.uid.clone().unwrap_or_default(), offset);
     }

@@ -14,8 +14,19 @@ pub trait Failure: std::fmt::Display + Sized {
     fn exit_code(&self) -> ExitCode {
         ExitCode::FAILURE
     }
+    /// A read or write of the Job's own files or volumes failed (its `StorageError`).
+    fn storage_error(what: String, source: std::io::Error) -> Self;
+
+    /// For `map_err`: the storage error of doing `what`.
+    fn storage(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
+        let what = what.into();
+        move |source| Self::storage_error(what, source)
+    }
+
     /// The runtime could not start (no threads, no file descriptors).
-    fn runtime_failed(err: std::io::Error) -> Self;
+    fn runtime_failed(err: std::io::Error) -> Self {
+        Self::storage_error("starting the async runtime".into(), err)
+    }
 }
 
 /// A required setting: present and not blank, or `<NAME> is required`.

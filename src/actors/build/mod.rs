@@ -188,7 +188,13 @@ async fn teardown_pass(ctx: &Arc<Context>, bundle: &CRCBundle) -> Result<Next, E
         };
         let meta = recorded_meta(ctx, &name, temp, recorded).await?;
         let presence = teardown::presence(recorded, &owner, meta.as_ref());
-        if temp == Temp::BuildVm && presence != teardown::Presence::NotOurs {
+        // Its run strategy, VMI and launcher pods, while it is ours and still there.
+        if temp == Temp::BuildVm
+            && matches!(
+                presence,
+                teardown::Presence::Ours | teardown::Presence::Deleting
+            )
+        {
             seen.vm = build_vm(ctx, &name, recorded, &owner).await?.1;
         }
         seen.temps.insert(temp, presence);
@@ -496,13 +502,7 @@ fn vm_seen(
     launcher_pod: bool,
 ) -> decide::VmSeen {
     let spec = &vm.spec.template.spec;
-    let offset = spec
-        .domain
-        .clock
-        .as_ref()
-        .and_then(|c| c.utc.as_ref())
-        .and_then(|u| u.offset_seconds)
-        .unwrap_or(0);
+    let offset = spec.domain.clock_offset_seconds();
     let iso = spec
         .volumes
         .iter()

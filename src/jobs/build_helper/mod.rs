@@ -40,7 +40,7 @@ use crate::guest::cluster::{self, Patience};
 use crate::guest::kubeconfig::Kubeconfig;
 use crate::guest::ssh::{SshGuest, SshOptions};
 use crate::guest::{GuestError, keys};
-use crate::jobs::exit;
+use crate::jobs::exit::{self, Failure as _};
 use crate::kubevirt::VirtualMachineInstance;
 use crate::tools::coreos_installer;
 
@@ -94,8 +94,8 @@ impl exit::Failure for Error {
         Error::reason(self)
     }
 
-    fn runtime_failed(err: std::io::Error) -> Self {
-        Error::storage("starting the async runtime")(err)
+    fn storage_error(what: String, source: std::io::Error) -> Self {
+        Error::Storage { what, source }
     }
 }
 
@@ -111,11 +111,6 @@ impl Error {
             Error::Credentials(_) => "CredentialsUnavailable",
             Error::Storage { .. } => "StorageError",
         }
-    }
-
-    fn storage(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
-        let what = what.into();
-        move |source| Error::Storage { what, source }
     }
 }
 

@@ -19,6 +19,7 @@ use tokio::io::{AsyncRead, AsyncSeekExt as _, AsyncWrite, AsyncWriteExt as _, Bu
 use super::PrepError;
 use super::checksum;
 use super::progress::Progress;
+use crate::jobs::exit::Failure as _;
 
 const MAX_REDIRECTS: usize = 10;
 /// Write buffer of a download.

@@ -13,6 +13,7 @@ use ruzstd::decoding::{BlockDecodingStrategy, FrameDecoder};
 
 use super::progress::Progress;
 use super::{INFO_MEMBER, KEY_MEMBER, Limits, PrepError, QCOW2_MEMBER};
+use crate::jobs::exit::Failure as _;
 
 const BUFFER: usize = 1 << 20;
 

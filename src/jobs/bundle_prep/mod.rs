@@ -38,7 +38,7 @@ use crate::contract::bundle_prep::{
     ENV_NAMESPACE, ENV_SCRATCH_DIR, ENV_SHA256_URL, ENV_SSH_SECRET_NAME, exit_code_of,
 };
 use crate::contract::termination;
-use crate::jobs::exit;
+use crate::jobs::exit::{self, Failure as _};
 use crate::tools::qemu_img;
 
 pub use download::HttpOptions;
@@ -141,8 +141,8 @@ impl exit::Failure for PrepError {
         ExitCode::from(PrepError::exit_code(self))
     }
 
-    fn runtime_failed(err: std::io::Error) -> Self {
-        PrepError::storage("starting the async runtime")(err)
+    fn storage_error(what: String, source: std::io::Error) -> Self {
+        PrepError::Storage { what, source }
     }
 }
 
@@ -175,11 +175,6 @@ impl PrepError {
     /// `<Reason>: <message>`, as written to the termination message.
     pub fn termination_message(&self) -> String {
         termination::message(self.reason(), self)
-    }
-
-    fn storage(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> PrepError {
-        let what = what.into();
-        move |source| PrepError::Storage { what, source }
     }
 }
 

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crate::contract::disk::{DISK_FILE, ENV_SOURCE_DIR, ENV_TARGET_DIR, Outcome, PARTIAL_FILE};
-use crate::jobs::exit;
+use crate::jobs::exit::{self, Failure as _};
 
 /// Why the copy failed; [`Error::reason`] is one of
 /// [`REASONS`](crate::contract::disk::REASONS).
@@ -40,11 +40,6 @@ impl Error {
             Error::Storage { .. } => "StorageError",
         }
     }
-
-    fn storage(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
-        let what = what.into();
-        move |source| Error::Storage { what, source }
-    }
 }
 
 impl exit::Failure for Error {
@@ -52,8 +47,8 @@ impl exit::Failure for Error {
         Error::reason(self)
     }
 
-    fn runtime_failed(err: std::io::Error) -> Self {
-        Error::storage("starting the async runtime")(err)
+    fn storage_error(what: String, source: std::io::Error) -> Self {
+        Error::Storage { what, source }
     }
 }
 

@@ -28,7 +28,7 @@ use crate::contract::installer::{
     WORK_STOCK_ISO,
 };
 use crate::jobs::bundle_prep::{HttpOptions, download_to};
-use crate::jobs::exit;
+use crate::jobs::exit::{self, Failure as _};
 use crate::tools::release::{self, ReleaseError};
 use crate::tools::{coreos_installer, run::RunError};
 
@@ -75,8 +75,8 @@ impl exit::Failure for Error {
         ExitCode::from(Error::exit_code(self))
     }
 
-    fn runtime_failed(err: std::io::Error) -> Self {
-        Error::storage("starting the async runtime")(err)
+    fn storage_error(what: String, source: std::io::Error) -> Self {
+        Error::Storage { what, source }
     }
 }
 
@@ -100,11 +100,6 @@ impl Error {
             .iter()
             .position(|r| *r == self.reason())
             .map_or(u8::MAX, |i| 10 + i as u8)
-    }
-
-    fn storage(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
-        let what = what.into();
-        move |source| Error::Storage { what, source }
     }
 }
 
