@@ -124,6 +124,18 @@ pub mod installer {
     pub const KEY_GENERATOR_IGNITION: &str = "generator.ign";
     /// The staging directory: a JSON list of [`StagedFile`].
     pub const KEY_STAGING: &str = "staging.json";
+    /// The user's post-install manifests, for the Customize step of the build helper: a JSON
+    /// list of [`PostInstallManifest`]. In this Secret because a manifest may hold secrets.
+    pub const KEY_POST_INSTALL: &str = "post-install.json";
+
+    /// One data key of a `postInstallManifestRefs` source: a YAML document stream.
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct PostInstallManifest {
+        /// The ConfigMap or Secret it came from.
+        pub source: String,
+        pub key: String,
+        pub text: String,
+    }
 
     /// Under the work PVC: the extracted installer, the staging directory, the stock ISO.
     pub const WORK_BIN: &str = "bin";
@@ -189,8 +201,11 @@ pub mod build_helper {
     pub const ENV_ISO_DIR: &str = "ISO_DIR";
     /// Name of the credentials Secret the helper fills (generator, install step).
     pub const ENV_CREDENTIALS_SECRET: &str = "CREDENTIALS_SECRET";
-    /// Install and certificates steps: where the credentials Secret is mounted (read).
+    /// Every step after the generator: where the credentials Secret is mounted (read).
     pub const ENV_CREDENTIALS_DIR: &str = "CREDENTIALS_DIR";
+    /// Customize step: where the installer Secret's post-install manifests are mounted (read;
+    /// only that key).
+    pub const ENV_INPUTS_DIR: &str = "INPUTS_DIR";
 
     /// Keys of the credentials Secret.
     pub const KEY_KUBECONFIG: &str = "kubeconfig";
@@ -206,21 +221,33 @@ pub mod build_helper {
         Generator,
         Install,
         Certificates,
+        /// Stage 3: the profile's post-install steps and the user's manifests.
+        Customize,
+        /// Stage 4: the guest sealed and powered off.
+        Seal,
     }
 
     impl Step {
+        pub const ALL: [Step; 5] = [
+            Step::Generator,
+            Step::Install,
+            Step::Certificates,
+            Step::Customize,
+            Step::Seal,
+        ];
+
         pub fn as_str(self) -> &'static str {
             match self {
                 Step::Generator => "generator",
                 Step::Install => "install",
                 Step::Certificates => "certificates",
+                Step::Customize => "customize",
+                Step::Seal => "seal",
             }
         }
 
         pub fn parse(text: &str) -> Option<Step> {
-            [Step::Generator, Step::Install, Step::Certificates]
-                .into_iter()
-                .find(|s| s.as_str() == text)
+            Step::ALL.into_iter().find(|s| s.as_str() == text)
         }
     }
 
@@ -251,6 +278,9 @@ pub mod build_helper {
         "GuestAPIUnavailable",
         "InstallIncomplete",
         "CertificatesNotRotated",
+        "ManifestRejected",
+        "RolloutIncomplete",
+        "SealIncomplete",
         "StorageError",
     ];
 }

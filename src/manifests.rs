@@ -1,6 +1,7 @@
 //! Applying YAML manifests of any kind with server-side apply, resolving kinds by discovery.
 //!
-//! Used for the samples (demo, tests) and, later, for user manifests applied to guest clusters.
+//! Used for the samples (demo, tests), and by the build helper for the profile's post-install
+//! objects and the user's post-install manifests in the guest cluster.
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
@@ -64,10 +65,7 @@ pub async fn apply_all(
             .unwrap_or_default();
         !matches!(kind, "Namespace" | "CustomResourceDefinition")
     });
-    let discovery = Discovery::new(client.clone())
-        .run()
-        .await
-        .map_err(Error::Discovery)?;
+    let discovery = discover(client).await?;
     let mut applied = Vec::with_capacity(objects.len());
     for obj in &objects {
         applied.push(apply(client, &discovery, obj, field_manager).await?);
@@ -75,7 +73,16 @@ pub async fn apply_all(
     Ok(applied)
 }
 
-async fn apply(
+/// What the API server serves, to resolve kinds with [`apply`].
+pub async fn discover(client: &kube::Client) -> Result<Discovery, Error> {
+    Discovery::new(client.clone())
+        .run()
+        .await
+        .map_err(Error::Discovery)
+}
+
+/// Server-side applies `obj` (forcing ownership of its fields) as `field_manager`.
+pub async fn apply(
     client: &kube::Client,
     discovery: &Discovery,
     obj: &DynamicObject,

@@ -1,9 +1,11 @@
-//! The build source's Install stage end to end on the simulated cluster: the build VM's
+//! The build source end to end on the simulated cluster, up to a published golden disk: the build VM's
 //! generator boot (the single-node Ignition made in the guest, a day behind), the install boot
 //! (bootstrap in place onto the root disk, SNC's certificate steps), the cold restart (ISO
 //! removed, clock back to real time, ISO and work volumes deleted) and the kubelet certificates
-//! brought to 25 days by guest time — each step a `guestcluster build-helper` Job run by the
-//! simulated kubelet against a guest that checks certificates by its own clock.
+//! brought to 25 days by guest time, the profile's post-install steps and the user's manifests
+//! (Customize), sealing in the guest (Seal) and the sparse copy into the golden PVC (Publish) —
+//! each guest step a `guestcluster build-helper` Job run by the simulated kubelet against a
+//! guest that checks certificates by its own clock.
 // Tests act as users and other controllers: they write directly, not through the operator's write path.
 #![allow(clippy::disallowed_methods)]
 
@@ -14,8 +16,6 @@ use std::collections::BTreeSet;
 use guestcluster::api::CRCBundle;
 use guestcluster::api::bundle::{BuildStage, InstallStep};
 use guestcluster::api::conditions::{self, reasons, types};
-use guestcluster::guest::ssh::{SshGuest, SshOptions};
-use guestcluster::guest::{Command, Guest, keys};
 use guestcluster::kubevirt::{VirtualMachine, VirtualMachineInstance};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use kube::api::{Api, DeleteParams};
@@ -64,20 +64,8 @@ async fn look(client: &kube::Client, bundle: &str, seen: &mut Seen) {
     }
 }
 
-async fn ssh(client: &kube::Client, bundle: &str, ip: &str) -> SshGuest {
-    let key = Api::<Secret>::namespaced(client.clone(), OPERATOR_NS)
-        .get(&format!("{bundle}-ssh-key"))
-        .await
-        .unwrap();
-    let text = String::from_utf8(key.data.unwrap()["id_ecdsa"].0.clone()).unwrap();
-    let key = keys::parse_private_key(&text).unwrap();
-    SshGuest::connect(&format!("{ip}:22"), key, &SshOptions::default())
-        .await
-        .expect("the bundle key opens the installed guest")
-}
-
 #[tokio::test]
-async fn a_build_installs_and_cold_restarts_with_25_day_kubelet_certificates() {
+async fn a_build_installs_customizes_seals_and_publishes_a_golden_disk() {
     let client = support::client().await;
     support::world::world();
     let api: Api<CRCBundle> = Api::all(client.clone());
@@ -86,7 +74,7 @@ async fn a_build_installs_and_cold_restarts_with_25_day_kubelet_certificates() {
     create_build(&client, &name, "30m").await;
 
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Seen::default()));
-    let b = support::wait_long("Installed=True", || {
+    let b = support::wait_long("Published=True", || {
         let (client, api, name, seen) = (client.clone(), api.clone(), name.clone(), seen.clone());
         async move {
             let mut look_now = Seen::default();
@@ -110,7 +98,7 @@ async fn a_build_installs_and_cold_restarts_with_25_day_kubelet_certificates() {
             condition(
                 &api,
                 &name,
-                types::INSTALLED,
+                types::PUBLISHED,
                 "True",
                 reasons::STAGE_SUCCEEDED,
             )
@@ -121,14 +109,26 @@ async fn a_build_installs_and_cold_restarts_with_25_day_kubelet_certificates() {
     let seen = std::mem::take(&mut *seen.lock().unwrap());
     let status = b.status.clone().unwrap();
     let build = status.build.clone().unwrap();
-    assert_eq!(build.stage, Some(BuildStage::Customize));
+    assert_eq!(build.stage, Some(BuildStage::Validate));
     assert_eq!(build.install_step, Some(InstallStep::Certificates));
     let installed = message(&b, types::INSTALLED);
     assert!(installed.contains("more days"), "{installed}");
+    for type_ in [types::CUSTOMIZED, types::SEALED] {
+        let c = conditions::find(&status.conditions, type_).expect(type_);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", reasons::STAGE_SUCCEEDED)
+        );
+    }
+    let customized = message(&b, types::CUSTOMIZED);
     assert!(
-        message(&b, types::CUSTOMIZED).contains("not part of this operator version"),
+        customized.contains("3 object(s) of postInstallManifestRefs"),
+        "{customized}"
+    );
+    assert!(
+        message(&b, types::VALIDATED).contains("not part of this operator version"),
         "{}",
-        message(&b, types::CUSTOMIZED)
+        message(&b, types::VALIDATED)
     );
     assert!(
         seen.steps.windows(2).all(|w| w[0] < w[1]),
@@ -136,7 +136,7 @@ async fn a_build_installs_and_cold_restarts_with_25_day_kubelet_certificates() {
         seen.steps
     );
 
-    // The VM after the cold restart: no ISO, real time, running from its root disk.
+    // The VM after the cold restart: no ISO, real time, halted for the copy.
     let vm = Api::<VirtualMachine>::namespaced(client.clone(), OPERATOR_NS)
         .get(&format!("{name}-b1-build"))
         .await
@@ -153,12 +153,11 @@ async fn a_build_installs_and_cold_restarts_with_25_day_kubelet_certificates() {
         template.domain.devices.disks
     );
     assert!(template.volumes.iter().all(|v| v.name != "installiso"));
-    let vmi = Api::<VirtualMachineInstance>::namespaced(client.clone(), OPERATOR_NS)
-        .get(&format!("{name}-b1-build"))
-        .await
-        .unwrap();
-    let vmi_uid = vmi.metadata.uid.clone().unwrap();
-    assert_eq!(build.vmi_uid.as_deref(), Some(vmi_uid.as_str()));
+    assert_eq!(
+        vm.spec.run_strategy,
+        Some(guestcluster::kubevirt::RunStrategy::Halted)
+    );
+    let vmi_uid = build.vmi_uid.clone().expect("the last VMI recorded");
     assert_eq!(seen.offsets.get(&vmi_uid), Some(&0), "{:?}", seen.offsets);
     assert!(
         seen.offsets.values().filter(|o| **o == -DAY).count() >= 2,
@@ -183,66 +182,101 @@ async fn a_build_installs_and_cold_restarts_with_25_day_kubelet_certificates() {
             .is_some()
     );
 
-    // In the guest, by its own clock: real time, and both kubelet certificates valid 25 days
-    // from a signer that is not the installer's.
-    let ip = vmi.first_ip().unwrap().to_owned();
-    let guest = ssh(&client, &name, &ip).await;
-    let guest_now: i64 = guest
-        .run_checked(&Command::new(["date", "-u", "+%s"]))
+    // The golden disk: the digest and size in status are the file's.
+    let golden = volume_dir(&client, &format!("{name}-golden"))
         .await
+        .join("disk.img");
+    let bytes = std::fs::metadata(&golden).unwrap().len();
+    assert_eq!(status.disk_virtual_size, Some(bytes as i64));
+    assert_eq!(
+        status.disk_sha256.as_deref(),
+        Some(sha256_file(&golden).as_str())
+    );
+    assert_eq!(
+        status.disk_sha256_short.as_deref(),
+        status.disk_sha256.as_deref().map(|d| &d[..12])
+    );
+
+    // What the golden disk holds, by the guest's own (real-time) clock: both kubelet
+    // certificates valid 25 days from a signer that is not the installer's; sealed; customized.
+    let state = sim::guest::disk::read_state(&golden)
         .unwrap()
-        .stdout_text()
-        .trim()
-        .parse()
-        .unwrap();
-    assert!((guest_now - now()).abs() < 300, "back on real time");
+        .expect("a guest on the golden disk");
     for pem in [
         "/var/lib/kubelet/pki/kubelet-client-current.pem",
         "/var/lib/kubelet/pki/kubelet-server-current.pem",
     ] {
-        let checkend = guest
-            .run(&Command::sudo([
-                "openssl",
-                "x509",
-                "-noout",
-                "-checkend",
-                "2160000",
-                "-in",
-                pem,
-            ]))
-            .await
-            .unwrap();
-        assert_eq!(checkend.status, 0, "{pem} valid 25 days by guest time");
-        let issuer = guest
-            .run_checked(&Command::sudo([
-                "openssl", "x509", "-noout", "-issuer", "-in", pem,
-            ]))
-            .await
-            .unwrap()
-            .stdout_text();
-        assert!(!issuer.contains("kubelet-signer"), "{pem}: {issuer}");
+        let cert = &state.certificates[pem];
+        assert!(cert.not_after - now() >= 25 * DAY, "{pem} valid 25 days");
+        assert!(
+            !cert.issuer.contains("kubelet-signer"),
+            "{pem}: {}",
+            cert.issuer
+        );
     }
+    let file = |path: &str| {
+        state
+            .files
+            .get(path)
+            .map(|f| String::from_utf8_lossy(&f.content.0).into_owned())
+    };
+    assert_eq!(
+        file("/var/lib/kubelet/config.json")
+            .as_deref()
+            .map(str::trim),
+        Some("{}"),
+        "no pull secret on the node"
+    );
+    assert!(file("/opt/kubeconfig").is_some_and(|k| k.contains("clusters")));
+    let kubelet = &state.units["kubelet.service"];
+    assert!(!kubelet.enabled && !kubelet.active, "{kubelet:?}");
+    assert_eq!((state.untrimmed_bytes, state.journal_bytes), (0, 0));
+    assert_eq!(state.hostname, "crc");
+    let (path, content) = POST_INSTALL_FILE;
+    assert_eq!(
+        file(path).as_deref(),
+        Some(content),
+        "the post-install MachineConfig rolled out onto the disk"
+    );
 
-    // No launcher-pod address anywhere in the installed system.
-    let disk = volume_dir(&client, &format!("{name}-b1-root"))
-        .await
-        .join("disk.img");
-    let state = sim::guest::disk::read_state(&disk)
-        .unwrap()
-        .expect("an installed disk");
+    // No launcher-pod address and no pull secret anywhere in the disk.
     let text = serde_json::to_string(&state).unwrap();
     assert!(!seen.ips.is_empty());
     for ip in &seen.ips {
         assert!(
             !text.contains(ip.as_str()),
-            "pod IP {ip} in the installed guest"
+            "pod IP {ip} in the built guest"
         );
     }
-    guest.close().await;
+    assert!(
+        !text.contains(PULL_SECRET_AUTH),
+        "pull secret on the golden disk"
+    );
 
     // Credentials are a Secret of the bundle's, never in its status.
     let status_text = serde_json::to_string(&status).unwrap();
     assert!(!status_text.contains("BEGIN"), "no key material in status");
+    assert!(!status_text.contains(PULL_SECRET_AUTH));
+}
+
+fn sha256_file(path: &std::path::Path) -> String {
+    use sha2::Digest as _;
+    use std::io::Read as _;
+    let mut file = std::fs::File::open(path).unwrap();
+    let mut hasher = sha2::Sha256::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buffer).unwrap();
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+    }
+    hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 #[tokio::test]

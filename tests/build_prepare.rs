@@ -197,6 +197,7 @@ async fn bad_inputs_fail_admit_and_a_retry_starts_a_new_attempt() {
     // A missing pull secret.
     let name = support::unique("build-missing");
     manifests(&client, &format!("{name}-mcs"), "mc.yaml", MACHINE_CONFIG).await;
+    manifests(&client, &format!("{name}-post"), "extra.yaml", POST_INSTALL).await;
     create_build(&client, &name, "6h").await;
     let b = wait_for("InputNotFound", || {
         condition(
@@ -271,6 +272,7 @@ async fn bad_inputs_fail_admit_and_a_retry_starts_a_new_attempt() {
         "kind: [unclosed",
     )
     .await;
+    manifests(&client, &format!("{name}-post"), "extra.yaml", POST_INSTALL).await;
     create_build(&client, &name, "6h").await;
     let b = wait_for("InvalidManifest", || {
         condition(
@@ -292,6 +294,7 @@ async fn bad_inputs_fail_admit_and_a_retry_starts_a_new_attempt() {
     let name = support::unique("build-badpull");
     pull_secret(&client, &format!("{name}-pull"), r#"{"auths":{}}"#).await;
     manifests(&client, &format!("{name}-mcs"), "mc.yaml", MACHINE_CONFIG).await;
+    manifests(&client, &format!("{name}-post"), "extra.yaml", POST_INSTALL).await;
     create_build(&client, &name, "6h").await;
     wait_for("InvalidPullSecret", || {
         condition(

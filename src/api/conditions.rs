@@ -123,6 +123,11 @@ pub mod reasons {
     pub const INSTALLER_JOB_FAILED: &str = "InstallerJobFailed";
     /// A build helper Job failed; the message carries its step and termination message.
     pub const HELPER_JOB_FAILED: &str = "HelperJobFailed";
+    /// Customize: the guest API refused one of the user's post-install manifests; the message
+    /// names the object and carries the server's message.
+    pub const MANIFEST_REJECTED: &str = "ManifestRejected";
+    /// The disk Job failed; the message carries its termination message.
+    pub const DISK_JOB_FAILED: &str = "DiskJobFailed";
     /// The build ran past `spec.build.deadline`.
     pub const BUILD_DEADLINE_EXCEEDED: &str = "BuildDeadlineExceeded";
     /// A stage finished.

@@ -25,12 +25,14 @@ pub mod build;
 pub mod cluster;
 pub mod command;
 pub mod connect;
+pub mod customize;
 #[cfg(test)]
 pub(crate) mod fake;
 pub mod htpasswd;
 pub mod keys;
 pub mod kubeconfig;
 pub mod route;
+pub mod seal;
 pub mod ssh;
 pub mod steps;
 

@@ -1,7 +1,8 @@
 //! Objects of a build-sourced CRCBundle's attempt, in the operator namespace (mission §5): the
 //! installer's ServiceAccount, its input Secret, the work and ISO PVCs and the installer Job
 //! (Prepare); the helper's account and role, the credentials Secret, the root DataVolume, the
-//! install ISO PVC, the build VM and the helper Job of each guest step (Install).
+//! install ISO PVC, the build VM and the helper Job of each guest step (Install, Customize,
+//! Seal); the disk Job (Publish).
 //! Every one is named after the bundle and the attempt, carries the attempt label and is
 //! controlled by the bundle, so an object of another attempt is never mistaken for this one's.
 
@@ -10,7 +11,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource,
+    Container, EnvVar, KeyToPath, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource,
     PodSecurityContext, PodSpec, PodTemplateSpec, SeccompProfile, Secret, SecretVolumeSource,
     ServiceAccount, Volume, VolumeMount,
 };
@@ -28,6 +29,7 @@ use crate::cdi::{
     BlankSource, DataVolume, DataVolumeSourceSpec, DataVolumeSpec, StorageResources, StorageSpec,
 };
 use crate::contract::build_helper::{self as helper_contract, Step};
+use crate::contract::disk as disk_contract;
 use crate::contract::installer as contract;
 use crate::contract::termination;
 use crate::kubevirt::VirtualMachine;
@@ -63,6 +65,7 @@ pub struct Names {
     pub root_data_volume: String,
     pub install_iso_pvc: String,
     pub build_vm: String,
+    pub disk_job: String,
 }
 
 impl Names {
@@ -81,6 +84,7 @@ impl Names {
             root_data_volume: name("root"),
             install_iso_pvc: name("install-iso"),
             build_vm: name("build"),
+            disk_job: name("disk"),
         }
     }
 
@@ -108,6 +112,8 @@ pub struct InstallerInputs {
     pub pull_secret: String,
     pub generator_ignition: String,
     pub staging: Vec<contract::StagedFile>,
+    /// For the Customize step (the helper mounts only this key).
+    pub post_install: Vec<contract::PostInstallManifest>,
 }
 
 fn meta(bundle: &CRCBundle, namespace: &str, name: &str, attempt: i32) -> ObjectMeta {
@@ -142,6 +148,7 @@ pub fn installer_secret(
     inputs: &InstallerInputs,
 ) -> Result<Secret, serde_json::Error> {
     let staging = serde_json::to_vec(&inputs.staging)?;
+    let post_install = serde_json::to_vec(&inputs.post_install)?;
     let data = BTreeMap::from([
         (
             contract::KEY_PULL_SECRET.to_owned(),
@@ -152,6 +159,10 @@ pub fn installer_secret(
             ByteString(inputs.generator_ignition.as_bytes().to_vec()),
         ),
         (contract::KEY_STAGING.to_owned(), ByteString(staging)),
+        (
+            contract::KEY_POST_INSTALL.to_owned(),
+            ByteString(post_install),
+        ),
     ]);
     Ok(Secret {
         metadata: meta(bundle, namespace, &names.installer_secret, names.attempt),
@@ -457,6 +468,8 @@ pub fn helper_deadline_seconds(step: Step) -> i64 {
         Step::Generator => 3600,
         Step::Install => 3 * 3600,
         Step::Certificates => 3600,
+        // Several MachineConfig rollouts, each a drain and a reboot on real hardware.
+        Step::Customize | Step::Seal => 2 * 3600,
     }
 }
 
@@ -516,7 +529,7 @@ pub fn helper_job(
             volumes.push(claim_volume("work", &names.work_pvc));
             volumes.push(claim_volume("install-iso", &names.install_iso_pvc));
         }
-        Step::Install | Step::Certificates => {
+        Step::Install | Step::Certificates | Step::Customize | Step::Seal => {
             env.extend(env_vars([(
                 helper_contract::ENV_CREDENTIALS_DIR,
                 HELPER_CREDENTIALS_DIR.to_owned(),
@@ -524,6 +537,24 @@ pub fn helper_job(
             mounts.push(mount("credentials", HELPER_CREDENTIALS_DIR, true));
             volumes.push(secret_volume("credentials", &names.credentials_secret));
         }
+    }
+    if target.step == Step::Customize {
+        // Only the post-install manifests of the installer Secret: not its pull secret.
+        env.extend(env_vars([(
+            helper_contract::ENV_INPUTS_DIR,
+            INPUTS_DIR.to_owned(),
+        )]));
+        mounts.push(mount("inputs", INPUTS_DIR, true));
+        let mut inputs = secret_volume("inputs", &names.installer_secret);
+        if let Some(secret) = inputs.secret.as_mut() {
+            secret.items = Some(vec![KeyToPath {
+                key: contract::KEY_POST_INSTALL.to_owned(),
+                path: contract::KEY_POST_INSTALL.to_owned(),
+                mode: None,
+                user: None,
+            }]);
+        }
+        volumes.push(inputs);
     }
     let name = names.helper_job(target.step, target.vmi_uid);
     restricted_job(
@@ -539,6 +570,53 @@ pub fn helper_job(
             deadline_seconds: helper_deadline_seconds(target.step),
             container: job_container("build-helper", &settings.image, "build-helper", env, mounts),
             volumes,
+        },
+    )
+}
+
+/// Where the disk Job mounts the build's root disk and the golden PVC.
+pub const DISK_SOURCE_DIR: &str = "/source";
+pub const DISK_TARGET_DIR: &str = "/golden";
+/// A sparse copy of a disk of tens of GiB: minutes; an hour is a stuck volume.
+pub const DISK_DEADLINE_SECONDS: i64 = 3600;
+pub const DISK_BACKOFF_LIMIT: i32 = 2;
+
+/// The Publish stage's Job: `guestcluster disk` copies the stopped build VM's root disk
+/// (read-only) into the golden PVC. No API token: it reports through its termination message.
+pub fn disk_job(
+    bundle: &CRCBundle,
+    build: &BuildSpec,
+    namespace: &str,
+    names: &Names,
+    golden_pvc: &str,
+    settings: &JobSettings,
+) -> Job {
+    let env = env_vars([
+        (disk_contract::ENV_SOURCE_DIR, DISK_SOURCE_DIR.to_owned()),
+        (disk_contract::ENV_TARGET_DIR, DISK_TARGET_DIR.to_owned()),
+        (termination::ENV_PATH, termination::DEFAULT_PATH.to_owned()),
+    ]);
+    let mounts = vec![
+        mount("source", DISK_SOURCE_DIR, true),
+        mount("golden", DISK_TARGET_DIR, false),
+    ];
+    let mut source = claim_volume("source", &names.root_data_volume);
+    if let Some(claim) = source.persistent_volume_claim.as_mut() {
+        claim.read_only = Some(true);
+    }
+    restricted_job(
+        bundle,
+        build,
+        namespace,
+        names,
+        JobShape {
+            name: &names.disk_job,
+            service_account: &names.service_account,
+            api_token: false,
+            backoff_limit: DISK_BACKOFF_LIMIT,
+            deadline_seconds: DISK_DEADLINE_SECONDS,
+            container: job_container("disk", &settings.image, "disk", env, mounts),
+            volumes: vec![source, claim_volume("golden", golden_pvc)],
         },
     )
 }
@@ -571,6 +649,11 @@ mod tests {
             staging: vec![contract::StagedFile {
                 path: "install-config.yaml".into(),
                 text: "apiVersion: v1\n".into(),
+            }],
+            post_install: vec![contract::PostInstallManifest {
+                source: "extra".into(),
+                key: "cm.yaml".into(),
+                text: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n".into(),
             }],
         };
         let objects = serde_json::json!([
@@ -613,6 +696,16 @@ mod tests {
             job(Step::Generator),
             job(Step::Install),
             job(Step::Certificates),
+            job(Step::Customize),
+            job(Step::Seal),
+            disk_job(
+                &bundle,
+                build,
+                "ops",
+                &names,
+                "custom-golden",
+                &JobSettings::default()
+            ),
         ]);
         golden_check_objects("build/install-objects.yaml", &objects);
     }

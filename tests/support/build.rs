@@ -12,6 +12,8 @@ use kube::api::{Api, PostParams};
 use super::world::{OPERATOR_NS, world};
 
 pub const PULL_SECRET: &str = r#"{"auths":{"quay.io":{"auth":"c2NlbmFyaW86c2VjcmV0"}}}"#;
+/// The credential inside [`PULL_SECRET`]: found nowhere it must not be.
+pub const PULL_SECRET_AUTH: &str = "c2NlbmFyaW86c2VjcmV0";
 pub const MACHINE_CONFIG: &str = "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n  name: 99-scenario\n  labels:\n    machineconfiguration.openshift.io/role: master\nspec: {}\n";
 
 pub async fn pull_secret(client: &kube::Client, name: &str, data: &str) {
@@ -47,21 +49,32 @@ pub async fn manifests(client: &kube::Client, name: &str, key: &str, text: &str)
         .expect("create manifests ConfigMap");
 }
 
-/// A valid pull secret `<name>-pull` and manifest ConfigMap `<name>-mcs`.
+/// The post-install manifests of the scenarios: a namespace with a marker ConfigMap, and a
+/// MachineConfig whose file lands on the node through a rollout.
+pub const POST_INSTALL: &str = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: scenario\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: scenario-marker\n  namespace: scenario\ndata:\n  built: \"yes\"\n---\napiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n  name: 99-scenario-post\n  labels:\n    machineconfiguration.openshift.io/role: master\nspec:\n  config:\n    ignition:\n      version: 3.2.0\n    storage:\n      files:\n      - path: /etc/scenario-post-install\n        mode: 420\n        contents:\n          source: data:,customized\n";
+/// Where [`POST_INSTALL`]'s MachineConfig writes, and what.
+pub const POST_INSTALL_FILE: (&str, &str) = ("/etc/scenario-post-install", "customized");
+
+/// A valid pull secret `<name>-pull`, the installation manifest ConfigMap `<name>-mcs` and the
+/// post-install manifest ConfigMap `<name>-post`.
 pub async fn good_inputs(client: &kube::Client, name: &str) {
     pull_secret(client, &format!("{name}-pull"), PULL_SECRET).await;
     manifests(client, &format!("{name}-mcs"), "mc.yaml", MACHINE_CONFIG).await;
+    manifests(client, &format!("{name}-post"), "extra.yaml", POST_INSTALL).await;
 }
 
 /// Creates CRCBundle `name` building from Secret `<name>-pull` and ConfigMap `<name>-mcs`.
 pub async fn create_build(client: &kube::Client, name: &str, deadline: &str) {
     let (secret, manifests) = (format!("{name}-pull"), format!("{name}-mcs"));
+    // Small disks: the disk Job hashes every byte of the image, holes included.
     let spec: CRCBundleSpec = serde_json::from_value(serde_json::json!({
-        "goldenVolumeSize": "80Gi",
+        "goldenVolumeSize": "8Gi",
         "build": {
             "releaseImage": "quay.io/example/ocp-release:4.22.3-x86_64",
             "pullSecretRef": {"name": secret},
             "installationManifestRefs": [{"name": manifests}],
+            "postInstallManifestRefs": [{"name": format!("{name}-post")}],
+            "vm": {"diskSize": "8Gi"},
             "deadline": deadline,
         }
     }))

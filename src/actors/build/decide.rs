@@ -32,6 +32,7 @@ use crate::api::common::ObjectIdentity;
 use crate::api::conditions::{self, reasons, types};
 use crate::api::labels::RETRY_ANNOTATION;
 use crate::contract::build_helper::{Outcome as HelperOutcome, Step as HelperStep};
+use crate::contract::disk::Outcome as DiskOutcome;
 use crate::contract::installer::Outcome;
 use crate::resources::build::Names;
 use crate::resources::profile::vm::BuildBoot;
@@ -95,6 +96,7 @@ temps! {
     BuildVm: "VirtualMachine", build_vm, build_vm;
     /// The helper Job of the current step and VMI; its name is recorded with it.
     HelperJob: "Job", build_vm, helper_job;
+    DiskJob: "Job", disk_job, disk_job;
 }
 
 impl Temp {
@@ -120,6 +122,14 @@ impl Temp {
     /// The volumes the cold restart deletes: the live ISOs and the installer's work volume.
     pub const RELEASED_BY_COLD_RESTART: [Temp; 3] =
         [Temp::WorkPvc, Temp::IsoPvc, Temp::InstallIsoPvc];
+
+    /// What the stages after the cold restart still need of the Install stage's objects.
+    fn after_cold_restart() -> Vec<Temp> {
+        Temp::INSTALL
+            .into_iter()
+            .filter(|t| !Temp::RELEASED_BY_COLD_RESTART.contains(t))
+            .collect()
+    }
 }
 
 /// The build VM as a pass read it (only once its UID is recorded and it is ours).
@@ -170,18 +180,22 @@ pub struct Observed {
     pub vm: Option<VmSeen>,
     /// The recorded helper Job as its child reported it.
     pub helper: JobState,
-    /// The bundle's key Secret exists and is ours.
-    pub key_secret: KeySecret,
+    /// The recorded disk Job as its child reported it.
+    pub disk: JobState,
+    /// The bundle's key Secret (`<bundle>-ssh-key`).
+    pub key_secret: Owned,
+    /// The bundle's golden PVC (`<bundle>-golden`), read from the Publish stage on.
+    pub golden: Owned,
 }
 
-/// The bundle's key Secret (`<bundle>-ssh-key`) as found.
+/// One of the bundle's own objects (kept after the build), as found under its name.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum KeySecret {
+pub enum Owned {
     #[default]
     Missing,
     Ours,
-    /// A Secret under the name that the bundle does not control: never adopted (its key would
-    /// open the build guest to whoever made it).
+    /// An object under the name that the bundle does not control: never adopted (a key Secret
+    /// would open the build guest to whoever made it; a golden PVC would be theirs to read).
     NotOurs,
 }
 
@@ -191,6 +205,8 @@ pub enum Action {
     /// Generate the bundle's key pair into its key Secret (kept after the build: it is the
     /// bundle's `id_ecdsa`).
     CreateKeySecret,
+    /// Create the bundle's golden PVC (kept after the build: it is the bundle's disk).
+    CreateGoldenPvc,
     /// Create the object named in its slot; its UID is recorded right after.
     Create(Temp),
     /// Delete the recorded object (UID precondition: never a namesake).
@@ -220,7 +236,8 @@ pub fn reads_inputs(bundle: &CRCBundle, retry: Option<&str>) -> bool {
     match build_of(bundle) {
         None => true,
         Some(build) => match build.stage {
-            None | Some(BuildStage::Admit | BuildStage::Prepare) => true,
+            // Customize applies the post-install manifests: a change before then fails it.
+            None | Some(BuildStage::Admit | BuildStage::Prepare | BuildStage::Customize) => true,
             Some(BuildStage::Failed) => retry_requested(build, retry),
             Some(_) => false,
         },
@@ -338,7 +355,24 @@ pub fn decide(bundle: &CRCBundle, observed: &Observed, deadline: Duration, now: 
                 _ => prepare(&mut step, observed, &names, &mut actions),
             },
             BuildStage::Install => install(&mut step, observed, &names, &mut actions),
-            BuildStage::Customize => step.waiting_in_customize(),
+            BuildStage::Customize => match &observed.admitted {
+                Some(Ok(inputs)) if Some(inputs) != step.status.inputs.as_ref() => step.fail(
+                    types::CUSTOMIZED,
+                    reasons::INPUTS_CHANGED,
+                    format!(
+                        "an input of CRCBundle {name} changed after its digest was recorded in status.inputs; the attempt does not customize from other inputs than it recorded"
+                    ),
+                ),
+                Some(Err(err)) => step.fail(
+                    types::CUSTOMIZED,
+                    reasons::INPUTS_CHANGED,
+                    format!("an input changed after the build started: {err}"),
+                ),
+                _ => customize(&mut step, observed, &names, &mut actions),
+            },
+            BuildStage::Seal => seal(&mut step, observed, &names, &mut actions),
+            BuildStage::Publish => publish(&mut step, observed, &names, &mut actions),
+            BuildStage::Validate => step.waiting_in_validate(),
             _ => {}
         }
     }
@@ -397,22 +431,34 @@ impl Step<'_> {
         );
     }
 
-    /// The attempt reached Customize, which this operator version does not run yet (part 2 of
-    /// the build source): it stops there, saying so, with the installed build VM kept running.
-    fn waiting_in_customize(&mut self) {
+    /// The attempt reached Validate, which this operator version does not run yet: it stops
+    /// there, saying so, with its published golden PVC.
+    fn waiting_in_validate(&mut self) {
         self.set(
-            types::CUSTOMIZED,
+            types::VALIDATED,
             false,
             reasons::PENDING,
-            "the Customize stage is not part of this operator version yet; the build waits here with its installed build VM".into(),
+            "the Validate stage is not part of this operator version yet; the build waits here with its published golden PVC".into(),
         );
-        self.ready_building("stage Customize: not part of this operator version yet".into());
+        self.ready_building("stage Validate: not part of this operator version yet".into());
     }
 
-    /// Progress of the Install stage: its condition and `Ready`.
-    fn installing(&mut self, message: String) {
-        self.set(types::INSTALLED, false, reasons::BUILDING, message.clone());
-        self.ready_building(format!("stage Install: {message}"));
+    /// Progress of `stage`: its condition and `Ready`.
+    fn progress(&mut self, stage: BuildStage, message: String) {
+        self.set(
+            condition_of(stage),
+            false,
+            reasons::BUILDING,
+            message.clone(),
+        );
+        self.ready_building(format!("stage {stage:?}: {message}"));
+    }
+
+    /// `stage` succeeded: its condition, and the attempt moves on to `next`.
+    fn succeed(&mut self, stage: BuildStage, message: String, next: BuildStage) {
+        self.set(condition_of(stage), true, reasons::STAGE_SUCCEEDED, message);
+        self.build_mut().stage = Some(next);
+        self.progress(next, "starting".into());
     }
 
     fn start_attempt(&mut self, attempt: i32, retry: Option<String>) {
@@ -460,7 +506,7 @@ impl Step<'_> {
     }
 }
 
-const STAGE_CONDITIONS: [&str; 6] = [
+pub const STAGE_CONDITIONS: [&str; 6] = [
     types::PREPARED,
     types::INSTALLED,
     types::CUSTOMIZED,
@@ -491,9 +537,9 @@ fn remaining(started: &Time, deadline: Duration, now: &Time) -> Duration {
 /// installer Job followed to its end.
 fn prepare(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Vec<Action>) {
     match observed.key_secret {
-        KeySecret::Ours => {}
-        KeySecret::Missing => actions.push(Action::CreateKeySecret),
-        KeySecret::NotOurs => {
+        Owned::Ours => {}
+        Owned::Missing => actions.push(Action::CreateKeySecret),
+        Owned::NotOurs => {
             let name = crate::resources::bundle::Names::of(names.bundle()).ssh_secret;
             step.fail(
                 types::PREPARED,
@@ -548,7 +594,10 @@ fn prepare(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Ve
                     ),
                 );
                 step.build_mut().install_step = Some(InstallStep::Generator);
-                step.installing("creating the build VM and its volumes".into());
+                step.progress(
+                    BuildStage::Install,
+                    "creating the build VM and its volumes".into(),
+                );
             }
             Err(err) => step.fail(
                 types::PREPARED,
@@ -574,6 +623,14 @@ fn prepare(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Ve
             step.set(types::PREPARED, false, reasons::BUILDING, message.clone());
             step.ready_building(format!("stage Prepare: {message}"));
         }
+    }
+}
+
+fn job_of(temp: Temp, observed: &Observed) -> &JobState {
+    match temp {
+        Temp::DiskJob => &observed.disk,
+        Temp::HelperJob => &observed.helper,
+        _ => &observed.installer,
     }
 }
 
@@ -610,7 +667,7 @@ fn ensure_temps(
             Some(recorded) if recorded.uid.is_empty() => actions.push(Action::Create(temp)),
             Some(recorded) => {
                 let seen = match temp {
-                    Temp::InstallerJob => match &observed.installer {
+                    Temp::InstallerJob | Temp::DiskJob => match job_of(temp, observed) {
                         JobState::Seen(observation) => Some(observation.clone()),
                         _ => None,
                     },
@@ -634,23 +691,21 @@ fn ensure_temps(
 fn install(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Vec<Action>) {
     let install_step = step.build().install_step.unwrap_or(InstallStep::Generator);
     // After the cold restart the ISOs are gone on purpose: their absence fails nothing.
-    let needed: Vec<Temp> = Temp::INSTALL
-        .into_iter()
-        .filter(|t| {
-            install_step != InstallStep::Certificates || !Temp::RELEASED_BY_COLD_RESTART.contains(t)
-        })
-        .collect();
+    let needed: Vec<Temp> = if install_step == InstallStep::Certificates {
+        Temp::after_cold_restart()
+    } else {
+        Temp::INSTALL.to_vec()
+    };
     if !ensure_temps(step, observed, names, &needed, types::INSTALLED, actions) {
         return;
     }
     if !actions.is_empty() {
-        step.installing("creating the build VM and its volumes".into());
+        step.progress(
+            BuildStage::Install,
+            "creating the build VM and its volumes".into(),
+        );
         return;
     }
-    let Some(vm) = &observed.vm else {
-        step.installing(format!("waiting to read VirtualMachine {}", names.build_vm));
-        return;
-    };
     let (boot, helper_step) = match install_step {
         InstallStep::Generator => (
             BuildBoot::Generator {
@@ -682,7 +737,268 @@ fn install(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Ve
             actions,
         );
     }
+    let session = Session {
+        stage: BuildStage::Install,
+        label: describe(install_step),
+        boot,
+        helper_step,
+        // The cold restart's boot has no helper of its own: it only starts the VM.
+        helper_counts: install_step != InstallStep::ColdRestart,
+    };
+    match guest_session(step, observed, names, actions, &session) {
+        SessionState::Done(summary) => step_done(step, install_step, &summary, names),
+        SessionState::Started if install_step == InstallStep::ColdRestart => {
+            // The VM starts from its root disk alone: the ISOs and the work volume go.
+            for temp in Temp::RELEASED_BY_COLD_RESTART {
+                if let Some(recorded) = step.build().resources.as_ref().and_then(|r| temp.slot(r))
+                    && !recorded.uid.is_empty()
+                {
+                    actions.push(Action::Delete {
+                        temp,
+                        name: recorded.name.clone(),
+                        uid: recorded.uid.clone(),
+                    });
+                }
+            }
+            step.build_mut().install_step = Some(InstallStep::Certificates);
+            step.progress(
+                BuildStage::Install,
+                format!(
+                    "cold restart: VirtualMachine {} started on real time from its root disk alone; the ISO and work volumes are deleted",
+                    names.build_vm
+                ),
+            );
+        }
+        _ => {}
+    }
+}
 
+/// Stage 3: the installed build VM on real time, with the customize helper.
+fn customize(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Vec<Action>) {
+    if !ensure_temps(
+        step,
+        observed,
+        names,
+        &Temp::after_cold_restart(),
+        types::CUSTOMIZED,
+        actions,
+    ) {
+        return;
+    }
+    let session = Session::on_installed(BuildStage::Customize, "customize", HelperStep::Customize);
+    if let SessionState::Done(summary) = guest_session(step, observed, names, actions, &session) {
+        step.succeed(BuildStage::Customize, summary, BuildStage::Seal);
+    }
+}
+
+/// Stage 4: the seal helper, which powers the guest off at its end.
+fn seal(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Vec<Action>) {
+    if !ensure_temps(
+        step,
+        observed,
+        names,
+        &Temp::after_cold_restart(),
+        types::SEALED,
+        actions,
+    ) {
+        return;
+    }
+    let session = Session::on_installed(BuildStage::Seal, "seal", HelperStep::Seal);
+    if let SessionState::Done(summary) = guest_session(step, observed, names, actions, &session) {
+        step.succeed(
+            BuildStage::Seal,
+            format!("{summary}; the guest powered itself off"),
+            BuildStage::Publish,
+        );
+    }
+}
+
+/// Stage 5: the build VM stopped and its disks released, the golden PVC, then the disk Job
+/// copying the root disk into it.
+fn publish(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Vec<Action>) {
+    if !ensure_temps(
+        step,
+        observed,
+        names,
+        &Temp::after_cold_restart(),
+        types::PUBLISHED,
+        actions,
+    ) {
+        return;
+    }
+    let Some(vm) = &observed.vm else {
+        step.progress(
+            BuildStage::Publish,
+            format!("waiting to read VirtualMachine {}", names.build_vm),
+        );
+        return;
+    };
+    if !vm.halted {
+        actions.push(Action::HaltVm);
+        step.progress(
+            BuildStage::Publish,
+            format!("stopping VirtualMachine {}", names.build_vm),
+        );
+        return;
+    }
+    if let Some(message) = still_holding(vm, names) {
+        step.progress(BuildStage::Publish, message);
+        return;
+    }
+    let golden = crate::resources::bundle::Names::of(names.bundle()).golden_pvc;
+    match observed.golden {
+        Owned::Ours => {}
+        Owned::Missing => {
+            actions.push(Action::CreateGoldenPvc);
+            step.progress(
+                BuildStage::Publish,
+                format!("creating the golden PVC {golden}"),
+            );
+            return;
+        }
+        Owned::NotOurs => {
+            step.fail(
+                types::PUBLISHED,
+                reasons::RESOURCE_REPLACED,
+                format!(
+                    "PersistentVolumeClaim {golden} exists but this bundle does not control it; it is not written to. Delete it to retry"
+                ),
+            );
+            return;
+        }
+    }
+    if !ensure_temps(
+        step,
+        observed,
+        names,
+        &[Temp::DiskJob],
+        types::PUBLISHED,
+        actions,
+    ) {
+        return;
+    }
+    if !actions.is_empty() {
+        step.progress(
+            BuildStage::Publish,
+            format!("starting disk Job {} into {golden}", names.disk_job),
+        );
+        return;
+    }
+    match &observed.disk {
+        JobState::Seen(Observation::Done(result)) => {
+            match serde_json::from_str::<DiskOutcome>(result) {
+                Ok(outcome) => {
+                    let short: String = outcome.disk_sha256.chars().take(12).collect();
+                    step.status.disk_sha256 = Some(outcome.disk_sha256.clone());
+                    step.status.disk_sha256_short = Some(short);
+                    step.status.disk_virtual_size = i64::try_from(outcome.disk_virtual_size).ok();
+                    step.succeed(
+                        BuildStage::Publish,
+                        format!(
+                            "the build VM's root disk copied into {golden}/disk.img: {} bytes virtual, {} bytes of data, sha256 {}",
+                            outcome.disk_virtual_size, outcome.data_bytes, outcome.disk_sha256
+                        ),
+                        BuildStage::Validate,
+                    );
+                    step.waiting_in_validate();
+                }
+                Err(err) => step.fail(
+                    types::PUBLISHED,
+                    reasons::DISK_JOB_FAILED,
+                    format!(
+                        "disk Job {} succeeded but its result is unreadable ({err}); is the operator image the same version as the Job's?",
+                        names.disk_job
+                    ),
+                ),
+            }
+        }
+        JobState::Seen(Observation::Failed(detail)) => step.fail(
+            types::PUBLISHED,
+            reasons::DISK_JOB_FAILED,
+            format!("disk Job {} failed: {detail}", names.disk_job),
+        ),
+        JobState::Seen(Observation::Progress(progress)) => step.progress(
+            BuildStage::Publish,
+            format!("disk Job {}: {progress}", names.disk_job),
+        ),
+        _ => step.progress(
+            BuildStage::Publish,
+            format!("waiting for disk Job {}", names.disk_job),
+        ),
+    }
+}
+
+/// What still holds the disks of a halted build VM, or `None` once nothing does.
+fn still_holding(vm: &VmSeen, names: &Names) -> Option<String> {
+    if let Some(vmi) = &vm.vmi {
+        return Some(format!(
+            "waiting for VMI {} ({}) of VirtualMachine {} to go",
+            vmi.uid, vmi.phase, names.build_vm
+        ));
+    }
+    // The launcher pods carry the bundle's label and are watched (metadata only), and
+    // `status.runStrategy` comes with the VM's watch event: both wake this pass.
+    (vm.launcher_pod || !vm.halt_observed).then(|| {
+        format!(
+            "waiting for the virt-launcher pod of VirtualMachine {} to release its disks",
+            names.build_vm
+        )
+    })
+}
+
+/// One boot of the build VM with its helper Job: what a stage wants of the guest.
+struct Session {
+    stage: BuildStage,
+    label: &'static str,
+    boot: BuildBoot,
+    helper_step: HelperStep,
+    /// Whether the helper's result ends the session (not during the cold restart, whose boot
+    /// only has to start).
+    helper_counts: bool,
+}
+
+/// Where a session is after this pass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum SessionState {
+    /// The helper finished the step for the current VMI; its summary.
+    Done(String),
+    /// The VM was started in this boot's shape this pass.
+    Started,
+    /// Waiting (the stage's condition says on what), or the attempt failed.
+    Pending,
+}
+
+impl Session {
+    fn on_installed(stage: BuildStage, label: &'static str, helper_step: HelperStep) -> Session {
+        Session {
+            stage,
+            label,
+            boot: BuildBoot::Installed,
+            helper_step,
+            helper_counts: true,
+        }
+    }
+}
+
+/// Brings the build VM into the session's boot (halting it, waiting for its disks, starting
+/// it), then runs the session's helper Job for the VMI running now, made again if it is lost
+/// and never counted for another VMI.
+fn guest_session(
+    step: &mut Step,
+    observed: &Observed,
+    names: &Names,
+    actions: &mut Vec<Action>,
+    session: &Session,
+) -> SessionState {
+    let (stage, label) = (session.stage, session.label);
+    let Some(vm) = &observed.vm else {
+        step.progress(
+            stage,
+            format!("waiting to read VirtualMachine {}", names.build_vm),
+        );
+        return SessionState::Pending;
+    };
+    let helper_step = session.helper_step;
     // The helper of this step, for the VMI it was started for.
     let recorded_vmi = step.build().vmi_uid.clone();
     let helper = step
@@ -697,43 +1013,48 @@ fn install(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Ve
         });
     if let Some(helper) = &helper
         && !helper.uid.is_empty()
-        && install_step != InstallStep::ColdRestart
+        && session.helper_counts
     {
         match &observed.helper {
             JobState::Seen(Observation::Done(message)) => {
                 match serde_json::from_str::<HelperOutcome>(message) {
                     Ok(outcome) if outcome.vmi_gone.is_none() && outcome.step == helper_step => {
-                        step_done(step, install_step, &outcome.summary, names);
-                        return;
+                        return SessionState::Done(outcome.summary);
                     }
                     // The VMI changed under it: the step starts again for the next VMI.
                     Ok(_) => {}
                     Err(err) => {
                         step.fail(
-                            types::INSTALLED,
+                            condition_of(stage),
                             reasons::HELPER_JOB_FAILED,
                             format!(
                                 "helper Job {} succeeded but its result is unreadable ({err}); is the operator image the same version as the Job's?",
                                 helper.name
                             ),
                         );
-                        return;
+                        return SessionState::Pending;
                     }
                 }
             }
             JobState::Seen(Observation::Failed(detail))
                 if vm.vmi.as_ref().map(|v| v.uid.as_str()) == recorded_vmi.as_deref() =>
             {
+                // A refused manifest is the user's to fix: its own reason, not the Job's.
+                let reason = if detail.contains(&format!("{}: ", reasons::MANIFEST_REJECTED)) {
+                    reasons::MANIFEST_REJECTED
+                } else {
+                    reasons::HELPER_JOB_FAILED
+                };
                 step.fail(
-                    types::INSTALLED,
-                    reasons::HELPER_JOB_FAILED,
+                    condition_of(stage),
+                    reason,
                     format!(
                         "{} step: helper Job {} failed: {detail}",
                         helper_step.as_str(),
                         helper.name
                     ),
                 );
-                return;
+                return SessionState::Pending;
             }
             JobState::Seen(Observation::Replaced { uid }) => {
                 let (reason, message) = attempt_failure(
@@ -742,93 +1063,59 @@ fn install(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Ve
                     &Observation::Replaced { uid: uid.clone() },
                 )
                 .unwrap_or_default();
-                step.fail(types::INSTALLED, reason, format!("Job {message}"));
-                return;
+                step.fail(condition_of(stage), reason, format!("Job {message}"));
+                return SessionState::Pending;
             }
             _ => {}
         }
     }
 
     // The VM in the shape of this step's boot, running.
-    if vm.boot.as_ref() != Some(&boot) || vm.halted {
+    if vm.boot.as_ref() != Some(&session.boot) || vm.halted {
         if !vm.halted {
             actions.push(Action::HaltVm);
-            step.installing(format!(
-                "{}: stopping VirtualMachine {}",
-                describe(install_step),
-                names.build_vm
-            ));
-            return;
+            step.progress(
+                stage,
+                format!("{label}: stopping VirtualMachine {}", names.build_vm),
+            );
+            return SessionState::Pending;
         }
-        if let Some(vmi) = &vm.vmi {
-            step.installing(format!(
-                "{}: waiting for VMI {} ({}) of VirtualMachine {} to go",
-                describe(install_step),
-                vmi.uid,
-                vmi.phase,
-                names.build_vm
-            ));
-            return;
+        if let Some(message) = still_holding(vm, names) {
+            step.progress(stage, format!("{label}: {message}"));
+            return SessionState::Pending;
         }
-        // The launcher pods carry the bundle's label and are watched (metadata only), and
-        // `status.runStrategy` comes with the VM's watch event: both wake this pass.
-        if vm.launcher_pod || !vm.halt_observed {
-            step.installing(format!(
-                "{}: waiting for the virt-launcher pod of VirtualMachine {} to release its disks",
-                describe(install_step),
-                names.build_vm
-            ));
-            return;
-        }
-        actions.push(Action::StartVm(boot.clone()));
-        if install_step == InstallStep::ColdRestart {
-            // The VM starts from its root disk alone: the ISOs and the work volume go.
-            for temp in Temp::RELEASED_BY_COLD_RESTART {
-                if let Some(recorded) = step.build().resources.as_ref().and_then(|r| temp.slot(r))
-                    && !recorded.uid.is_empty()
-                {
-                    actions.push(Action::Delete {
-                        temp,
-                        name: recorded.name.clone(),
-                        uid: recorded.uid.clone(),
-                    });
-                }
-            }
-            step.build_mut().install_step = Some(InstallStep::Certificates);
-            step.installing(format!(
-                "cold restart: VirtualMachine {} started on real time from its root disk alone; the ISO and work volumes are deleted",
-                names.build_vm
-            ));
-            return;
-        }
-        step.installing(format!(
-            "{}: starting VirtualMachine {}",
-            describe(install_step),
-            names.build_vm
-        ));
-        return;
+        actions.push(Action::StartVm(session.boot.clone()));
+        step.progress(
+            stage,
+            format!("{label}: starting VirtualMachine {}", names.build_vm),
+        );
+        return SessionState::Started;
     }
     let Some(vmi) = &vm.vmi else {
-        step.installing(format!(
-            "{}: waiting for KubeVirt to start VirtualMachine {}",
-            describe(install_step),
-            names.build_vm
-        ));
-        return;
+        step.progress(
+            stage,
+            format!(
+                "{label}: waiting for KubeVirt to start VirtualMachine {}",
+                names.build_vm
+            ),
+        );
+        return SessionState::Pending;
     };
     if vmi.running_at().is_none() {
-        step.installing(format!(
-            "{}: VMI {} of VirtualMachine {} is {}",
-            describe(install_step),
-            vmi.uid,
-            names.build_vm,
-            if vmi.phase.is_empty() {
-                "starting"
-            } else {
-                vmi.phase.as_str()
-            }
-        ));
-        return;
+        step.progress(
+            stage,
+            format!(
+                "{label}: VMI {} of VirtualMachine {} is {}",
+                vmi.uid,
+                names.build_vm,
+                if vmi.phase.is_empty() {
+                    "starting"
+                } else {
+                    vmi.phase.as_str()
+                }
+            ),
+        );
+        return SessionState::Pending;
     }
     let wanted = names.helper_job(helper_step, &vmi.uid);
     match &helper {
@@ -852,16 +1139,18 @@ fn install(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Ve
                 }
                 _ => "starting".into(),
             };
-            step.installing(format!(
-                "{}: helper Job {wanted} for VMI {}: {progress}",
-                describe(install_step),
-                vmi.uid
-            ));
-            return;
+            step.progress(
+                stage,
+                format!(
+                    "{label}: helper Job {wanted} for VMI {}: {progress}",
+                    vmi.uid
+                ),
+            );
+            return SessionState::Pending;
         }
         _ => {
-            // A new VMI (or none recorded yet): the helper of the previous one goes, this
-            // VMI's is named first and created right after.
+            // A new VMI, a new step (or none recorded yet): the previous helper goes, this
+            // one's is named first and created right after.
             if let Some(old) = step
                 .build()
                 .resources
@@ -887,11 +1176,25 @@ fn install(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Ve
             actions.push(Action::Create(Temp::HelperJob));
         }
     }
-    step.installing(format!(
-        "{}: starting helper Job {wanted} for VMI {}",
-        describe(install_step),
-        vmi.uid
-    ));
+    step.progress(
+        stage,
+        format!("{label}: starting helper Job {wanted} for VMI {}", vmi.uid),
+    );
+    SessionState::Pending
+}
+
+/// The helper step the attempt's current stage runs.
+pub fn helper_step(build: &BuildStatus) -> Option<HelperStep> {
+    match build.stage? {
+        BuildStage::Install => Some(match build.install_step? {
+            InstallStep::Generator => HelperStep::Generator,
+            InstallStep::Install => HelperStep::Install,
+            InstallStep::ColdRestart | InstallStep::Certificates => HelperStep::Certificates,
+        }),
+        BuildStage::Customize => Some(HelperStep::Customize),
+        BuildStage::Seal => Some(HelperStep::Seal),
+        _ => None,
+    }
 }
 
 fn describe(step: InstallStep) -> &'static str {
@@ -913,21 +1216,16 @@ fn step_done(step: &mut Step, done: InstallStep, summary: &str, names: &Names) {
     match next {
         Some(next) => {
             step.build_mut().install_step = Some(next);
-            step.installing(format!("{}: {summary}", describe(done)));
+            step.progress(BuildStage::Install, format!("{}: {summary}", describe(done)));
         }
-        None => {
-            step.build_mut().stage = Some(BuildStage::Customize);
-            step.set(
-                types::INSTALLED,
-                true,
-                reasons::STAGE_SUCCEEDED,
-                format!(
-                    "VirtualMachine {} installed a day behind real time and cold-restarted from its root disk alone; {summary}",
-                    names.build_vm
-                ),
-            );
-            step.waiting_in_customize();
-        }
+        None => step.succeed(
+            BuildStage::Install,
+            format!(
+                "VirtualMachine {} installed a day behind real time and cold-restarted from its root disk alone; {summary}",
+                names.build_vm
+            ),
+            BuildStage::Customize,
+        ),
     }
 }
 
@@ -962,6 +1260,7 @@ fn release(
         let ours = match temp {
             Temp::InstallerJob => job_ours(&observed.installer),
             Temp::HelperJob => job_ours(&observed.helper),
+            Temp::DiskJob => job_ours(&observed.disk),
             _ => match observed.temps.get(&temp) {
                 Some(None) => true,
                 Some(Some(Observation::Lost)) => {
@@ -1016,7 +1315,7 @@ mod tests {
     fn admitted() -> Observed {
         Observed {
             admitted: Some(Ok(inputs("aa"))),
-            key_secret: KeySecret::Ours,
+            key_secret: Owned::Ours,
             ..Default::default()
         }
     }
@@ -1065,7 +1364,7 @@ mod tests {
     #[test]
     fn the_first_pass_records_inputs_and_names_before_anything_exists() {
         let mut observed = admitted();
-        observed.key_secret = KeySecret::Missing;
+        observed.key_secret = Owned::Missing;
         let decision = decide(&bundle(), &observed, HOUR, at(0));
         let status = &decision.status;
         let build = status.build.as_ref().unwrap();
@@ -1534,7 +1833,7 @@ mod tests {
     #[test]
     fn a_key_secret_of_someone_else_is_never_used() {
         let mut observed = admitted();
-        observed.key_secret = KeySecret::NotOurs;
+        observed.key_secret = Owned::NotOurs;
         let decision = decide(&bundle(), &observed, HOUR, at(0));
         assert_eq!(
             reason(&decision.status, types::PREPARED).1,

@@ -28,17 +28,17 @@ use super::download::JobState;
 use super::kind_supervisor::Next;
 use super::stage::build_vm::BuildVmStage;
 use super::stage::children::Children;
+use super::stage::disk_copy::DiskCopy;
 use super::stage::guest_session::GuestSession;
 use super::stage::installer_job::InstallerJob;
-use super::stage::{Stage, judge, judge_meta};
-use crate::api::bundle::InstallStep;
-use crate::api::bundle::{BuildSpec, CRCBundle, CRCBundleStatus, ManifestRef, ManifestSourceKind};
-use crate::api::conditions::types;
+use super::stage::{Stage, judge, judge_meta, meta_controlled_by};
+use crate::api::bundle::{
+    BuildSpec, BuildStage, CRCBundle, CRCBundleStatus, ManifestRef, ManifestSourceKind,
+};
 use crate::api::labels::FINALIZER_BUILD;
 use crate::cdi::DataVolume;
-use crate::contract::build_helper::Step as HelperStep;
 use crate::contract::bundle_prep::SECRET_KEY;
-use crate::contract::installer::StagedFile;
+use crate::contract::installer::{PostInstallManifest, StagedFile};
 use crate::guest::keys;
 use crate::kubevirt::{RunStrategy, VirtualMachine, VirtualMachineInstance};
 use crate::resources;
@@ -49,7 +49,7 @@ use crate::resources::profile::vm::{BuildBoot, DAY_BEHIND_SECONDS};
 use crate::resources::profile::{ignition, install_config, manifests};
 use crate::write;
 use admit::Admitted;
-use decide::{Action, Decision, KeySecret, Observed, Temp};
+use decide::{Action, Decision, Observed, Owned, Temp};
 
 /// The key of the bundle key Secret's public half.
 pub const PUBLIC_KEY: &str = "id_ecdsa.pub";
@@ -163,6 +163,7 @@ pub async fn pass(
     follow::<InstallerJob>(ctx, children, &owner, &status).await;
     follow::<BuildVmStage>(ctx, children, &owner, &status).await;
     follow::<GuestSession>(ctx, children, &owner, &status).await;
+    follow::<DiskCopy>(ctx, children, &owner, &status).await;
     Ok(requeue.map_or(Next::Done, Next::Requeue))
 }
 
@@ -275,7 +276,7 @@ async fn publish_stage_events(ctx: &Context, bundle: &CRCBundle, status: &CRCBun
         .as_ref()
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default();
-    for type_ in [types::PREPARED, types::INSTALLED, types::CUSTOMIZED] {
+    for type_ in decide::STAGE_CONDITIONS {
         ctx.events
             .transition(bundle, type_, before, &status.conditions)
             .await;
@@ -416,6 +417,13 @@ async fn observe(
                     .map_or(JobState::Unreported, JobState::Seen);
                 continue;
             }
+            Temp::DiskJob => {
+                observed.disk = children
+                    .observation::<DiskCopy>(recorded)
+                    .cloned()
+                    .map_or(JobState::Unreported, JobState::Seen);
+                continue;
+            }
             _ => {
                 let meta = recorded_meta(ctx, &name, temp, recorded).await?;
                 judge_meta(recorded, &owner, meta.as_ref())
@@ -439,10 +447,26 @@ async fn observe(
             source,
         })?;
     observed.key_secret = match key {
-        None => KeySecret::Missing,
-        Some(key) if is_controlled_by(&key, &owner) => KeySecret::Ours,
-        Some(_) => KeySecret::NotOurs,
+        None => Owned::Missing,
+        Some(key) if is_controlled_by(&key, &owner) => Owned::Ours,
+        Some(_) => Owned::NotOurs,
     };
+    let stage = bundle
+        .status
+        .as_ref()
+        .and_then(|s| s.build.as_ref())
+        .and_then(|b| b.stage);
+    if matches!(
+        stage,
+        Some(BuildStage::Publish | BuildStage::Validate | BuildStage::Ready)
+    ) {
+        let golden = resources::bundle::Names::of(&name).golden_pvc;
+        observed.golden = match meta_of::<PersistentVolumeClaim>(ctx, &name, &golden).await? {
+            None => Owned::Missing,
+            Some(meta) if meta_controlled_by(&meta, &owner) => Owned::Ours,
+            Some(_) => Owned::NotOurs,
+        };
+    }
     Ok(())
 }
 
@@ -550,7 +574,7 @@ macro_rules! of_kind {
                 type $k = PersistentVolumeClaim;
                 $body
             }
-            Temp::InstallerJob | Temp::HelperJob => {
+            Temp::InstallerJob | Temp::HelperJob | Temp::DiskJob => {
                 type $k = Job;
                 $body
             }
@@ -634,6 +658,13 @@ async fn act(
             .map(|_| None)
     };
     let result = match action {
+        Action::CreateGoldenPvc => {
+            let claim = resources::bundle::golden_pvc(bundle, ns);
+            write::create(&Api::namespaced(client.clone(), ns), &claim)
+                .await
+                .map_err(kube_err)?;
+            None
+        }
         Action::CreateKeySecret => {
             let secret = key_secret(bundle, ns).map_err(render)?;
             write::create(&Api::namespaced(client.clone(), ns), &secret)
@@ -707,12 +738,19 @@ async fn act(
                 };
                 create(ctx, &job).await
             }
+            Temp::DiskJob => {
+                let golden = resources::bundle::Names::of(&name).golden_pvc;
+                let job = resources::build::disk_job(bundle, spec, ns, &names, &golden, &ctx.jobs);
+                create(ctx, &job).await
+            }
         }
         .map_err(kube_err)?,
         Action::Delete { temp, name, uid } => {
             // In the foreground for Jobs: a Job is gone only once its pods are.
             let propagation = match temp {
-                Temp::InstallerJob | Temp::HelperJob => PropagationPolicy::Foreground,
+                Temp::InstallerJob | Temp::HelperJob | Temp::DiskJob => {
+                    PropagationPolicy::Foreground
+                }
                 _ => PropagationPolicy::Background,
             };
             of_kind!(*temp, K => delete_with::<K>(ctx, name, uid, propagation).await)
@@ -753,11 +791,7 @@ fn helper_job(
     let build = status.build.as_ref()?;
     let vmi = observed.vm.as_ref()?.vmi.as_ref()?;
     let recorded = build.resources.as_ref()?.helper_job.as_ref()?;
-    let step = match build.install_step? {
-        InstallStep::Generator => HelperStep::Generator,
-        InstallStep::Install => HelperStep::Install,
-        InstallStep::ColdRestart | InstallStep::Certificates => HelperStep::Certificates,
-    };
+    let step = decide::helper_step(build)?;
     if build.vmi_uid.as_deref() != Some(vmi.uid.as_str())
         || recorded.name != names.helper_job(step, &vmi.uid)
     {
@@ -890,10 +924,20 @@ async fn installer_inputs(
     }
     let generator = serde_json::to_string(&ignition::generator_ignition(&ssh_key))
         .map_err(|e| render(e.to_string()))?;
+    let post_install = admitted
+        .post_install_manifests
+        .iter()
+        .map(|m| PostInstallManifest {
+            source: m.source.clone(),
+            key: m.key.clone(),
+            text: m.text.clone(),
+        })
+        .collect();
     Ok(InstallerInputs {
         pull_secret: admitted.pull_secret.expose().to_owned(),
         generator_ignition: generator,
         staging,
+        post_install,
     })
 }
 

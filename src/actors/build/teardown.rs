@@ -57,7 +57,7 @@ pub struct Teardown {
     pub done: bool,
 }
 
-const JOBS: [Temp; 2] = [Temp::InstallerJob, Temp::HelperJob];
+const JOBS: [Temp; 3] = [Temp::InstallerJob, Temp::HelperJob, Temp::DiskJob];
 
 pub fn teardown(bundle: &CRCBundle, seen: &Seen, now: Time) -> Teardown {
     let mut status = bundle.status.clone().unwrap_or_default();

@@ -26,6 +26,7 @@
 pub mod actor;
 pub mod build_vm;
 pub mod children;
+pub mod disk_copy;
 pub mod guest_session;
 pub mod installer_job;
 pub mod prep_job;
@@ -148,7 +149,8 @@ pub fn judge_meta(
     None
 }
 
-fn meta_controlled_by(meta: &ObjectMeta, owner_uid: &str) -> bool {
+/// Whether the object with `meta` is controlled by the object with `owner_uid`.
+pub fn meta_controlled_by(meta: &ObjectMeta, owner_uid: &str) -> bool {
     !owner_uid.is_empty()
         && meta
             .owner_references

@@ -11,7 +11,13 @@
 //!   SNC's certificate steps, settled again;
 //! - **certificates** (guest on real time, after the cold restart): kubelet CSRs approved until
 //!   both kubelet certificates are valid 25 days by guest time from a signer that is not the
-//!   installer's.
+//!   installer's;
+//! - **customize** (stage 3, [`crate::guest::customize`]): the profile's post-install steps, the
+//!   htpasswd users, the router CA, the user's post-install manifests, the MachineConfigPool
+//!   rollouts and a settled cluster;
+//! - **seal** (stage 4, [`crate::guest::seal`]): pull secret emptied and rolled out, build-only
+//!   objects removed, `/opt/kubeconfig`, kubelet disabled, scrubbed and trimmed, read back, the
+//!   guest powered off.
 //!
 //! Scoped to its VMI as the crc-agent is ([`crate::agent::scope`]): a VMI that is replaced or
 //! stops ends the work without effect (exit 0, `vmiGone` in the outcome). The outcome is the
@@ -29,19 +35,23 @@ use tracing::info;
 
 use crate::agent::scope::{self, Verdict};
 use crate::contract::build_helper::{
-    ENV_CREDENTIALS_DIR, ENV_CREDENTIALS_SECRET, ENV_ISO_DIR, ENV_NAMESPACE, ENV_RELEASE_IMAGE,
-    ENV_SSH_HOST, ENV_SSH_KEY_PATH, ENV_STEP, ENV_VM_NAME, ENV_VMI_UID, ENV_WORK_DIR,
-    KEY_INSTALLER_SIGNER, KEY_KUBEADMIN_PASSWORD, KEY_KUBECONFIG, Outcome, Step,
+    ENV_CREDENTIALS_DIR, ENV_CREDENTIALS_SECRET, ENV_INPUTS_DIR, ENV_ISO_DIR, ENV_NAMESPACE,
+    ENV_RELEASE_IMAGE, ENV_SSH_HOST, ENV_SSH_KEY_PATH, ENV_STEP, ENV_VM_NAME, ENV_VMI_UID,
+    ENV_WORK_DIR, KEY_INSTALLER_SIGNER, KEY_KUBEADMIN_PASSWORD, KEY_KUBECONFIG, Outcome, Step,
 };
-use crate::contract::installer::{WORK_BIN, WORK_STAGING, WORK_STOCK_ISO};
+use crate::contract::installer::{
+    KEY_POST_INSTALL, PostInstallManifest, WORK_BIN, WORK_STAGING, WORK_STOCK_ISO,
+};
 use crate::guest::api::Credentials;
 use crate::guest::build::{self as steps, DAY_SECONDS};
 use crate::guest::cluster::{self, Patience};
 use crate::guest::kubeconfig::Kubeconfig;
 use crate::guest::ssh::{SshGuest, SshOptions};
 use crate::guest::{GuestError, keys};
+use crate::guest::{customize, seal};
 use crate::jobs::exit::{self, Failure as _};
 use crate::kubevirt::VirtualMachineInstance;
+use crate::resources::profile::post_install;
 use crate::tools::coreos_installer;
 
 /// The ISO the build VM boots, in the install ISO volume.
@@ -63,6 +73,8 @@ const INSTALL_WAIT: Duration = Duration::from_secs(2 * 3600);
 const INSTALL_ROUND: Duration = Duration::from_secs(120);
 /// A certificate step of the install boot, and the CSR loop after the cold restart.
 const CERTIFICATES_WAIT: Duration = Duration::from_secs(30 * 60);
+/// A MachineConfigPool rollout: the node drains and reboots for it on real hardware.
+const ROLLOUT_WAIT: Duration = Duration::from_secs(45 * 60);
 
 /// Why the helper failed; [`Error::reason`] is one of
 /// [`REASONS`](crate::contract::build_helper::REASONS).
@@ -82,6 +94,10 @@ pub enum Error {
     Embed(String),
     #[error("the credentials: {0}")]
     Credentials(String),
+    #[error("{0}")]
+    Customize(#[from] customize::Error),
+    #[error("{0}")]
+    Seal(#[from] seal::Error),
     #[error("{what}: {source}")]
     Storage {
         what: String,
@@ -109,6 +125,8 @@ impl Error {
             Error::Cluster(_) => "GuestAPIUnavailable",
             Error::Embed(_) => "EmbedFailed",
             Error::Credentials(_) => "CredentialsUnavailable",
+            Error::Customize(err) => err.reason(),
+            Error::Seal(err) => err.reason(),
             Error::Storage { .. } => "StorageError",
         }
     }
@@ -128,6 +146,7 @@ pub struct Config {
     pub work_dir: Option<PathBuf>,
     pub iso_dir: Option<PathBuf>,
     pub credentials_dir: Option<PathBuf>,
+    pub inputs_dir: Option<PathBuf>,
 }
 
 impl Config {
@@ -136,7 +155,7 @@ impl Config {
         let step_text = required(ENV_STEP)?;
         let step = Step::parse(&step_text).ok_or_else(|| {
             Error::InvalidConfig(format!(
-                "{ENV_STEP}={step_text:?} is not generator, install or certificates"
+                "{ENV_STEP}={step_text:?} is not one of generator, install, certificates, customize, seal"
             ))
         })?;
         let path = |name: &str| lookup(name).filter(|v| !v.is_empty()).map(PathBuf::from);
@@ -152,6 +171,7 @@ impl Config {
             work_dir: path(ENV_WORK_DIR),
             iso_dir: path(ENV_ISO_DIR),
             credentials_dir: path(ENV_CREDENTIALS_DIR),
+            inputs_dir: path(ENV_INPUTS_DIR),
         };
         let needs = |present: bool, name: &str| {
             if present {
@@ -168,8 +188,12 @@ impl Config {
                 needs(config.work_dir.is_some(), ENV_WORK_DIR)?;
                 needs(config.iso_dir.is_some(), ENV_ISO_DIR)?;
             }
-            Step::Install | Step::Certificates => {
+            Step::Install | Step::Certificates | Step::Seal => {
                 needs(config.credentials_dir.is_some(), ENV_CREDENTIALS_DIR)?;
+            }
+            Step::Customize => {
+                needs(config.credentials_dir.is_some(), ENV_CREDENTIALS_DIR)?;
+                needs(config.inputs_dir.is_some(), ENV_INPUTS_DIR)?;
             }
         }
         Ok(config)
@@ -233,17 +257,28 @@ pub async fn run(config: &Config, client: kube::Client) -> Result<Outcome, Error
                 guest.close().await;
                 (None, summary)
             }
+            Step::Customize => {
+                let guest = connect(config).await?;
+                let summary = customize(config, guest.clone()).await?;
+                guest.close().await;
+                (None, summary)
+            }
+            Step::Seal => {
+                let guest = connect(config).await?;
+                let summary = seal(config, guest.clone()).await?;
+                (Some(guest), summary)
+            }
         })
     };
     // Dropping the work on a gone VMI drops its SSH connections with it.
-    let (generator_guest, summary) = tokio::select! {
+    let (powered_off, summary) = tokio::select! {
         reason = watch => return Ok(gone(reason)),
         result = work => result?,
     };
-    if let Some(guest) = generator_guest {
+    if let Some(guest) = powered_off {
         // After the watch: the power-off ends the VMI on purpose.
         steps::power_off(&guest).await?;
-        info!("generator guest powered off");
+        info!(step = config.step.as_str(), "guest powered off");
     }
     Ok(Outcome {
         step: config.step,
@@ -268,7 +303,7 @@ async fn connect(config: &Config) -> Result<Arc<SshGuest>, Error> {
         connect_timeout: Duration::from_secs(30),
         command_timeout: Some(match config.step {
             Step::Generator => INSTALLER_COMMAND_TIMEOUT,
-            Step::Install | Step::Certificates => COMMAND_TIMEOUT,
+            Step::Install | Step::Certificates | Step::Customize | Step::Seal => COMMAND_TIMEOUT,
         }),
         ..SshOptions::default()
     };
@@ -382,6 +417,9 @@ async fn patch_credentials<const N: usize>(
 struct Mounted {
     credentials: Credentials,
     installer_signer: Option<String>,
+    /// The installer's admin kubeconfig as written (the sealed disk's `/opt/kubeconfig`).
+    kubeconfig: String,
+    kubeadmin_password: Option<String>,
 }
 
 fn read_mounted(config: &Config) -> Result<Mounted, Error> {
@@ -414,7 +452,100 @@ fn read_mounted(config: &Config) -> Result<Mounted, Error> {
             .ok()
             .map(|s| s.trim().to_owned())
             .filter(|s| !s.is_empty()),
+        kubeconfig: text,
+        kubeadmin_password: read(KEY_KUBEADMIN_PASSWORD)
+            .ok()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty()),
     })
+}
+
+/// The guest API through the guest, with TLS checked at the guest's clock, which must be on
+/// real time for every step after the cold restart.
+async fn real_time_client(
+    guest: &Arc<SshGuest>,
+    mounted: &Mounted,
+) -> Result<(kube::Client, i64), Error> {
+    let skew = steps::check_clock(guest.as_ref(), 0).await?;
+    let clock = cluster::guest_clock(guest.as_ref()).await?;
+    let api = crate::guest::api::client(guest.clone(), &mounted.credentials, clock).map_err(
+        |source| cluster::Error::Client {
+            step: cluster::STEP_CLIENT,
+            source,
+        },
+    )?;
+    Ok((api, skew))
+}
+
+/// The user's post-install manifests, as the operator rendered them into the installer Secret.
+fn read_post_install(config: &Config) -> Result<Vec<PostInstallManifest>, Error> {
+    let dir = config
+        .inputs_dir
+        .as_deref()
+        .unwrap_or(std::path::Path::new("."));
+    let path = dir.join(KEY_POST_INSTALL);
+    let text =
+        std::fs::read(&path).map_err(Error::storage(format!("reading {}", path.display())))?;
+    // No input snippet in the message: a manifest may hold secrets.
+    serde_json::from_slice(&text).map_err(|e| {
+        Error::InvalidConfig(format!(
+            "{} is not the operator's list of manifests (line {}, column {})",
+            path.display(),
+            e.line(),
+            e.column()
+        ))
+    })
+}
+
+/// Stage 3: the profile's post-install steps, then the user's manifests, then the rollouts.
+async fn customize(config: &Config, guest: Arc<SshGuest>) -> Result<String, Error> {
+    let mounted = read_mounted(config)?;
+    let manifests = read_post_install(config)?;
+    let password = mounted.kubeadmin_password.clone().ok_or_else(|| {
+        Error::Credentials(format!(
+            "{KEY_KUBEADMIN_PASSWORD} is missing (the generator step writes it)"
+        ))
+    })?;
+    let (api, _) = real_time_client(&guest, &mounted).await?;
+    steps::wait_settled(&api, patience(CERTIFICATES_WAIT), || guest.is_closed()).await?;
+    let calls = patience(steps::CALL_WAIT);
+    let hostname = customize::keep_hostname(guest.as_ref()).await?;
+    cluster::configure_htpasswd(&api, &password, cluster::BCRYPT_COST, calls).await?;
+    let profile = post_install::steps();
+    customize::apply_steps(&api, &profile, calls).await?;
+    customize::trust_router_ca(&api, calls).await?;
+    info!("the profile's post-install steps done");
+    let applied = customize::apply_user_manifests(&api, &manifests, calls).await?;
+    let rendered = customize::wait_pool(&api, patience(ROLLOUT_WAIT)).await?;
+    let version =
+        steps::wait_settled(&api, patience(CERTIFICATES_WAIT), || guest.is_closed()).await?;
+    Ok(format!(
+        "{} post-install steps of the profile and {} object(s) of postInstallManifestRefs applied; hostname {hostname}; MachineConfigPool master on {rendered}; OpenShift {version} settled",
+        profile.len() + 2,
+        applied.len()
+    ))
+}
+
+/// Stage 4: sealed in the guest, read back; the caller powers it off.
+async fn seal(config: &Config, guest: Arc<SshGuest>) -> Result<String, Error> {
+    let mounted = read_mounted(config)?;
+    let (api, _) = real_time_client(&guest, &mounted).await?;
+    let calls = patience(steps::CALL_WAIT);
+    let rollout = patience(ROLLOUT_WAIT);
+    seal::remove_pull_secret(&api, guest.as_ref(), calls, rollout).await?;
+    info!("pull secret removed from the cluster and the node");
+    seal::remove_build_helpers(&api, calls, rollout).await?;
+    seal::remove_installer_login(&api, calls).await?;
+    info!("cred-manager, chronyd mask and the installer's kubeadmin login removed");
+    seal::seal_disk(guest.as_ref(), mounted.kubeconfig.as_bytes()).await?;
+    let sealed = seal::check_sealed(guest.as_ref()).await?;
+    if let Some(missing) = sealed.missing() {
+        return Err(seal::Error::Incomplete(missing).into());
+    }
+    Ok(
+        "pull secret {} on the node, kubelet stopped and disabled, /opt/kubeconfig written, journal and logs scrubbed, free space trimmed"
+            .to_owned(),
+    )
 }
 
 fn patience(deadline: Duration) -> Patience {
@@ -540,8 +671,11 @@ mod tests {
         assert_eq!(config.ssh_addr(), "10.0.0.5:22");
         assert!(with(&[(ENV_STEP, "install")]).is_err());
         assert!(with(&[(ENV_STEP, "certificates"), (ENV_CREDENTIALS_DIR, "/c")]).is_ok());
-        let err = with(&[(ENV_STEP, "seal")]).unwrap_err();
-        assert!(err.to_string().contains("\"seal\""), "{err}");
+        assert!(with(&[(ENV_STEP, "seal"), (ENV_CREDENTIALS_DIR, "/c")]).is_ok());
+        let err = with(&[(ENV_STEP, "customize"), (ENV_CREDENTIALS_DIR, "/c")]).unwrap_err();
+        assert!(err.to_string().contains(ENV_INPUTS_DIR), "{err}");
+        let err = with(&[(ENV_STEP, "validate")]).unwrap_err();
+        assert!(err.to_string().contains("\"validate\""), "{err}");
     }
 
     #[test]

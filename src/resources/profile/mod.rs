@@ -11,6 +11,7 @@ pub mod inputs;
 pub mod install_config;
 pub mod manifests;
 pub mod network;
+pub mod post_install;
 pub mod vm;
 
 #[cfg(test)]

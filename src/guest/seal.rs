@@ -1,0 +1,275 @@
+//! Stage 4 in the guest (mission §5; `snc-reference.md` §3.5, §3.12, §3.17, §3.20 and §5): what
+//! SNC does before a disk is exported, done in the guest and never to the disk from outside.
+//! First through the guest API while it runs — the pull secret emptied and its rollout to the
+//! node's `/var/lib/kubelet/config.json`, the cred-manager and the chronyd mask removed, the
+//! installer's temporary kubeadmin login deleted — then over SSH: `/opt/kubeconfig`, the kubelet
+//! stopped and disabled, journal and logs scrubbed, free space trimmed, and what the disk now
+//! promises read back from the guest before it is powered off.
+
+use base64::Engine as _;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+
+use super::build::{CRED_MANAGER, MCO_NAMESPACE};
+use super::cluster::{self, KUBECONFIG_MODE, KUBECONFIG_PATH, Patience, retry};
+use super::customize;
+use super::{Command, Guest, GuestError};
+use crate::resources::profile::manifests::CHRONYD_MASK_MC;
+
+/// What the kubelet pulls with on the node; a sealed disk holds `{}` there.
+pub const KUBELET_PULL_SECRET: &str = "/var/lib/kubelet/config.json";
+/// The pull secret a sealed cluster keeps: no credentials (SNC's `pull-secret.yaml`).
+pub const EMPTY_PULL_SECRET: &str = "{}";
+/// The installer's temporary kubeadmin login (SNC deletes it once htpasswd users exist).
+pub const INSTALLER_LOGIN: (&str, &str) = ("kube-system", "kubeadmin");
+
+/// Why sealing failed; [`Error::reason`] is its helper reason.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Cluster(#[from] cluster::Error),
+    #[error("{0}")]
+    Rollout(#[from] customize::Error),
+    #[error("{step}: {source}")]
+    Guest {
+        step: &'static str,
+        source: GuestError,
+    },
+    #[error("the guest does not hold what sealing promises: {0}")]
+    Incomplete(String),
+}
+
+impl Error {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Cluster(_) => "GuestAPIUnavailable",
+            Error::Rollout(err) => err.reason(),
+            Error::Guest { .. } => "GuestStepFailed",
+            Error::Incomplete(_) => "SealIncomplete",
+        }
+    }
+}
+
+fn guest_err(step: &'static str) -> impl Fn(GuestError) -> Error {
+    move |source| Error::Guest { step, source }
+}
+
+/// SNC §3.20: `openshift-config/pull-secret` becomes `{}`, the MachineConfig rollout writes it
+/// to the node, and the node's file is read back until it is `{}`.
+pub async fn remove_pull_secret<G: Guest>(
+    client: &kube::Client,
+    guest: &G,
+    calls: Patience,
+    rollout: Patience,
+) -> Result<(), Error> {
+    let step = "empty the cluster's pull secret";
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), cluster::OPENSHIFT_CONFIG);
+    let encoded = base64::engine::general_purpose::STANDARD.encode(EMPTY_PULL_SECRET);
+    let body = serde_json::json!({"data": {cluster::PULL_SECRET_KEY: encoded}});
+    let (params, patch) = (PatchParams::default(), Patch::Merge(&body));
+    retry(step, calls, || {
+        secrets.patch(cluster::PULL_SECRET, &params, &patch)
+    })
+    .await?;
+    customize::wait_pool(client, rollout).await?;
+    retry("the node's pull secret emptied", rollout, || async {
+        let text = guest
+            .read_file(KUBELET_PULL_SECRET)
+            .await
+            .map_err(|e| e.to_string())?;
+        if String::from_utf8_lossy(&text).trim() == EMPTY_PULL_SECRET {
+            Ok(())
+        } else {
+            // Never the content: it is the pull secret until the rollout lands.
+            Err(format!(
+                "{KUBELET_PULL_SECRET} is not {EMPTY_PULL_SECRET} yet"
+            ))
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// Deletes a guest object by name, a missing one being done.
+async fn delete_named<K>(
+    api: &Api<K>,
+    name: &str,
+    step: &'static str,
+    calls: Patience,
+) -> Result<(), Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    // The guest cluster's own objects, deleted by name as SNC does (`oc delete`): the
+    // operator's write path with its UID preconditions is for the operator's objects.
+    let params = DeleteParams::default();
+    #[allow(clippy::disallowed_methods)]
+    let delete = || api.delete(name, &params);
+    retry(step, calls, || async {
+        match delete().await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(err) => Err(err),
+        }
+    })
+    .await?;
+    retry(step, calls, || async {
+        match api.get_opt(name).await {
+            Ok(None) => Ok(()),
+            Ok(Some(_)) => Err(format!("{name} is still there")),
+            Err(err) => Err(err.to_string()),
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// SNC §3.5 and §3.17: the cred-manager DaemonSet goes (the cluster's certificates are
+/// rotated), and the chronyd mask with its rollout (an instance keeps real time).
+pub async fn remove_build_helpers(
+    client: &kube::Client,
+    calls: Patience,
+    rollout: Patience,
+) -> Result<(), Error> {
+    let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), MCO_NAMESPACE);
+    delete_named(
+        &daemonsets,
+        CRED_MANAGER,
+        "delete the kubelet-bootstrap-cred-manager",
+        calls,
+    )
+    .await?;
+    let configs: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("machineconfiguration.openshift.io", "v1", "MachineConfig"),
+            "machineconfigs",
+        ),
+    );
+    delete_named(&configs, CHRONYD_MASK_MC, "delete the chronyd mask", calls).await?;
+    customize::wait_pool(client, rollout).await?;
+    Ok(())
+}
+
+/// SNC §3.12.5: the installer's temporary kubeadmin login goes; the htpasswd users stay.
+pub async fn remove_installer_login(client: &kube::Client, calls: Patience) -> Result<(), Error> {
+    let (namespace, name) = INSTALLER_LOGIN;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    delete_named(
+        &secrets,
+        name,
+        "delete the installer's kubeadmin login",
+        calls,
+    )
+    .await
+}
+
+/// SNC §3.15 and createdisk §5.2, §5.17: `/opt/kubeconfig` (the admin kubeconfig the guest's
+/// units use), the kubelet stopped and disabled, the journal and `/var/log` emptied, free
+/// space trimmed so the export copies only data.
+pub async fn seal_disk<G: Guest>(guest: &G, admin_kubeconfig: &[u8]) -> Result<(), Error> {
+    guest
+        .write_file(KUBECONFIG_PATH, admin_kubeconfig, KUBECONFIG_MODE)
+        .await
+        .map_err(guest_err("write /opt/kubeconfig"))?;
+    let run = |step: &'static str, argv: &'static [&'static str]| async move {
+        guest
+            .run_checked(&Command::sudo(argv.iter().copied()))
+            .await
+            .map_err(guest_err(step))
+    };
+    run("disable the kubelet", &["systemctl", "disable", "kubelet"]).await?;
+    run("stop the kubelet", &["systemctl", "stop", "kubelet"]).await?;
+    run("rotate the journal", &["journalctl", "--rotate"]).await?;
+    run("vacuum the journal", &["journalctl", "--vacuum-time=1s"]).await?;
+    run(
+        "delete the logs",
+        &[
+            "find", "/var/log", "-type", "f", "-name", "*.log", "-delete",
+        ],
+    )
+    .await?;
+    run("trim free space", &["fstrim", "-v", "/"]).await?;
+    run("flush to disk", &["sync"]).await?;
+    Ok(())
+}
+
+/// What the sealed disk holds, read back from the guest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sealed {
+    pub pull_secret_empty: bool,
+    /// `systemctl is-enabled kubelet` says `disabled`.
+    pub kubelet_disabled: bool,
+    pub kubelet_inactive: bool,
+    pub opt_kubeconfig: bool,
+}
+
+impl Sealed {
+    /// What is missing, or `None` when the disk is sealed.
+    pub fn missing(&self) -> Option<String> {
+        let missing: Vec<&str> = [
+            (self.pull_secret_empty, "the node's pull secret is not {}"),
+            (self.kubelet_disabled, "the kubelet is enabled"),
+            (self.kubelet_inactive, "the kubelet is running"),
+            (self.opt_kubeconfig, "/opt/kubeconfig is missing"),
+        ]
+        .into_iter()
+        .filter(|(ok, _)| !ok)
+        .map(|(_, what)| what)
+        .collect();
+        (!missing.is_empty()).then(|| missing.join("; "))
+    }
+}
+
+/// Reads back what sealing promises.
+pub async fn check_sealed<G: Guest>(guest: &G) -> Result<Sealed, Error> {
+    let pull_secret = guest
+        .read_file(KUBELET_PULL_SECRET)
+        .await
+        .map_err(guest_err("read the node's pull secret"))?;
+    let word = |argv: [&'static str; 3]| async move {
+        guest
+            .run(&Command::new(argv))
+            .await
+            .map(|o| o.stdout_text().trim().to_owned())
+            .map_err(guest_err("read the kubelet's state"))
+    };
+    let enabled = word(["systemctl", "is-enabled", "kubelet"]).await?;
+    let active = word(["systemctl", "is-active", "kubelet"]).await?;
+    let opt_kubeconfig = guest
+        .exists(KUBECONFIG_PATH)
+        .await
+        .map_err(guest_err("look for /opt/kubeconfig"))?;
+    Ok(Sealed {
+        pull_secret_empty: String::from_utf8_lossy(&pull_secret).trim() == EMPTY_PULL_SECRET,
+        kubelet_disabled: enabled == "disabled",
+        kubelet_inactive: active != "active",
+        opt_kubeconfig,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guest::Output;
+    use crate::guest::fake::ScriptedGuest;
+
+    #[tokio::test]
+    async fn a_sealed_guest_is_read_back_and_a_running_kubelet_is_named() {
+        let guest = ScriptedGuest::new();
+        guest.expect("sudo cat /var/lib/kubelet/config.json", Output::ok("{}\n"));
+        guest.expect("systemctl is-enabled kubelet", Output::ok("disabled\n"));
+        guest.expect("systemctl is-active kubelet", Output::failed(3, ""));
+        guest.expect("sudo test -e /opt/kubeconfig", Output::ok(""));
+        let sealed = check_sealed(&guest).await.unwrap();
+        assert_eq!(sealed.missing(), None);
+
+        let running = Sealed {
+            kubelet_inactive: false,
+            ..sealed
+        };
+        assert_eq!(running.missing().as_deref(), Some("the kubelet is running"));
+    }
+}
