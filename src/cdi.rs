@@ -51,6 +51,31 @@ pub struct DataVolumeSpec {
     pub storage: Option<StorageSpec>,
 }
 
+/// A DataSource: a named, stable pointer at a PVC that VirtualMachines and DataVolumes clone
+/// from with `sourceRef` (a built bundle publishes one at its golden PVC).
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "cdi.kubevirt.io",
+    version = "v1beta1",
+    kind = "DataSource",
+    plural = "datasources",
+    namespaced,
+    schema = "disabled",
+    derive = "PartialEq"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DataSourceSpec {
+    pub source: DataSourceSource,
+}
+
+/// `spec.source` of a DataSource.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DataSourceSource {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pvc: Option<PvcSource>,
+}
+
 /// `spec.source`: exactly one of the fields is set.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

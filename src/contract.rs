@@ -203,8 +203,9 @@ pub mod build_helper {
     pub const ENV_CREDENTIALS_SECRET: &str = "CREDENTIALS_SECRET";
     /// Every step after the generator: where the credentials Secret is mounted (read).
     pub const ENV_CREDENTIALS_DIR: &str = "CREDENTIALS_DIR";
-    /// Customize step: where the installer Secret's post-install manifests are mounted (read;
-    /// only that key).
+    /// Customize, validate and aged steps: where the installer Secret is mounted (read; only the
+    /// key the step needs: the post-install manifests, or the pull secret the startup path
+    /// injects).
     pub const ENV_INPUTS_DIR: &str = "INPUTS_DIR";
 
     /// Keys of the credentials Secret.
@@ -225,15 +226,22 @@ pub mod build_helper {
         Customize,
         /// Stage 4: the guest sealed and powered off.
         Seal,
+        /// Stage 6, first boot of the validation clone: what sealing promised is read in the
+        /// guest, then the crc-agent's startup path runs.
+        Validate,
+        /// Stage 6, the clone booted again 20 days ahead: the startup path runs again.
+        Aged,
     }
 
     impl Step {
-        pub const ALL: [Step; 5] = [
+        pub const ALL: [Step; 7] = [
             Step::Generator,
             Step::Install,
             Step::Certificates,
             Step::Customize,
             Step::Seal,
+            Step::Validate,
+            Step::Aged,
         ];
 
         pub fn as_str(self) -> &'static str {
@@ -243,6 +251,8 @@ pub mod build_helper {
                 Step::Certificates => "certificates",
                 Step::Customize => "customize",
                 Step::Seal => "seal",
+                Step::Validate => "validate",
+                Step::Aged => "aged",
             }
         }
 
@@ -281,6 +291,8 @@ pub mod build_helper {
         "ManifestRejected",
         "RolloutIncomplete",
         "SealIncomplete",
+        "SealBroken",
+        "StartupFailed",
         "StorageError",
     ];
 }

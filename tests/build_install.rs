@@ -14,14 +14,23 @@ mod support;
 use std::collections::BTreeSet;
 
 use guestcluster::api::CRCBundle;
-use guestcluster::api::bundle::{BuildStage, InstallStep};
+use guestcluster::api::bundle::{BuildStage, BundlePhase, InstallStep};
 use guestcluster::api::conditions::{self, reasons, types};
+use guestcluster::api::instance::InstancePhase;
+use guestcluster::api::{ClusterInstance, ClusterPool};
+use guestcluster::cdi::{DataSource, DataVolume};
 use guestcluster::kubevirt::{VirtualMachine, VirtualMachineInstance};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
+use kube::api::{ListParams, PostParams};
 use support::build::*;
+use support::crc::{assert_configured, ready_bundle, ready_instance, team_namespace, template};
 use support::wait_for;
 use support::world::OPERATOR_NS;
+use support::world::world;
 
 const DAY: i64 = 86_400;
 
@@ -109,7 +118,11 @@ async fn a_build_installs_customizes_seals_and_publishes_a_golden_disk() {
     let seen = std::mem::take(&mut *seen.lock().unwrap());
     let status = b.status.clone().unwrap();
     let build = status.build.clone().unwrap();
-    assert_eq!(build.stage, Some(BuildStage::Validate));
+    assert!(
+        build.stage >= Some(BuildStage::Validate),
+        "{:?}",
+        build.stage
+    );
     assert_eq!(build.install_step, Some(InstallStep::Certificates));
     let installed = message(&b, types::INSTALLED);
     assert!(installed.contains("more days"), "{installed}");
@@ -126,11 +139,6 @@ async fn a_build_installs_customizes_seals_and_publishes_a_golden_disk() {
         "{customized}"
     );
     assert!(
-        message(&b, types::VALIDATED).contains("not part of this operator version"),
-        "{}",
-        message(&b, types::VALIDATED)
-    );
-    assert!(
         seen.steps.windows(2).all(|w| w[0] < w[1]),
         "steps in order: {:?}",
         seen.steps
@@ -141,18 +149,18 @@ async fn a_build_installs_customizes_seals_and_publishes_a_golden_disk() {
         .get(&format!("{name}-b1-build"))
         .await
         .unwrap();
-    let template = &vm.spec.template.spec;
+    let vm_template = &vm.spec.template.spec;
     assert!(
-        template
+        vm_template
             .domain
             .devices
             .disks
             .iter()
             .all(|d| d.cdrom.is_none()),
         "no cdrom left: {:?}",
-        template.domain.devices.disks
+        vm_template.domain.devices.disks
     );
-    assert!(template.volumes.iter().all(|v| v.name != "installiso"));
+    assert!(vm_template.volumes.iter().all(|v| v.name != "installiso"));
     assert_eq!(
         vm.spec.run_strategy,
         Some(guestcluster::kubevirt::RunStrategy::Halted)
@@ -253,10 +261,180 @@ async fn a_build_installs_customizes_seals_and_publishes_a_golden_disk() {
         "pull secret on the golden disk"
     );
 
+    // Validated on a clone, twice, then Ready with everything temporary gone.
+    let last = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let b = support::wait_long("Ready=True", || {
+        let (api, name, last) = (api.clone(), name.clone(), last.clone());
+        async move {
+            let b = api.get(&name).await.ok()?;
+            let message = b.status.as_ref()?.build.as_ref()?.message.clone()?;
+            if *last.lock().unwrap() != message {
+                eprintln!("build: {message}");
+                *last.lock().unwrap() = message;
+            }
+            condition(&api, &name, types::READY, "True", reasons::BUNDLE_READY).await
+        }
+    })
+    .await;
+    let status = b.status.clone().unwrap();
+    let validated = message(&b, types::VALIDATED);
+    assert!(
+        validated.contains("sealing held") || validated.contains("20 days ahead"),
+        "{validated}"
+    );
+    assert_eq!(status.phase, Some(BundlePhase::Ready));
+    assert_eq!(
+        status.qcow2_pvc_ref.as_ref().map(|r| r.name.as_str()),
+        Some(format!("{name}-golden").as_str())
+    );
+    assert_eq!(status.qcow2_pvc_namespace.as_deref(), Some(OPERATOR_NS));
+    assert_eq!(
+        status.ssh_key_secret_ref.as_ref().map(|r| r.name.as_str()),
+        Some(format!("{name}-ssh-key").as_str())
+    );
+    let metadata = Api::<ConfigMap>::namespaced(client.clone(), OPERATOR_NS)
+        .get(&format!("{name}-metadata"))
+        .await
+        .expect("the metadata ConfigMap");
+    let data = metadata.data.unwrap();
+    assert_eq!(data.get("diskSHA256"), status.disk_sha256.as_ref());
+    assert_eq!(data.get("ocpVersion"), status.ocp_version.as_ref());
+    let source = Api::<DataSource>::namespaced(client.clone(), OPERATOR_NS)
+        .get(&name)
+        .await
+        .expect("the DataSource");
+    assert_eq!(
+        source.spec.source.pvc.map(|p| p.name),
+        Some(format!("{name}-golden"))
+    );
+    let part = format!("{name}-b1-");
+    wait_for("every temporary object deleted", || {
+        let (client, part) = (client.clone(), part.clone());
+        async move {
+            attempt_objects(&client, &part)
+                .await
+                .is_empty()
+                .then_some(())
+        }
+    })
+    .await;
+    let b = api.get(&name).await.unwrap();
+    assert_eq!(
+        conditions::find(&b.status.as_ref().unwrap().conditions, types::READY)
+            .unwrap()
+            .status,
+        "True",
+        "Ready stays while the temporary objects go"
+    );
+
     // Credentials are a Secret of the bundle's, never in its status.
-    let status_text = serde_json::to_string(&status).unwrap();
+    let status_text = serde_json::to_string(&b.status).unwrap();
     assert!(!status_text.contains("BEGIN"), "no key material in status");
     assert!(!status_text.contains(PULL_SECRET_AUTH));
+
+    // Two instances from the built bundle through the normal path, beside an instance of a
+    // downloaded bundle.
+    let ns = team_namespace(&client).await;
+    let downloaded = format!("{name}-download");
+    ready_bundle(world(), &client, &downloaded, "4.22.7").await;
+    let ocp = status.ocp_version.clone().unwrap_or_default();
+    let built_template =
+        template(serde_json::json!({"crcBundleRef": {"name": name}, "ocpVersion": ocp}));
+    let pool: ClusterPool = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "built", "namespace": ns},
+        "spec": {"type": "crc", "minSize": 2, "maxSize": 2, "template": built_template}
+    }))
+    .unwrap();
+    Api::<ClusterPool>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &pool)
+        .await
+        .expect("create the pool");
+    let downloaded_template = template(serde_json::json!({"crcBundleRef": {"name": downloaded}}));
+    let instance: ClusterInstance = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "downloaded", "namespace": ns},
+        "spec": {"type": "crc", "template": downloaded_template}
+    }))
+    .unwrap();
+    let instances: Api<ClusterInstance> = Api::namespaced(client.clone(), &ns);
+    instances
+        .create(&PostParams::default(), &instance)
+        .await
+        .expect("create the instance");
+    let built = support::wait_long("two Ready instances of the built bundle's pool", || async {
+        let list = instances
+            .list(&ListParams::default().labels("opdev.io/pool=built"))
+            .await
+            .ok()?;
+        let ready: Vec<ClusterInstance> = list
+            .items
+            .into_iter()
+            .filter(|i| i.status.as_ref().and_then(|s| s.phase) == Some(InstancePhase::Ready))
+            .collect();
+        (ready.len() == 2).then_some(ready)
+    })
+    .await;
+    for instance in &built {
+        let bound = instance
+            .status
+            .as_ref()
+            .and_then(|s| s.crc.as_ref())
+            .and_then(|c| c.boot_key.as_ref());
+        assert_eq!(
+            bound.and_then(|k| k.disk_sha256.clone()),
+            status.disk_sha256,
+            "the boot key bound to the built disk's digest"
+        );
+        assert_configured(&client, &ns, instance).await;
+        // The user's post-install manifest, applied in the build, is in every clone.
+        let secret = Api::<Secret>::namespaced(client.clone(), &ns)
+            .get(&guestcluster::resources::instance::kubeconfig_secret_name(
+                &instance.name_any(),
+            ))
+            .await
+            .unwrap();
+        let kubeconfig = secret.data.unwrap()["kubeconfig"].0.clone();
+        let guest = guestcluster::guest::route::RouteAccess::via_proxy(&world().router.to_string())
+            .client(&kubeconfig)
+            .unwrap();
+        let marker = Api::<ConfigMap>::namespaced(guest, "scenario")
+            .get("scenario-marker")
+            .await
+            .expect("the post-install ConfigMap in the instance's cluster");
+        assert_eq!(marker.data.unwrap()["built"], "yes");
+    }
+    let other = ready_instance(&instances, "downloaded").await;
+    assert_configured(&client, &ns, &other).await;
+}
+
+/// The objects of an attempt still there, by the name part they share (`<bundle>-b<n>-`).
+async fn attempt_objects(client: &kube::Client, part: &str) -> Vec<String> {
+    async fn left<K>(client: &kube::Client, part: &str) -> Vec<String>
+    where
+        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        Api::<K>::namespaced(client.clone(), OPERATOR_NS)
+            .list_metadata(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|o| o.metadata.name)
+            .filter(|n| n.contains(part))
+            .collect()
+    }
+    let mut remaining = Vec::new();
+    remaining.extend(left::<Job>(client, part).await);
+    remaining.extend(left::<VirtualMachine>(client, part).await);
+    remaining.extend(left::<DataVolume>(client, part).await);
+    remaining.extend(left::<PersistentVolumeClaim>(client, part).await);
+    remaining.extend(left::<Secret>(client, part).await);
+    remaining.extend(left::<ServiceAccount>(client, part).await);
+    remaining.extend(left::<Role>(client, part).await);
+    remaining.extend(left::<RoleBinding>(client, part).await);
+    remaining
 }
 
 fn sha256_file(path: &std::path::Path) -> String {
@@ -383,8 +561,7 @@ where
 async fn a_bundle_deleted_mid_install_stops_its_jobs_and_vm_before_any_volume_and_leaves_nothing() {
     use guestcluster::cdi::DataVolume;
     use k8s_openapi::api::batch::v1::Job;
-    use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
-    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    use k8s_openapi::api::core::v1::Pod;
 
     let client = support::client().await;
     support::world::world();
@@ -495,31 +672,6 @@ async fn a_bundle_deleted_mid_install_stops_its_jobs_and_vm_before_any_volume_an
     }
 
     // Nothing of the build is left.
-    async fn left<K>(client: &kube::Client, part: &str) -> Vec<String>
-    where
-        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
-    {
-        Api::<K>::namespaced(client.clone(), OPERATOR_NS)
-            .list_metadata(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter_map(|o| o.metadata.name)
-            .filter(|n| n.contains(part))
-            .collect()
-    }
-    let mut remaining = Vec::new();
-    remaining.extend(left::<Job>(&client, &part).await);
-    remaining.extend(left::<VirtualMachine>(&client, &part).await);
-    remaining.extend(left::<DataVolume>(&client, &part).await);
-    remaining.extend(left::<PersistentVolumeClaim>(&client, &part).await);
-    remaining.extend(left::<Secret>(&client, &part).await);
-    remaining.extend(left::<ServiceAccount>(&client, &part).await);
-    remaining.extend(left::<Role>(&client, &part).await);
-    remaining.extend(left::<RoleBinding>(&client, &part).await);
+    let remaining = attempt_objects(&client, &part).await;
     assert!(remaining.is_empty(), "left behind: {remaining:?}");
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use tokio::sync::oneshot;
 
 use guestcluster::actors::ObjectActor;
@@ -25,6 +25,7 @@ use guestcluster::actors::instance::InstanceActor;
 use guestcluster::actors::pool::PoolActor;
 use guestcluster::actors::root::TreeConfig;
 use guestcluster::api::instance::InstancePhase;
+use guestcluster::api::labels;
 use guestcluster::api::{CRCBundle, ClusterInstance, ClusterPool};
 use guestcluster::guest::route::RouteAccess;
 use guestcluster::metrics::Metrics;
@@ -50,6 +51,9 @@ const DEMO_SAMPLES: [&str; 2] = ["namespace.yaml", "clusterpool.yaml"];
 /// Namespace and name of the sample pool.
 const POOL_NAMESPACE: &str = "guestcluster-demo";
 const POOL_NAME: &str = "crc-pool";
+/// The pool of instances from the built bundle (`samples/clusterpool-custom.yaml`).
+const CUSTOM_POOL_NAME: &str = "crc-pool-custom";
+const CUSTOM_POOL_SAMPLE: &str = "clusterpool-custom.yaml";
 /// How many Ready instances the sample pool settles at (`minSize`).
 const POOL_SIZE: usize = 2;
 
@@ -262,7 +266,7 @@ async fn drive(
     progress.step(format!(
         "waiting for ClusterPool {POOL_NAMESPACE}/{POOL_NAME} to have {POOL_SIZE} Ready instances (each: root disk cloned from the golden disk, VM started, crc-agent Job configures the guest, guest API probed through its Route)"
     ));
-    let ready = wait_for_pool(&client, Duration::from_secs(900), progress).await?;
+    let ready = wait_for_pool(&client, POOL_NAME, Duration::from_secs(900), progress).await?;
     let dropped = guestcluster::write::dropped_fields_counter().get();
     if opts.operator_bin.is_some() {
         progress.step("the operator runs as a process: its log (stderr) names any field the API server dropped");
@@ -275,7 +279,26 @@ async fn drive(
         progress
             .step("every object the operator wrote was stored as sent (each write is read back)");
     }
-    build_stages(&client, &opts.samples_dir, progress).await?;
+    let built = build_stages(&client, &opts.samples_dir, progress).await?;
+    progress.step(format!(
+        "applying {CUSTOM_POOL_SAMPLE}: ClusterPool {POOL_NAMESPACE}/{CUSTOM_POOL_NAME} of {POOL_SIZE} instances from CRCBundle {built} (crcBundleRef: the pool never creates a bundle)"
+    ));
+    manifests::apply_all(
+        &client,
+        read_sample(&opts.samples_dir, CUSTOM_POOL_SAMPLE)?,
+        FIELD_MANAGER,
+    )
+    .await?;
+    progress.step(format!(
+        "waiting for ClusterPool {POOL_NAMESPACE}/{CUSTOM_POOL_NAME} to have {POOL_SIZE} Ready instances booted from the built golden disk (profile crc-kubevirt-v1)"
+    ));
+    wait_for_pool(
+        &client,
+        CUSTOM_POOL_NAME,
+        Duration::from_secs(900),
+        progress,
+    )
+    .await?;
     let handoffs = crate::handoffs::Summary::of(&recorder.handoffs());
     drop(recorder);
     match &handoffs {
@@ -558,19 +581,20 @@ async fn ensure_pull_secret(client: &kube::Client) -> Result<(), Error> {
     Ok(())
 }
 
-/// The build source as far as this operator version runs it: the sample build bundle's inputs
-/// (a pull secret and two manifest ConfigMaps), the bundle, then each stage and install step
-/// until `Installed=True`: Prepare (the installer Job: release resolved, installer extracted,
-/// live ISO verified, generator Ignition embedded), then Install (the generator and install
-/// boots a day behind, the cold restart, the kubelet certificates to 25 days by guest time).
-/// How long the demo waits for the sample build to be Installed.
-const BUILD_DEADLINE: Duration = Duration::from_secs(900);
+/// The build source: the sample build bundle's inputs (a pull secret and two manifest
+/// ConfigMaps), the bundle, then each stage until `Ready=True`: Prepare (the installer Job:
+/// release resolved, installer extracted, live ISO verified, generator Ignition embedded),
+/// Install (the generator and install boots a day behind, the cold restart, the kubelet
+/// certificates to 25 days by guest time), Customize, Seal, Publish, Validate (a clone booted on
+/// real time, then 20 days ahead) and Ready. Returns the bundle's name.
+/// How long the demo waits for the sample build to be Ready.
+const BUILD_DEADLINE: Duration = Duration::from_secs(1800);
 
 async fn build_stages(
     client: &kube::Client,
     samples_dir: &Path,
     progress: &Progress,
-) -> Result<(), Error> {
+) -> Result<String, Error> {
     use guestcluster::api::conditions::{self, types};
     const MACHINE_CONFIG: &str = "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n  name: 99-custom-motd\n  labels:\n    machineconfiguration.openshift.io/role: master\nspec:\n  config:\n    ignition:\n      version: 3.2.0\n";
     const CONFIG_MAP: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: team-settings\n  namespace: openshift-config\ndata:\n  owner: platform-team\n";
@@ -612,7 +636,7 @@ async fn build_stages(
     let name =
         bundle.ok_or_else(|| Error::Demo("crcbundle-build.yaml holds no CRCBundle".into()))?;
     progress.step(format!(
-        "waiting for {name} to pass Admit (inputs digested into status), Prepare (installer Job: release resolved to a digest, openshift-install extracted, live ISO verified, generator Ignition embedded) and Install (generator and install boots a day behind, cold restart from the root disk alone, kubelet certificates to 25 days by guest time)"
+        "waiting for {name} to pass Admit (inputs digested into status), Prepare (installer Job: release resolved to a digest, openshift-install extracted, live ISO verified, generator Ignition embedded), Install (generator and install boots a day behind, cold restart from the root disk alone, kubelet certificates to 25 days by guest time), Customize (SNC's post-install steps and the user's manifests), Seal (in the guest), Publish (sparse copy into the golden PVC), Validate (a clone on real time, then 20 days ahead) and Ready"
     ));
     let api: Api<CRCBundle> = Api::all(client.clone());
     let deadline = Instant::now() + BUILD_DEADLINE;
@@ -621,7 +645,7 @@ async fn build_stages(
         let b = api.get(&name).await?;
         let status = b.status.clone().unwrap_or_default();
         let stage = status.build.as_ref().and_then(|b| b.stage);
-        let lines: Vec<String> = [types::PREPARED, types::INSTALLED]
+        let lines: Vec<String> = guestcluster::actors::build::decide::STAGE_CONDITIONS
             .into_iter()
             .filter_map(|t| conditions::find(&status.conditions, t))
             .map(|c| format!("{}={} {}", c.type_, c.status, c.reason))
@@ -657,21 +681,17 @@ async fn build_stages(
                 message_of(types::READY)
             )));
         }
-        if conditions::find(&status.conditions, types::INSTALLED)
-            .is_some_and(|c| c.status == "True")
-        {
-            progress.step(format!("  Prepared: {}", message_of(types::PREPARED)));
-            progress.step(format!("  Installed: {}", message_of(types::INSTALLED)));
-            progress.step(format!(
-                "  next: {} (part 2 of the build source)",
-                message_of(types::CUSTOMIZED)
-            ));
-            return Ok(());
+        if conditions::find(&status.conditions, types::READY).is_some_and(|c| c.status == "True") {
+            for type_ in guestcluster::actors::build::decide::STAGE_CONDITIONS {
+                progress.step(format!("  {type_}: {}", message_of(type_)));
+            }
+            progress.step(format!("  Ready: {}", message_of(types::READY)));
+            return Ok(name);
         }
         if Instant::now() > deadline {
             return Err(Error::Timeout(
                 BUILD_DEADLINE,
-                format!("CRCBundle {name} to be Installed"),
+                format!("CRCBundle {name} to be Ready"),
             ));
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -683,6 +703,7 @@ async fn build_stages(
 /// by name.
 async fn wait_for_pool(
     client: &kube::Client,
+    pool: &str,
     deadline: Duration,
     progress: &Progress,
 ) -> Result<Vec<ClusterInstance>, Error> {
@@ -692,9 +713,9 @@ async fn wait_for_pool(
     let mut last = std::collections::BTreeMap::<String, String>::new();
     let mut last_pool = String::new();
     loop {
-        if let Some(status) = pools.get_opt(POOL_NAME).await?.and_then(|p| p.status) {
+        if let Some(status) = pools.get_opt(pool).await?.and_then(|p| p.status) {
             let line = format!(
-                "  ClusterPool {POOL_NAME}: {} instance(s), {} available, {} leased",
+                "  ClusterPool {pool}: {} instance(s), {} available, {} leased",
                 status.total_instances.unwrap_or_default(),
                 status.available_instances.unwrap_or_default(),
                 status.leased_instances.unwrap_or_default(),
@@ -704,7 +725,10 @@ async fn wait_for_pool(
                 last_pool = line;
             }
         }
-        let mut list = instances.list(&Default::default()).await?.items;
+        let mut list = instances
+            .list(&ListParams::default().labels(&format!("{}={pool}", labels::POOL)))
+            .await?
+            .items;
         list.sort_by_key(|i| i.name_any());
         for instance in &list {
             let name = instance.name_any();
@@ -746,7 +770,7 @@ async fn wait_for_pool(
         if start.elapsed() > deadline {
             return Err(Error::Timeout(
                 deadline,
-                format!("{POOL_SIZE} Ready instances of ClusterPool {POOL_NAME}"),
+                format!("{POOL_SIZE} Ready instances of ClusterPool {pool}"),
             ));
         }
         tokio::time::sleep(Duration::from_millis(500)).await;

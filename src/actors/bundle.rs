@@ -26,8 +26,9 @@ use super::kind_supervisor::{
     related_events_selected,
 };
 use super::stage::Stage;
-use super::stage::build_vm::BuildVmStage;
+use super::stage::build_vm::{BuildVmStage, ValidationClone};
 use super::stage::children::Children;
+use super::stage::disk_copy::DiskCopy;
 use super::stage::guest_session::GuestSession;
 use super::stage::installer_job::InstallerJob;
 use super::stage::prep_job::PrepJob;
@@ -81,6 +82,8 @@ impl ObjectActor for BundleActor {
         InstallerJob::KIND,
         BuildVmStage::KIND,
         GuestSession::KIND,
+        DiskCopy::KIND,
+        ValidationClone::KIND,
     ];
 
     /// A pass without stage children: it can record and create, but sees no child's report,

@@ -234,24 +234,50 @@ async fn run_inner(
 
 /// Steps 1–18; returns the handoff kubeconfig and the OpenShift version.
 async fn guest_steps(config: &Config, inputs: &Inputs) -> Result<(String, String), Error> {
-    let settings = &config.settings;
+    startup_path(&Startup {
+        addr: config.ssh_addr(),
+        user: &config.ssh_user,
+        bundle_key: &inputs.bundle_key,
+        identity: &inputs.identity,
+        pull_secret: &inputs.pull_secret,
+        api_hostname: &config.api_hostname,
+        settings: &config.settings,
+    })
+    .await
+}
+
+/// What the CRC startup path is run with, besides the guest itself.
+pub struct Startup<'a> {
+    /// The guest's sshd, `host:port`.
+    pub addr: String,
+    pub user: &'a str,
+    /// The bundle's key, which a fresh clone of its disk authorizes.
+    pub bundle_key: &'a keys::PrivateKey,
+    pub identity: &'a Identity,
+    pub pull_secret: &'a [u8],
+    /// The host the external API certificate is for.
+    pub api_hostname: &'a str,
+    pub settings: &'a Settings,
+}
+
+/// The CRC startup path, steps 1–18 (upstream §5.3): SSH with the bundle key, DNS, the kubelet
+/// and API started, CSRs, pull-secret injection, users, the external certificate, operators
+/// and version; returns the handoff kubeconfig and the OpenShift version. Instances run it
+/// through the agent Job; a build runs it on its validation clone.
+pub async fn startup_path(startup: &Startup<'_>) -> Result<(String, String), Error> {
+    let (settings, addr) = (startup.settings, startup.addr.as_str());
     let patiences: &Patiences = &settings.patiences;
-    let addr = config.ssh_addr();
     let options = SshOptions {
-        user: config.ssh_user.clone(),
+        user: startup.user.to_owned(),
         connect_timeout: settings.ssh_connect_timeout,
         command_timeout: None,
     };
 
-    crate::guest::ssh::wait_for_port(
-        &addr,
-        settings.ssh_port.interval,
-        settings.ssh_port.deadline,
-    )
-    .await
-    .map_err(Error::Ssh)?;
+    crate::guest::ssh::wait_for_port(addr, settings.ssh_port.interval, settings.ssh_port.deadline)
+        .await
+        .map_err(Error::Ssh)?;
     let bundle = Arc::new(
-        SshGuest::connect(&addr, inputs.bundle_key.clone(), &options)
+        SshGuest::connect(addr, startup.bundle_key.clone(), &options)
             .await
             .map_err(Error::Ssh)?,
     );
@@ -282,24 +308,24 @@ async fn guest_steps(config: &Config, inputs: &Inputs) -> Result<(String, String
 
     let clock = cluster::guest_clock(bundle.as_ref()).await?;
     let server_ca =
-        cluster::bootstrap_client_ca(&bundle, &inputs.identity, clock, patiences).await?;
+        cluster::bootstrap_client_ca(&bundle, startup.identity, clock, patiences).await?;
     info!("step 8: guest API trusts the instance client CA");
 
     bundle.close().await;
     let ssh = Arc::new(
-        SshGuest::connect(&addr, agent_key, &options)
+        SshGuest::connect(addr, agent_key, &options)
             .await
             .map_err(Error::Ssh)?,
     );
     info!("step 9: reconnected with the agent key");
     let clock = cluster::guest_clock(ssh.as_ref()).await?;
-    let guest_api = cluster::identity_client(&ssh, &server_ca, &inputs.identity, clock)?;
+    let guest_api = cluster::identity_client(&ssh, &server_ca, startup.identity, clock)?;
     info!("step 10: guest API client ready");
     cluster::wait_api(&guest_api, patiences.api).await?;
     info!("step 11: guest API answers");
     let approved = cluster::approve_csrs(&guest_api, patiences.calls).await?;
     info!(approved, "step 12: kubelet CSRs approved");
-    cluster::inject_pull_secret(&guest_api, &inputs.pull_secret, patiences.calls).await?;
+    cluster::inject_pull_secret(&guest_api, startup.pull_secret, patiences.calls).await?;
     info!("step 13: pull secret injected");
     let password = htpasswd::kubeadmin_password().map_err(Error::Password)?;
     cluster::configure_htpasswd(&guest_api, &password, settings.bcrypt_cost, patiences.calls)
@@ -307,20 +333,20 @@ async fn guest_steps(config: &Config, inputs: &Inputs) -> Result<(String, String
     info!("step 14: kubeadmin and developer users configured");
     cluster::install_external_cert(
         &guest_api,
-        &inputs.identity,
-        &config.api_hostname,
+        startup.identity,
+        startup.api_hostname,
         patiences.calls,
     )
     .await?;
-    info!(host = %config.api_hostname, "step 15: external API certificate installed");
+    info!(host = %startup.api_hostname, "step 15: external API certificate installed");
     cluster::wait_operators(&guest_api, patiences.operators).await?;
     info!("step 16: cluster operators Available");
     let version = cluster::cluster_version(&guest_api, patiences.version).await?;
     info!(%version, "step 17: cluster version read");
     let kubeconfig = cluster::handoff_kubeconfig(
         ssh.as_ref(),
-        &inputs.identity,
-        &config.api_hostname,
+        startup.identity,
+        startup.api_hostname,
         patiences.kubeconfig,
     )
     .await?;

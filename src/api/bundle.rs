@@ -430,6 +430,9 @@ pub struct BuildStatus {
     /// Where the Install stage is: which boot of the build VM runs, or the cold restart between.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub install_step: Option<InstallStep>,
+    /// Where the Validate stage is: which boot of the validation clone runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation_boot: Option<ValidationBoot>,
     /// UID of the VMI the guest work is scoped to.
     #[serde(default, rename = "vmiUID", skip_serializing_if = "Option::is_none")]
     pub vmi_uid: Option<String>,
@@ -470,6 +473,19 @@ pub enum InstallStep {
     /// On real time from the root disk alone: kubelet CSRs approved until both kubelet
     /// certificates are valid for 25 days by guest time.
     Certificates,
+}
+
+/// The boots of the Validate stage's clone of the golden disk, in order.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+pub enum ValidationBoot {
+    /// On real time, as an instance boots: what sealing promised is checked, then the crc-agent's
+    /// startup path runs.
+    RealTime,
+    /// The same clone booted again with its clock 20 days ahead: the cluster must still come up,
+    /// the proof of the certificates' window.
+    Aged,
 }
 
 /// The temporary objects of a build attempt.

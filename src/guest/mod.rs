@@ -35,6 +35,7 @@ pub mod route;
 pub mod seal;
 pub mod ssh;
 pub mod steps;
+pub mod validate;
 
 use std::future::Future;
 

@@ -26,7 +26,8 @@ use crate::api::CRCBundle;
 use crate::api::bundle::BuildSpec;
 use crate::api::labels;
 use crate::cdi::{
-    BlankSource, DataVolume, DataVolumeSourceSpec, DataVolumeSpec, StorageResources, StorageSpec,
+    BlankSource, DataSource, DataSourceSource, DataSourceSpec, DataVolume, DataVolumeSourceSpec,
+    DataVolumeSpec, PvcSource, StorageResources, StorageSpec,
 };
 use crate::contract::build_helper::{self as helper_contract, Step};
 use crate::contract::disk as disk_contract;
@@ -66,6 +67,9 @@ pub struct Names {
     pub install_iso_pvc: String,
     pub build_vm: String,
     pub disk_job: String,
+    /// The clone of the golden PVC the validation VM boots (a DataVolume and its PVC).
+    pub validation_data_volume: String,
+    pub validation_vm: String,
 }
 
 impl Names {
@@ -85,12 +89,22 @@ impl Names {
             install_iso_pvc: name("install-iso"),
             build_vm: name("build"),
             disk_job: name("disk"),
+            validation_data_volume: name("validation"),
+            validation_vm: name("validation"),
         }
     }
 
     /// The bundle the attempt belongs to.
     pub fn bundle(&self) -> &str {
         &self.bundle
+    }
+
+    /// The VM a helper step works in: the validation clone's for the validation steps.
+    pub fn vm_of(&self, step: Step) -> &str {
+        match step {
+            Step::Validate | Step::Aged => &self.validation_vm,
+            _ => &self.build_vm,
+        }
     }
 
     /// The helper Job of `step` for the VMI `vmi_uid`: `<bundle>-b<n>-<step>-<first 8 of the
@@ -354,12 +368,13 @@ pub fn helper_role(bundle: &CRCBundle, namespace: &str, names: &Names) -> Role {
     Role {
         metadata: meta(bundle, namespace, &names.helper, names.attempt),
         rules: Some(vec![
-            rule(
-                "kubevirt.io",
-                "virtualmachineinstances",
-                &["get", "list", "watch"],
-                &names.build_vm,
-            ),
+            PolicyRule {
+                api_groups: Some(vec!["kubevirt.io".to_owned()]),
+                resources: Some(vec!["virtualmachineinstances".to_owned()]),
+                verbs: ["get", "list", "watch"].map(str::to_owned).to_vec(),
+                resource_names: Some(vec![names.build_vm.clone(), names.validation_vm.clone()]),
+                ..Default::default()
+            },
             rule("", "secrets", &["get", "patch"], &names.credentials_secret),
         ]),
     }
@@ -400,8 +415,25 @@ pub fn root_data_volume(
     namespace: &str,
     names: &Names,
 ) -> DataVolume {
+    root_data_volume_of(
+        bundle,
+        namespace,
+        names,
+        &names.root_data_volume,
+        &build.vm.disk_size,
+    )
+}
+
+/// A blank DataVolume `name` of `size` in the bundle's storage class.
+fn root_data_volume_of(
+    bundle: &CRCBundle,
+    namespace: &str,
+    names: &Names,
+    name: &str,
+    size: &str,
+) -> DataVolume {
     DataVolume {
-        metadata: meta(bundle, namespace, &names.root_data_volume, names.attempt),
+        metadata: meta(bundle, namespace, name, names.attempt),
         spec: DataVolumeSpec {
             source: Some(DataVolumeSourceSpec {
                 blank: Some(BlankSource {}),
@@ -409,10 +441,7 @@ pub fn root_data_volume(
             }),
             storage: Some(StorageSpec {
                 resources: Some(StorageResources {
-                    requests: BTreeMap::from([(
-                        "storage".to_owned(),
-                        Quantity(build.vm.disk_size.clone()),
-                    )]),
+                    requests: BTreeMap::from([("storage".to_owned(), Quantity(size.to_owned()))]),
                 }),
                 storage_class_name: bundle
                     .spec
@@ -457,6 +486,77 @@ pub fn build_vm(
     )
 }
 
+/// The validation clone of the golden PVC: a CDI clone, as an instance's root disk is made (the
+/// golden PVC itself is never a writable disk).
+pub fn validation_data_volume(
+    bundle: &CRCBundle,
+    namespace: &str,
+    names: &Names,
+    golden_pvc: &str,
+) -> DataVolume {
+    let blank = root_data_volume_of(
+        bundle,
+        namespace,
+        names,
+        &names.validation_data_volume,
+        &bundle.spec.golden_volume_size,
+    );
+    DataVolume {
+        spec: DataVolumeSpec {
+            source: Some(DataVolumeSourceSpec {
+                pvc: Some(PvcSource {
+                    namespace: namespace.to_owned(),
+                    name: golden_pvc.to_owned(),
+                }),
+                ..Default::default()
+            }),
+            ..blank.spec
+        },
+        ..blank
+    }
+}
+
+/// The CDI DataSource `<bundle>` at the golden PVC, published with the Ready bundle: plain
+/// KubeVirt users boot the bundle with `sourceRef` without knowing the PVC's name.
+pub fn data_source(bundle: &CRCBundle, namespace: &str) -> DataSource {
+    let name = bundle.name_any();
+    let mut source = DataSource::new(
+        &name,
+        DataSourceSpec {
+            source: DataSourceSource {
+                pvc: Some(PvcSource {
+                    namespace: namespace.to_owned(),
+                    name: super::bundle::Names::of(&name).golden_pvc,
+                }),
+            },
+        },
+    );
+    source.metadata.namespace = Some(namespace.to_owned());
+    source.metadata.labels = Some(bundle_labels(&name));
+    source.metadata.owner_references = controller_ref(bundle).map(|r| vec![r]);
+    source
+}
+
+/// The validation VM for `boot` (real time, or aged 20 days).
+pub fn validation_vm(
+    bundle: &CRCBundle,
+    namespace: &str,
+    names: &Names,
+    boot: &BuildBoot,
+) -> Result<VirtualMachine, crate::resources::profile::vm::Error> {
+    let attempt = names.attempt.to_string();
+    crate::resources::profile::vm::validation_vm(
+        bundle,
+        &BuildVmNames {
+            namespace,
+            name: &names.validation_vm,
+            attempt: &attempt,
+            root_data_volume: &names.validation_data_volume,
+        },
+        boot,
+    )
+}
+
 /// Where the helper Job mounts its volumes.
 pub const HELPER_KEY_DIR: &str = "/ssh";
 pub const HELPER_CREDENTIALS_DIR: &str = "/credentials";
@@ -470,6 +570,8 @@ pub fn helper_deadline_seconds(step: Step) -> i64 {
         Step::Certificates => 3600,
         // Several MachineConfig rollouts, each a drain and a reboot on real hardware.
         Step::Customize | Step::Seal => 2 * 3600,
+        // The startup path waits up to 20 minutes for operators, then for the version.
+        Step::Validate | Step::Aged => 3600,
     }
 }
 
@@ -502,7 +604,10 @@ pub fn helper_job(
     let mut env = env_vars([
         (helper_contract::ENV_STEP, target.step.as_str().to_owned()),
         (helper_contract::ENV_NAMESPACE, namespace.to_owned()),
-        (helper_contract::ENV_VM_NAME, names.build_vm.clone()),
+        (
+            helper_contract::ENV_VM_NAME,
+            names.vm_of(target.step).to_owned(),
+        ),
         (helper_contract::ENV_VMI_UID, target.vmi_uid.to_owned()),
         (helper_contract::ENV_SSH_HOST, target.ssh_host.to_owned()),
         (helper_contract::ENV_SSH_KEY_PATH, key_path),
@@ -529,6 +634,7 @@ pub fn helper_job(
             volumes.push(claim_volume("work", &names.work_pvc));
             volumes.push(claim_volume("install-iso", &names.install_iso_pvc));
         }
+        Step::Validate | Step::Aged => {}
         Step::Install | Step::Certificates | Step::Customize | Step::Seal => {
             env.extend(env_vars([(
                 helper_contract::ENV_CREDENTIALS_DIR,
@@ -538,8 +644,14 @@ pub fn helper_job(
             volumes.push(secret_volume("credentials", &names.credentials_secret));
         }
     }
-    if target.step == Step::Customize {
-        // Only the post-install manifests of the installer Secret: not its pull secret.
+    // Of the installer Secret, only the key the step needs: Customize never sees the pull
+    // secret, the validation steps (which inject it, as the crc-agent does) nothing else.
+    let input_key = match target.step {
+        Step::Customize => Some(contract::KEY_POST_INSTALL),
+        Step::Validate | Step::Aged => Some(contract::KEY_PULL_SECRET),
+        _ => None,
+    };
+    if let Some(key) = input_key {
         env.extend(env_vars([(
             helper_contract::ENV_INPUTS_DIR,
             INPUTS_DIR.to_owned(),
@@ -548,8 +660,8 @@ pub fn helper_job(
         let mut inputs = secret_volume("inputs", &names.installer_secret);
         if let Some(secret) = inputs.secret.as_mut() {
             secret.items = Some(vec![KeyToPath {
-                key: contract::KEY_POST_INSTALL.to_owned(),
-                path: contract::KEY_POST_INSTALL.to_owned(),
+                key: key.to_owned(),
+                path: key.to_owned(),
                 mode: None,
                 user: None,
             }]);

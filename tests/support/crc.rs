@@ -9,6 +9,13 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use sim::bundles::{self, BundleSpec, Flaw};
 use sim::file_server::Fault;
 
+use guestcluster::guest::route::RouteAccess;
+use guestcluster::guest::ssh::{SshGuest, SshOptions};
+use guestcluster::guest::{Command, Guest, keys};
+use guestcluster::resources::instance as res;
+use k8s_openapi::ByteString;
+use kube::ResourceExt;
+
 use super::wait_long;
 use super::world::World;
 
@@ -168,4 +175,75 @@ where
             describe(client, ns, name).await
         ),
     }
+}
+
+/// SSH into an instance's guest with the instance's own copy of the boot key.
+pub async fn guest_ssh(client: &kube::Client, ns: &str, instance: &ClusterInstance) -> SshGuest {
+    let copy = Api::<Secret>::namespaced(client.clone(), ns)
+        .get(&res::boot_key_secret_name(&instance.name_any()))
+        .await
+        .expect("boot-key copy");
+    let ByteString(key) = copy.data.unwrap()["id_ecdsa"].clone();
+    let key = keys::parse_private_key(&String::from_utf8(key).unwrap()).expect("key parses");
+    let ip = instance
+        .status
+        .as_ref()
+        .and_then(|s| s.crc.as_ref())
+        .and_then(|c| c.ssh_endpoint.clone())
+        .expect("ssh endpoint recorded");
+    SshGuest::connect(&format!("{ip}:22"), key, &SshOptions::default())
+        .await
+        .expect("SSH into the guest")
+}
+
+pub async fn guest_text(ssh: &SshGuest, argv: &[&str]) -> String {
+    let command = Command::sudo(argv.iter().copied());
+    let output = tokio::time::timeout(std::time::Duration::from_secs(60), ssh.run(&command))
+        .await
+        .unwrap_or_else(|_| panic!("guest command {argv:?} did not answer"))
+        .expect("guest command");
+    eprintln!("guest {argv:?}: status {}", output.status);
+    output.stdout_text()
+}
+
+/// What the crc-agent did in a guest, seen from inside it and through its published kubeconfig
+/// over the Route.
+pub async fn assert_configured(client: &kube::Client, ns: &str, instance: &ClusterInstance) {
+    let name = instance.name_any();
+    let ssh = guest_ssh(client, ns, instance).await;
+    let dnsmasq = guest_text(&ssh, &["cat", "/etc/dnsmasq.d/crc-dnsmasq.conf"]).await;
+    assert!(
+        dnsmasq.contains("address=/api.crc.testing/"),
+        "{name}: dnsmasq answers the CRC names: {dnsmasq}"
+    );
+    let kubelet = guest_text(&ssh, &["systemctl", "is-active", "kubelet"]).await;
+    assert_eq!(kubelet.trim(), "active", "{name}: kubelet runs");
+    let pull = guest_text(&ssh, &["cat", "/var/lib/kubelet/config.json"]).await;
+    assert!(
+        pull.contains("quay.io"),
+        "{name}: the instance's pull secret reached the guest: {pull}"
+    );
+
+    let secret = Api::<Secret>::namespaced(client.clone(), ns)
+        .get(&res::kubeconfig_secret_name(&name))
+        .await
+        .expect("published kubeconfig");
+    let ByteString(kubeconfig) = secret.data.unwrap()["kubeconfig"].clone();
+    let guest = RouteAccess::via_proxy(&super::world::world().router.to_string())
+        .client(&kubeconfig)
+        .expect("client from the published kubeconfig");
+    let htpass = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        Api::<Secret>::namespaced(guest.clone(), "openshift-config").get("htpass-secret"),
+    )
+    .await
+    .expect("the guest API answers in time")
+    .expect("the guest API answers through the Route with the published kubeconfig");
+    let ByteString(htpasswd) = htpass.data.unwrap()["htpasswd"].clone();
+    let htpasswd = String::from_utf8(htpasswd).unwrap();
+    assert!(
+        htpasswd.contains("kubeadmin:") && htpasswd.contains("developer:"),
+        "{name}: users were created: {htpasswd}"
+    );
+    eprintln!("{name}: guest API reached through the Route");
 }

@@ -46,6 +46,20 @@ use guestcluster::guest::keys;
 /// The SSH port every guest listens on.
 pub const SSH_PORT: u16 = 22;
 
+/// How long a guest going down waits for the simulations' [`StopHook`]s.
+const STOP_HOOK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A change a simulation makes to a guest's state on its way down.
+pub type StateChange = Box<dyn FnOnce(&mut GuestState) + Send>;
+
+/// Part of a graceful stop (shutdown, power-off, reboot) that a simulation plays in the guest,
+/// like a service systemd stops before the filesystems are synced: called with the VMI UID after
+/// sshd stopped, and the change it returns is applied to the state that is then flushed. The
+/// guest stays powered on (`is_running`, `update_state` work) until every hook returned, so
+/// nothing sees the VM off, or its disk released, before the hooks are done.
+pub type StopHook =
+    Arc<dyn Fn(&str) -> futures::future::BoxFuture<'static, Option<StateChange>> + Send + Sync>;
+
 /// How to power on a VMI's guest.
 #[derive(Clone, Debug)]
 pub struct BootSpec {
@@ -146,6 +160,7 @@ struct Inner {
     ports: Mutex<HashMap<(String, u16), SocketAddr>>,
     exits: broadcast::Sender<GuestExit>,
     events: broadcast::Sender<GuestEvent>,
+    stop_hooks: Mutex<Vec<StopHook>>,
 }
 
 /// One powered-on VMI (survives in-guest reboots).
@@ -153,6 +168,11 @@ struct Guest {
     spec: BootSpec,
     os: Mutex<Option<Os>>,
     sshd: Mutex<Option<sshd::Sshd>>,
+    /// A host shutdown is under way: the guest is still registered (powered on) until it is
+    /// off, but nothing of it boots again and it sends no exit.
+    stopping: AtomicBool,
+    /// Set once a host shutdown is complete, for a second shutdown to wait on.
+    off: tokio::sync::watch::Sender<bool>,
 }
 
 /// Numbers boots, so a task of an earlier boot (bootkube) never acts on a later one.
@@ -192,6 +212,7 @@ impl GuestHost {
                 ports: Mutex::new(HashMap::new()),
                 exits,
                 events,
+                stop_hooks: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -206,6 +227,8 @@ impl GuestHost {
             spec,
             os: Mutex::new(None),
             sshd: Mutex::new(None),
+            stopping: AtomicBool::new(false),
+            off: tokio::sync::watch::Sender::new(false),
         });
         {
             let mut guests = lock(&self.inner.guests);
@@ -215,17 +238,26 @@ impl GuestHost {
             guests.insert(vmi_uid.clone(), guest.clone());
         }
         let result = self.inner.clone().boot_os(&guest).await;
-        if result.is_err() {
+        // A shutdown under way unregisters the guest itself, once it is off.
+        if result.is_err() && !guest.stopping.load(Ordering::SeqCst) {
             self.inner.forget(&guest);
         }
         result
     }
 
-    /// Graceful (ACPI) shutdown: sshd stops, the state is flushed to the boot disk, and after
-    /// `Timings::shutdown` the VM is off. No-op if not running. Emits no [`GuestExit`].
+    /// Graceful (ACPI) shutdown: sshd stops, the [`StopHook`]s run, the state is flushed to the
+    /// boot disk, and after `Timings::shutdown` the VM is off and no longer `is_running`.
+    /// No-op if not running; a shutdown already under way is waited for. Emits no [`GuestExit`].
     pub async fn shutdown(&self, vmi_uid: &str) {
-        let guest = lock(&self.inner.guests).remove(vmi_uid);
-        let Some(guest) = guest else { return };
+        let Some(guest) = self.inner.guest(vmi_uid) else {
+            return;
+        };
+        let mut off = guest.off.subscribe();
+        if guest.stopping.swap(true, Ordering::SeqCst) {
+            // Its caller (the launcher pod's deletion, the VMI's) may only go on once it is off.
+            let _ = off.wait_for(|off| *off).await;
+            return;
+        }
         self.inner.clear_ports(vmi_uid);
         if let Err(err) = self.inner.stop_os(&guest).await {
             tracing::warn!(
@@ -234,7 +266,14 @@ impl GuestHost {
             );
         }
         tokio::time::sleep(self.inner.timings.shutdown).await;
+        self.inner.forget(&guest);
         self.inner.event(vmi_uid, GuestEventKind::Stopped);
+        guest.off.send_replace(true);
+    }
+
+    /// Adds a part a simulation plays in every graceful stop of every guest (see [`StopHook`]).
+    pub fn add_stop_hook(&self, hook: StopHook) {
+        lock(&self.inner.stop_hooks).push(hook);
     }
 
     /// Reboots a running guest as `systemctl reboot` inside it would (a simulated install
@@ -349,11 +388,12 @@ impl Inner {
         lock(&self.guests).get(vmi_uid).cloned()
     }
 
-    /// Still the registered guest of its VMI (not shut down meanwhile).
+    /// Still the registered guest of its VMI, and not being shut down.
     fn is_current(&self, guest: &Arc<Guest>) -> bool {
-        lock(&self.guests)
-            .get(&guest.spec.vmi_uid)
-            .is_some_and(|g| Arc::ptr_eq(g, guest))
+        !guest.stopping.load(Ordering::SeqCst)
+            && lock(&self.guests)
+                .get(&guest.spec.vmi_uid)
+                .is_some_and(|g| Arc::ptr_eq(g, guest))
     }
 
     /// Unregisters the guest if it is still the current one; tells whether it was.
@@ -369,12 +409,14 @@ impl Inner {
     }
 
     /// Unregisters the guest (if still current) and announces its exit in one step: whoever
-    /// sees `is_running` turn false can already receive the exit.
+    /// sees `is_running` turn false can already receive the exit. A guest the host is shutting
+    /// down is left to that shutdown, which sends no exit.
     fn forget_with_exit(&self, guest: &Arc<Guest>, reason: ExitReason) -> bool {
         let mut guests = lock(&self.guests);
-        let current = guests
-            .get(&guest.spec.vmi_uid)
-            .is_some_and(|g| Arc::ptr_eq(g, guest));
+        let current = !guest.stopping.load(Ordering::SeqCst)
+            && guests
+                .get(&guest.spec.vmi_uid)
+                .is_some_and(|g| Arc::ptr_eq(g, guest));
         if current {
             guests.remove(&guest.spec.vmi_uid);
             let vmi_uid = guest.spec.vmi_uid.clone();
@@ -501,21 +543,45 @@ impl Inner {
         Box::pin(self.reboot(guest))
     }
 
-    /// Stops sshd (dropping every session and tunnel) and flushes the state to the boot disk.
+    /// Stops sshd (dropping every session and tunnel), runs the [`StopHook`]s, and flushes the
+    /// state with their changes to the boot disk.
     async fn stop_os(&self, guest: &Guest) -> Result<(), DiskError> {
         let server = lock(&guest.sshd).take();
         if let Some(server) = server {
             server.stop().await;
         }
+        let changes = self.run_stop_hooks(&guest.spec.vmi_uid).await;
         let os = lock(&guest.os).take();
         match os {
             Some(Os {
-                machine,
+                mut machine,
                 persist: Some(path),
                 ..
-            }) => disk::write_state_synced(&path, &machine.state),
+            }) => {
+                for change in changes {
+                    change(&mut machine.state);
+                }
+                disk::write_state_synced(&path, &machine.state)
+            }
             _ => Ok(()),
         }
+    }
+
+    async fn run_stop_hooks(&self, vmi_uid: &str) -> Vec<StateChange> {
+        let hooks: Vec<StopHook> = lock(&self.stop_hooks).clone();
+        let mut changes = Vec::new();
+        for hook in hooks {
+            match tokio::time::timeout(STOP_HOOK_TIMEOUT, hook(vmi_uid)).await {
+                Ok(Some(change)) => changes.push(change),
+                Ok(None) => {}
+                // A hung simulation must not keep the VM from going down.
+                Err(_) => tracing::warn!(
+                    vmi_uid,
+                    "simulated guest: a stop hook did not finish within {STOP_HOOK_TIMEOUT:?}; going down without it"
+                ),
+            }
+        }
+        changes
     }
 
     /// Runs a command for the SSH server; `None` when the OS is going down.
@@ -570,11 +636,12 @@ impl Inner {
     /// `Timings::shutdown` the VM is off and a [`GuestExit`] is sent.
     async fn power_off(self: Arc<Self>, guest: Arc<Guest>) {
         let vmi_uid = guest.spec.vmi_uid.clone();
+        // Services in the guest are unreachable from the moment it goes down.
+        self.clear_ports(&vmi_uid);
         let reason = match self.stop_os(&guest).await {
             Ok(()) => ExitReason::PoweredOff,
             Err(err) => ExitReason::Crashed(format!("flushing state at power-off: {err}")),
         };
-        self.clear_ports(&vmi_uid);
         tokio::time::sleep(self.timings.shutdown).await;
         tracing::info!(vmi_uid = %vmi_uid, "simulated guest powered off: {reason:?}");
         // False when the host shut it down meanwhile: no exit then.
@@ -584,11 +651,11 @@ impl Inner {
     /// `reboot` inside the guest: down, then the firmware picks a disk again.
     async fn reboot(self: Arc<Self>, guest: Arc<Guest>) {
         let vmi_uid = guest.spec.vmi_uid.clone();
+        self.clear_ports(&vmi_uid);
         if let Err(err) = self.stop_os(&guest).await {
             self.crash(&guest, format!("flushing state at reboot: {err}"));
             return;
         }
-        self.clear_ports(&vmi_uid);
         self.event(&vmi_uid, GuestEventKind::Rebooting);
         tokio::time::sleep(self.timings.shutdown).await;
         if !self.is_current(&guest) {

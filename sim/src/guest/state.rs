@@ -81,6 +81,13 @@ pub struct GuestState {
     /// The install to this disk began and did not finish: the disk does not boot.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub install_incomplete: bool,
+    /// The guest cluster's API objects that clients wrote, as its etcd would hold them: whole
+    /// objects (`apiVersion`, `kind`, `metadata` with name, namespace, labels, annotations and
+    /// finalizers, and every other top-level field but `status`), sorted by
+    /// `apiVersion/kind/namespace/name`. Saved when the cluster stops, restored into a cluster
+    /// that starts on a new etcd prefix (a copy of the disk); see `openshift::persist`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub api_objects: Vec<serde_json::Value>,
 }
 
 /// What an installed cluster's disk records about its install and its certificate signers.
@@ -126,6 +133,7 @@ impl Default for GuestState {
             journal: BTreeMap::new(),
             install: None,
             install_incomplete: false,
+            api_objects: Vec::new(),
         }
     }
 }
@@ -583,6 +591,24 @@ mod tests {
         let json = serde_json::to_vec(&state).unwrap();
         let back: GuestState = serde_json::from_slice(&json).unwrap();
         assert_eq!(back, state);
+    }
+
+    #[test]
+    fn api_objects_are_left_out_when_empty_and_round_trip_when_not() {
+        let state = GuestState::sealed_crc_at("4.22.1", "ssh-ed25519 AAAA core", 1_000_000);
+        let json = serde_json::to_value(&state).unwrap();
+        assert!(
+            json.get("apiObjects").is_none(),
+            "disks without objects read as before"
+        );
+        let carrying = GuestState {
+            api_objects: vec![serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "a", "namespace": "b"}, "data": {"k": "v"}})],
+            ..state
+        };
+        let json = serde_json::to_vec(&carrying).unwrap();
+        let back: GuestState = serde_json::from_slice(&json).unwrap();
+        assert_eq!(back, carrying);
     }
 
     #[test]

@@ -39,7 +39,9 @@ use crate::Timings;
 use crate::guest::state::{GuestState, paths};
 use testenv::{ApiServerLauncher, ExtraApiServer, ExtraApiServerSpec};
 
-const MANAGER: &str = "guestcluster-sim-openshift";
+/// The field manager of every write the simulation makes to a guest API: what a disk carries
+/// into its copies is told apart from it (see [`super::persist`]).
+pub(super) const MANAGER: &str = "guestcluster-sim-openshift";
 
 /// Whether an operator is Available, with the reason and message it reports.
 type Availability = (bool, &'static str, &'static str);
@@ -82,6 +84,8 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("guest API client: {0}")]
     Client(String),
+    #[error("the objects the disk carries: {0}")]
+    Persist(#[from] super::persist::Error),
 }
 
 /// What the cluster controllers need to know about (and do to) the guest they run in.
@@ -123,6 +127,9 @@ pub struct ClusterSpec {
     /// OpenShift version installed in the disk.
     pub version: String,
     pub timings: Timings,
+    /// The objects clients wrote, as the disk carries them (`GuestState::api_objects`): created
+    /// when the prefix holds no cluster yet (a copy of the disk), ignored otherwise.
+    pub saved_objects: Vec<Value>,
 }
 
 /// A running guest cluster; stopping it stops the API server (the data stays in etcd).
@@ -178,7 +185,27 @@ impl GuestCluster {
         let client =
             kube::Client::try_from(config.clone()).map_err(|e| Error::Client(e.to_string()))?;
         install_crds(&client).await?;
+        // The baseline's ClusterVersion is there from the first start on this prefix on.
+        let fresh = config_api(&client, "ClusterVersion", "clusterversions")
+            .get_opt("version")
+            .await?
+            .is_none();
         ensure_baseline(&client, &spec).await?;
+        if fresh && !spec.saved_objects.is_empty() {
+            // Like a node whose etcd lost some data: the cluster still comes up.
+            match super::persist::restore(&client, &spec.saved_objects).await {
+                Ok(restored) => tracing::info!(
+                    restored,
+                    saved = spec.saved_objects.len(),
+                    prefix = %spec.etcd_prefix,
+                    "guest cluster: restored the objects the disk carries"
+                ),
+                Err(err) => tracing::warn!(
+                    prefix = %spec.etcd_prefix,
+                    "guest cluster: the objects the disk carries were not restored: {err}"
+                ),
+            }
+        }
         let slot = Arc::new(Mutex::new(ServerSlot {
             server: Some(server),
             stopped: false,
@@ -220,6 +247,13 @@ impl GuestCluster {
     pub fn config(&self) -> kube::Config {
         // The same after a rollout: the restarted server keeps its CA, name and address.
         self.config.clone()
+    }
+
+    /// Every object a client wrote to this cluster, as the disk carries it.
+    pub async fn client_objects(&self) -> Result<Vec<Value>, Error> {
+        let client =
+            kube::Client::try_from(self.config()).map_err(|e| Error::Client(e.to_string()))?;
+        Ok(super::persist::snapshot(&client).await?)
     }
 
     pub fn stop(self) {
@@ -289,7 +323,7 @@ async fn ensure_baseline(client: &kube::Client, spec: &ClusterSpec) -> Result<()
     let create = |api: Api<DynamicObject>, body: Value| async move {
         let obj: DynamicObject =
             serde_json::from_value(body).map_err(|e| Error::Client(e.to_string()))?;
-        match api.create(&PostParams::default(), &obj).await {
+        match api.create(&post_params(), &obj).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
             Err(e) => Err(Error::Kube(e)),
@@ -307,6 +341,8 @@ async fn ensure_baseline(client: &kube::Client, spec: &ClusterSpec) -> Result<()
         "openshift-config-managed",
         "openshift-machine-config-operator",
         "openshift-ingress",
+        "openshift-ingress-operator",
+        "openshift-image-registry",
     ] {
         create(
             core("Namespace", "namespaces", None),
@@ -325,6 +361,46 @@ async fn ensure_baseline(client: &kube::Client, spec: &ClusterSpec) -> Result<()
         core("ConfigMap", "configmaps", Some("openshift-config")),
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "admin-kubeconfig-client-ca", "namespace": "openshift-config"},
                "data": {"ca-bundle.crt": spec.pki.admin_ca_cert}}),
+    )
+    .await?;
+    // What an installed cluster has and SNC's post-install steps change: the installer's
+    // temporary kubeadmin login, the router's CA, the default IngressController (two replicas
+    // until scaled), and the image registry, Removed on platform none.
+    create(
+        core("Secret", "secrets", Some("kube-system")),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "kubeadmin", "namespace": "kube-system"},
+               "type": "Opaque", "data": {"kubeadmin": b64("installer-kubeadmin-hash")}}),
+    )
+    .await?;
+    let router_ca = super::pki::CsrSigner::generate("ingress-operator")?;
+    create(
+        core("Secret", "secrets", Some("openshift-ingress-operator")),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "router-ca", "namespace": "openshift-ingress-operator"},
+               "type": "kubernetes.io/tls", "data": {"tls.crt": b64(&router_ca.ca_cert), "tls.key": b64("")}}),
+    )
+    .await?;
+    create(
+        Api::namespaced_with(
+            client.clone(),
+            "openshift-ingress-operator",
+            &resource(
+                "operator.openshift.io",
+                "IngressController",
+                "ingresscontrollers",
+            ),
+        ),
+        json!({"apiVersion": "operator.openshift.io/v1", "kind": "IngressController",
+               "metadata": {"name": "default", "namespace": "openshift-ingress-operator"},
+               "spec": {"replicas": 2}}),
+    )
+    .await?;
+    create(
+        Api::all_with(
+            client.clone(),
+            &resource("imageregistry.operator.openshift.io", "Config", "configs"),
+        ),
+        json!({"apiVersion": "imageregistry.operator.openshift.io/v1", "kind": "Config",
+               "metadata": {"name": "cluster"}, "spec": {"managementState": "Removed", "replicas": 1}}),
     )
     .await?;
     let cluster_scoped = [
@@ -355,6 +431,13 @@ async fn ensure_baseline(client: &kube::Client, spec: &ClusterSpec) -> Result<()
             "Ingress",
             "cluster",
             json!({"domain": "apps-crc.testing"}),
+        ),
+        (
+            config_api(client, "Image", "images"),
+            "config.openshift.io/v1",
+            "Image",
+            "cluster",
+            json!({}),
         ),
         (
             mc_api(client, "MachineConfigPool", "machineconfigpools"),
@@ -704,7 +787,7 @@ impl Controllers {
         for signer in std::mem::take(&mut self.csr_pending) {
             let created = match kubelet_csr(signer, KUBELET_USER) {
                 Ok(csr) => api
-                    .create(&PostParams::default(), &csr)
+                    .create(&post_params(), &csr)
                     .await
                     .map(drop)
                     .map_err(Error::Kube),
@@ -960,8 +1043,11 @@ impl Controllers {
             .list(&ListParams::default())
             .await?;
         let mut files = Vec::new();
+        let mut sources = Vec::new();
         let mut hasher = sha2::Sha256::new();
         for mc in &configs.items {
+            sources.push(json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+                                "name": mc.metadata.name.as_deref().unwrap_or_default()}));
             hasher.update(mc.metadata.name.as_deref().unwrap_or_default());
             hasher.update(serde_json::to_vec(&mc.data["spec"]).unwrap_or_default());
             files.extend(machine_config_files(&mc.data["spec"]));
@@ -983,17 +1069,32 @@ impl Controllers {
             .entry(rendered.clone())
             .or_insert_with(Instant::now);
         let done = started.elapsed() >= self.timings.rollout;
+        // Like the MCO, `configuration.source` names the MachineConfigs of the rendering the
+        // pool is on.
+        let source = if done {
+            Value::Array(sources)
+        } else {
+            pool.data["status"]["configuration"]["source"].clone()
+        };
         if done {
             self.guest.write_files(files);
             self.rollouts.clear();
         }
         let condition = |t: &str, s: bool| json!({"type": t, "status": if s {"True"} else {"False"}, "lastTransitionTime": now_rfc3339()});
         let body = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool", "metadata": {"name": "master"},
-            "status": {"configuration": {"name": if done { rendered.as_str() } else { current.as_str() }},
+            "status": {"configuration": {"name": if done { rendered.as_str() } else { current.as_str() }, "source": source},
                        "machineCount": 1, "readyMachineCount": if done {1} else {0}, "updatedMachineCount": if done {1} else {0},
                        "observedGeneration": pool.metadata.generation,
                        "conditions": [condition("Updated", done), condition("Updating", !done), condition("Degraded", false)]}});
         apply_status(&pools, "master", body).await
+    }
+}
+
+/// Creates as the simulation ([`MANAGER`]).
+fn post_params() -> PostParams {
+    PostParams {
+        dry_run: false,
+        field_manager: Some(MANAGER.into()),
     }
 }
 

@@ -52,7 +52,30 @@ const KINDS: &[(&str, &str, &str, bool)] = &[
         true,
     ),
     ("route.openshift.io", "Route", "routes", true),
+    ("config.openshift.io", "Image", "images", false),
+    (
+        "imageregistry.operator.openshift.io",
+        "Config",
+        "configs",
+        false,
+    ),
+    (
+        "console.openshift.io",
+        "ConsoleNotification",
+        "consolenotifications",
+        false,
+    ),
+    (
+        "security.openshift.io",
+        "SecurityContextConstraints",
+        "securitycontextconstraints",
+        false,
+    ),
 ];
+
+/// Kinds whose fields sit at the top level of the object, not under `spec`: their schema keeps
+/// every field.
+const TOP_LEVEL_FIELDS: &[&str] = &["SecurityContextConstraints"];
 
 /// The CRDs, ready to apply.
 pub fn all() -> Vec<CustomResourceDefinition> {
@@ -79,9 +102,13 @@ fn minimal(group: &str, kind: &str, plural: &str, namespaced: bool) -> CustomRes
                 "served": true,
                 "storage": true,
                 "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "properties": {"spec": open, "status": open}
+                "schema": {"openAPIV3Schema": if TOP_LEVEL_FIELDS.contains(&kind) {
+                    open.clone()
+                } else {
+                    serde_json::json!({
+                        "type": "object",
+                        "properties": {"spec": open, "status": open}
+                    })
                 }}
             }]
         }

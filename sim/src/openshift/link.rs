@@ -3,31 +3,71 @@
 //! down. The API server listens on the guest's address at 6443 and is registered as the guest's
 //! port 6443, so both an SSH `direct-tcpip` tunnel to `api.crc.testing:6443` and the management
 //! cluster's Service/Route reach it.
+//!
+//! On the way down (the kubelet stopping, or a graceful stop of the guest, as a [`StopHook`])
+//! the objects clients wrote are saved into the guest's state, as a real node's etcd would be
+//! flushed to its disk; a cluster starting on a prefix that holds nothing yet gets them back
+//! (see [`super::persist`]). A crash saves nothing.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
+use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::watch;
 
 use super::cluster::{ClusterSpec, GuestCluster, GuestView};
 use crate::guest::state::{File, paths};
-use crate::guest::{GuestEvent, GuestEventKind};
+use crate::guest::{GuestError, GuestEvent, GuestEventKind, StateChange, StopHook};
 use crate::{Error, SimContext};
 use testenv::ApiServerLauncher;
 
 const KUBELET: &str = "kubelet.service";
 /// The guest API port.
 pub const API_PORT: u16 = 6443;
+/// How long saving a stopping cluster's objects may take (attempts included) before it stops
+/// without: the disk then keeps what it carried.
+const SAVE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A guest's cluster: being started (a boot with the kubelet enabled and the agent's
 /// `systemctl start kubelet` both ask, and two API servers must never race for one address),
-/// or running.
+/// running, or going down.
 enum Entry {
     /// Being started by the start with this number.
     Starting(u64),
     Running(Box<GuestCluster>),
+    Stopping(Stopping),
+}
+
+/// What clients wrote, as saved on the way down; `None` when it could not be read.
+type Saved = Option<Arc<Vec<Value>>>;
+
+/// A cluster going down: its objects being saved, then its API server stopping. The entry goes
+/// once the server is gone, so a new start never races it for the address.
+#[derive(Clone)]
+struct Stopping {
+    /// `Some` once the save is over.
+    saved: watch::Receiver<Option<Saved>>,
+    /// True once the API server is gone (and the entry removed).
+    down: watch::Receiver<bool>,
+}
+
+impl Stopping {
+    async fn saved(mut self) -> Saved {
+        self.saved
+            .wait_for(Option::is_some)
+            .await
+            .ok()
+            .and_then(|saved| saved.clone())
+            .flatten()
+    }
+
+    async fn down(mut self) {
+        let _ = self.down.wait_for(|down| *down).await;
+    }
 }
 
 /// Numbers starts, so a start finishing late never takes the place of a newer one.
@@ -39,6 +79,7 @@ type Clusters = Arc<Mutex<HashMap<String, Entry>>>;
 pub async fn run(ctx: Arc<SimContext>, launcher: ApiServerLauncher) -> Result<(), Error> {
     let mut events = ctx.guests.subscribe_events();
     let clusters: Clusters = Arc::default();
+    ctx.guests.add_stop_hook(stop_hook(clusters.clone()));
     loop {
         match events.recv().await {
             Ok(event) => handle(&ctx, &launcher, &clusters, event),
@@ -61,9 +102,115 @@ fn handle(
     match event.kind {
         GuestEventKind::UnitStarted(unit) if unit == KUBELET => start(ctx, launcher, clusters, uid),
         GuestEventKind::Booted if kubelet_running(ctx, &uid) => start(ctx, launcher, clusters, uid),
-        GuestEventKind::UnitStopped(unit) if unit == KUBELET => stop(ctx, clusters, &uid),
+        GuestEventKind::UnitStopped(unit) if unit == KUBELET => save_and_stop(ctx, clusters, uid),
+        // A graceful stop took the cluster down in its stop hook; this is for a crash.
         GuestEventKind::Rebooting | GuestEventKind::Stopped => stop(ctx, clusters, &uid),
         _ => {}
+    }
+}
+
+/// The guests' part in a graceful stop: the cluster goes down, and what its clients wrote goes
+/// into the state the guest flushes.
+fn stop_hook(clusters: Clusters) -> StopHook {
+    Arc::new(move |uid: &str| {
+        let stopping = take_down(&clusters, uid);
+        Box::pin(async move {
+            let objects = stopping?.saved().await?;
+            let change: StateChange = Box::new(move |state| {
+                state.api_objects = objects.as_ref().clone();
+            });
+            Some(change)
+        })
+    })
+}
+
+/// The kubelet stopped: the cluster goes down, and what its clients wrote goes into the guest.
+fn save_and_stop(ctx: &Arc<SimContext>, clusters: &Clusters, uid: String) {
+    let Some(stopping) = take_down(clusters, &uid) else {
+        return;
+    };
+    ctx.guests.unregister_port(&uid, API_PORT);
+    let ctx = ctx.clone();
+    tokio::spawn(async move {
+        let Some(objects) = stopping.saved().await else {
+            return;
+        };
+        let saved = ctx
+            .guests
+            .update_state(&uid, |state| state.api_objects = objects.as_ref().clone());
+        match saved {
+            Ok(()) => {}
+            // Gone down meanwhile: its stop hook saved the same objects.
+            Err(GuestError::NotRunning { .. }) => {}
+            Err(err) => tracing::warn!(vmi = %uid, "guest cluster: saving its objects: {err}"),
+        }
+    });
+}
+
+/// Starts taking the cluster of `uid` down, saving what its clients wrote first; `None` when
+/// there is no running cluster (one still starting stops itself once up).
+fn take_down(clusters: &Clusters, uid: &str) -> Option<Stopping> {
+    let mut entries = lock(clusters);
+    let cluster = match entries.remove(uid) {
+        Some(Entry::Running(cluster)) => cluster,
+        Some(Entry::Stopping(stopping)) => {
+            entries.insert(uid.to_owned(), Entry::Stopping(stopping.clone()));
+            return Some(stopping);
+        }
+        Some(Entry::Starting(_)) | None => return None,
+    };
+    let (saved_tx, saved) = watch::channel(None);
+    let (down_tx, down) = watch::channel(false);
+    let down_probe = down.clone();
+    let stopping = Stopping { saved, down };
+    entries.insert(uid.to_owned(), Entry::Stopping(stopping.clone()));
+    drop(entries);
+    let (clusters, uid) = (clusters.clone(), uid.to_owned());
+    tokio::spawn(async move {
+        let objects = match tokio::time::timeout(SAVE_TIMEOUT, save(&cluster)).await {
+            Ok(objects) => Some(objects),
+            Err(_) => {
+                tracing::warn!(vmi = %uid, "guest cluster: its objects were not saved within {SAVE_TIMEOUT:?}; the disk keeps what it carried");
+                None
+            }
+        };
+        saved_tx.send_replace(Some(objects.map(Arc::new)));
+        // Stopping waits for the process to exit.
+        let _ = tokio::task::spawn_blocking(move || cluster.stop()).await;
+        {
+            let mut entries = lock(&clusters);
+            let ours = matches!(entries.get(&uid), Some(Entry::Stopping(s)) if s.down.same_channel(&down_probe));
+            if ours {
+                entries.remove(&uid);
+            }
+        }
+        down_tx.send_replace(true);
+    });
+    Some(stopping)
+}
+
+/// What clients wrote to the cluster; a failed attempt (the API server restarting for a
+/// rollout) is tried again until the caller's deadline.
+async fn save(cluster: &GuestCluster) -> Vec<Value> {
+    let mut last_error = None;
+    loop {
+        match cluster.client_objects().await {
+            Ok(objects) => {
+                tracing::info!(
+                    objects = objects.len(),
+                    "guest cluster: saved the objects clients wrote"
+                );
+                return objects;
+            }
+            Err(err) => {
+                let err = err.to_string();
+                if last_error.as_ref() != Some(&err) {
+                    tracing::warn!("guest cluster: saving its objects: {err}");
+                }
+                last_error = Some(err);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
@@ -79,12 +226,26 @@ fn lock(clusters: &Clusters) -> std::sync::MutexGuard<'_, HashMap<String, Entry>
 
 fn start(ctx: &Arc<SimContext>, launcher: &ApiServerLauncher, clusters: &Clusters, uid: String) {
     let start = {
-        let mut clusters = lock(clusters);
-        if clusters.contains_key(&uid) {
-            return;
+        let mut entries = lock(clusters);
+        match entries.get(&uid) {
+            Some(Entry::Stopping(stopping)) => {
+                // Started again while going down: once the old server is gone.
+                let stopping = stopping.clone();
+                drop(entries);
+                let (ctx, launcher, clusters) = (ctx.clone(), launcher.clone(), clusters.clone());
+                tokio::spawn(async move {
+                    stopping.down().await;
+                    if kubelet_running(&ctx, &uid) {
+                        start(&ctx, &launcher, &clusters, uid);
+                    }
+                });
+                return;
+            }
+            Some(_) => return,
+            None => {}
         }
         let start = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        clusters.insert(uid.clone(), Entry::Starting(start));
+        entries.insert(uid.clone(), Entry::Starting(start));
         start
     };
     if !start_cluster(ctx, launcher, clusters, &uid, start) {
@@ -121,6 +282,7 @@ fn start_cluster(
         pki,
         version,
         timings: ctx.options.timings.clone(),
+        saved_objects: state.api_objects.clone(),
     };
     let (ctx, launcher, clusters) = (ctx.clone(), launcher.clone(), clusters.clone());
     tokio::spawn(async move {
@@ -157,9 +319,16 @@ fn start_cluster(
     true
 }
 
+/// Stops the cluster of `uid` without saving anything (the guest crashed).
 fn stop(ctx: &SimContext, clusters: &Clusters, uid: &str) {
-    // A cluster still starting sees its entry gone when it is up, and stops itself.
-    let removed = lock(clusters).remove(uid);
+    let removed = {
+        let mut entries = lock(clusters);
+        if matches!(entries.get(uid), Some(Entry::Stopping(_))) {
+            return;
+        }
+        // A cluster still starting sees its entry gone when it is up, and stops itself.
+        entries.remove(uid)
+    };
     if let Some(Entry::Running(cluster)) = removed {
         ctx.guests.unregister_port(uid, API_PORT);
         cluster.stop();

@@ -5,6 +5,7 @@
 pub mod cluster;
 pub mod crds;
 pub mod link;
+pub mod persist;
 pub mod pki;
 
 pub use cluster::{ClusterSpec, GuestCluster, GuestView};

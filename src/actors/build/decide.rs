@@ -23,11 +23,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::admit;
 use crate::actors::download::JobState;
 use crate::actors::stage::{Observation, WhenLost, attempt_failure};
-use crate::api::bundle::InstallStep;
 use crate::api::bundle::{
     BuildInputs, BuildResources, BuildStage, BuildStatus, BundlePhase, BundleSource, CRCBundle,
     CRCBundleStatus, ReleaseStatus,
 };
+use crate::api::bundle::{InstallStep, ValidationBoot};
+use crate::api::common::LocalRef;
 use crate::api::common::ObjectIdentity;
 use crate::api::conditions::{self, reasons, types};
 use crate::api::labels::RETRY_ANNOTATION;
@@ -97,6 +98,8 @@ temps! {
     /// The helper Job of the current step and VMI; its name is recorded with it.
     HelperJob: "Job", build_vm, helper_job;
     DiskJob: "Job", disk_job, disk_job;
+    ValidationDataVolume: "DataVolume", validation_data_volume, validation_data_volume;
+    ValidationVm: "VirtualMachine", validation_vm, validation_vm;
 }
 
 impl Temp {
@@ -178,6 +181,8 @@ pub struct Observed {
     pub installer: JobState,
     /// The build VM, its VMI and launcher pod.
     pub vm: Option<VmSeen>,
+    /// The validation VM, its VMI and launcher pod.
+    pub validation_vm: Option<VmSeen>,
     /// The recorded helper Job as its child reported it.
     pub helper: JobState,
     /// The recorded disk Job as its child reported it.
@@ -186,6 +191,36 @@ pub struct Observed {
     pub key_secret: Owned,
     /// The bundle's golden PVC (`<bundle>-golden`), read from the Publish stage on.
     pub golden: Owned,
+    /// The bundle's metadata ConfigMap and DataSource, read in the Ready stage.
+    pub metadata: Owned,
+    pub data_source: Owned,
+    /// The operator namespace (where the golden PVC is published).
+    pub namespace: String,
+}
+
+/// Which of the attempt's VMs an action is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VmRole {
+    Build,
+    Validation,
+}
+
+impl Observed {
+    fn vm_of(&self, role: VmRole) -> Option<&VmSeen> {
+        match role {
+            VmRole::Build => self.vm.as_ref(),
+            VmRole::Validation => self.validation_vm.as_ref(),
+        }
+    }
+}
+
+impl Names {
+    fn vm_name(&self, role: VmRole) -> &str {
+        match role {
+            VmRole::Build => &self.build_vm,
+            VmRole::Validation => &self.validation_vm,
+        }
+    }
 }
 
 /// One of the bundle's own objects (kept after the build), as found under its name.
@@ -207,6 +242,10 @@ pub enum Action {
     CreateKeySecret,
     /// Create the bundle's golden PVC (kept after the build: it is the bundle's disk).
     CreateGoldenPvc,
+    /// Publish the bundle's metadata ConfigMap from the status (kept: consumers read it).
+    PublishMetadata,
+    /// Publish the CDI DataSource at the golden PVC (kept: plain KubeVirt users boot from it).
+    PublishDataSource,
     /// Create the object named in its slot; its UID is recorded right after.
     Create(Temp),
     /// Delete the recorded object (UID precondition: never a namesake).
@@ -215,11 +254,11 @@ pub enum Action {
         name: String,
         uid: String,
     },
-    /// Stop the build VM (`runStrategy: Halted`).
-    HaltVm,
-    /// Give the build VM the shape of `boot` and start it (`RerunOnFailure`); only once it is
-    /// halted and its VMI and launcher pod are gone.
-    StartVm(BuildBoot),
+    /// Stop the VM (`runStrategy: Halted`).
+    HaltVm(VmRole),
+    /// Give the VM the shape of `boot` and start it; only once it is halted and its VMI and
+    /// launcher pod are gone.
+    StartVm(VmRole, BuildBoot),
 }
 
 /// The next step of a build-sourced bundle.
@@ -305,9 +344,10 @@ pub fn decide(bundle: &CRCBundle, observed: &Observed, deadline: Duration, now: 
     let names = Names::of(&name, attempt);
 
     let stage = step.build().stage.unwrap_or(BuildStage::Admit);
-    // A Failed attempt only cleans up; every other stage runs against the deadline.
+    // A Failed attempt only cleans up, a Ready one is done; every other stage runs against the
+    // deadline.
     let remaining = match (stage, step.build().started_at.clone()) {
-        (BuildStage::Failed, _) => None,
+        (BuildStage::Failed | BuildStage::Ready, _) => None,
         (_, Some(started)) => Some(remaining(&started, deadline, &now)),
         (_, None) => Some(deadline),
     };
@@ -372,15 +412,16 @@ pub fn decide(bundle: &CRCBundle, observed: &Observed, deadline: Duration, now: 
             },
             BuildStage::Seal => seal(&mut step, observed, &names, &mut actions),
             BuildStage::Publish => publish(&mut step, observed, &names, &mut actions),
-            BuildStage::Validate => step.waiting_in_validate(),
-            _ => {}
+            BuildStage::Validate => validate(&mut step, observed, &names, &mut actions),
+            BuildStage::Ready => ready(&mut step, observed, &names, &mut actions),
+            BuildStage::Failed => {}
         }
     }
     if step.build().stage == Some(BuildStage::Failed) {
         cleanup(step.status, observed, &mut actions);
     }
     let requeue = match step.build().stage {
-        Some(BuildStage::Failed) => None,
+        Some(BuildStage::Failed | BuildStage::Ready) => None,
         _ => remaining.filter(|r| !r.is_zero()),
     };
     Decision {
@@ -407,6 +448,7 @@ impl Step<'_> {
             finished_at: None,
             resources: None,
             install_step: None,
+            validation_boot: None,
             vmi_uid: None,
             message: None,
         };
@@ -431,18 +473,6 @@ impl Step<'_> {
         );
     }
 
-    /// The attempt reached Validate, which this operator version does not run yet: it stops
-    /// there, saying so, with its published golden PVC.
-    fn waiting_in_validate(&mut self) {
-        self.set(
-            types::VALIDATED,
-            false,
-            reasons::PENDING,
-            "the Validate stage is not part of this operator version yet; the build waits here with its published golden PVC".into(),
-        );
-        self.ready_building("stage Validate: not part of this operator version yet".into());
-    }
-
     /// Progress of `stage`: its condition and `Ready`.
     fn progress(&mut self, stage: BuildStage, message: String) {
         self.set(
@@ -454,11 +484,14 @@ impl Step<'_> {
         self.ready_building(format!("stage {stage:?}: {message}"));
     }
 
-    /// `stage` succeeded: its condition, and the attempt moves on to `next`.
+    /// `stage` succeeded: its condition, and the attempt moves on to `next` (Ready has no
+    /// condition of its own but `Ready`, which its pass sets).
     fn succeed(&mut self, stage: BuildStage, message: String, next: BuildStage) {
         self.set(condition_of(stage), true, reasons::STAGE_SUCCEEDED, message);
         self.build_mut().stage = Some(next);
-        self.progress(next, "starting".into());
+        if next != BuildStage::Ready {
+            self.progress(next, "starting".into());
+        }
     }
 
     fn start_attempt(&mut self, attempt: i32, retry: Option<String>) {
@@ -740,6 +773,7 @@ fn install(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Ve
     let session = Session {
         stage: BuildStage::Install,
         label: describe(install_step),
+        role: VmRole::Build,
         boot,
         helper_step,
         // The cold restart's boot has no helper of its own: it only starts the VM.
@@ -834,14 +868,14 @@ fn publish(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Ve
         return;
     };
     if !vm.halted {
-        actions.push(Action::HaltVm);
+        actions.push(Action::HaltVm(VmRole::Build));
         step.progress(
             BuildStage::Publish,
             format!("stopping VirtualMachine {}", names.build_vm),
         );
         return;
     }
-    if let Some(message) = still_holding(vm, names) {
+    if let Some(message) = still_holding(vm, &names.build_vm) {
         step.progress(BuildStage::Publish, message);
         return;
     }
@@ -900,7 +934,6 @@ fn publish(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Ve
                         ),
                         BuildStage::Validate,
                     );
-                    step.waiting_in_validate();
                 }
                 Err(err) => step.fail(
                     types::PUBLISHED,
@@ -928,20 +961,139 @@ fn publish(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Ve
     }
 }
 
-/// What still holds the disks of a halted build VM, or `None` once nothing does.
-fn still_holding(vm: &VmSeen, names: &Names) -> Option<String> {
+/// Stage 6: the golden PVC cloned into the validation DataVolume, booted on real time (sealing
+/// checked, the startup path run), then again with its clock 20 days ahead.
+fn validate(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Vec<Action>) {
+    let mut needed = Temp::after_cold_restart();
+    needed.extend([Temp::ValidationDataVolume, Temp::ValidationVm]);
+    if !ensure_temps(step, observed, names, &needed, types::VALIDATED, actions) {
+        return;
+    }
+    if !actions.is_empty() {
+        step.progress(
+            BuildStage::Validate,
+            format!(
+                "cloning the golden PVC into DataVolume {} for VirtualMachine {}",
+                names.validation_data_volume, names.validation_vm
+            ),
+        );
+        return;
+    }
+    let boot = *step
+        .build_mut()
+        .validation_boot
+        .get_or_insert(ValidationBoot::RealTime);
+    let session = match boot {
+        ValidationBoot::RealTime => Session {
+            stage: BuildStage::Validate,
+            label: "first boot, real time",
+            role: VmRole::Validation,
+            boot: BuildBoot::Installed,
+            helper_step: HelperStep::Validate,
+            helper_counts: true,
+        },
+        ValidationBoot::Aged => Session {
+            stage: BuildStage::Validate,
+            label: "second boot, 20 days ahead",
+            role: VmRole::Validation,
+            boot: BuildBoot::Aged,
+            helper_step: HelperStep::Aged,
+            helper_counts: true,
+        },
+    };
+    if let SessionState::Done(summary) = guest_session(step, observed, names, actions, &session) {
+        match boot {
+            ValidationBoot::RealTime => {
+                step.build_mut().validation_boot = Some(ValidationBoot::Aged);
+                step.progress(BuildStage::Validate, format!("first boot: {summary}"));
+            }
+            ValidationBoot::Aged => step.succeed(
+                BuildStage::Validate,
+                format!(
+                    "a clone of the golden disk booted on real time (sealing held, the CRC startup path passed) and again 20 days ahead: {summary}"
+                ),
+                BuildStage::Ready,
+            ),
+        }
+    }
+}
+
+/// Stage 7: the metadata ConfigMap and the DataSource published, `Ready=True`, then every
+/// temporary object deleted (Ready stays while they go).
+fn ready(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Vec<Action>) {
+    let bundle = crate::resources::bundle::Names::of(names.bundle());
+    for (owned, action, kind, name) in [
+        (
+            observed.metadata,
+            Action::PublishMetadata,
+            "ConfigMap",
+            &bundle.metadata,
+        ),
+        (
+            observed.data_source,
+            Action::PublishDataSource,
+            "DataSource",
+            &names.bundle().to_owned(),
+        ),
+    ] {
+        match owned {
+            Owned::Ours => {}
+            Owned::Missing => actions.push(action),
+            Owned::NotOurs => {
+                step.fail(
+                    types::VALIDATED,
+                    reasons::RESOURCE_REPLACED,
+                    format!(
+                        "{kind} {name} exists but this bundle does not control it; the bundle is not published into it. Delete it to retry"
+                    ),
+                );
+                return;
+            }
+        }
+    }
+    let now = step.now.clone();
+    let status = &mut step.status;
+    status.phase = Some(BundlePhase::Ready);
+    status.qcow2_pvc_ref = Some(LocalRef::new(&bundle.golden_pvc));
+    status.qcow2_pvc_namespace = Some(observed.namespace.clone());
+    status.ssh_key_secret_ref = Some(LocalRef::new(&bundle.ssh_secret));
+    let build = step.build_mut();
+    if build.finished_at.is_none() {
+        build.finished_at = Some(now);
+    }
+    let resources = build.resources.get_or_insert_with(Default::default);
+    release(resources, observed, Temp::ALL, actions);
+    let left = Temp::ALL
+        .iter()
+        .filter(|t| t.slot(resources).is_some())
+        .count();
+    let message = format!(
+        "golden disk {}/{} is ready (sha256 {})",
+        observed.namespace,
+        bundle.golden_pvc,
+        step.status.disk_sha256.as_deref().unwrap_or_default()
+    );
+    step.build_mut().message = Some(if left == 0 {
+        "ready; every temporary object deleted".to_owned()
+    } else {
+        format!("ready; deleting {left} temporary object(s)")
+    });
+    step.set(types::READY, true, reasons::BUNDLE_READY, message);
+}
+
+/// What still holds the disks of a halted VM, or `None` once nothing does.
+fn still_holding(vm: &VmSeen, vm_name: &str) -> Option<String> {
     if let Some(vmi) = &vm.vmi {
         return Some(format!(
-            "waiting for VMI {} ({}) of VirtualMachine {} to go",
-            vmi.uid, vmi.phase, names.build_vm
+            "waiting for VMI {} ({}) of VirtualMachine {vm_name} to go",
+            vmi.uid, vmi.phase
         ));
     }
     // The launcher pods carry the bundle's label and are watched (metadata only), and
     // `status.runStrategy` comes with the VM's watch event: both wake this pass.
     (vm.launcher_pod || !vm.halt_observed).then(|| {
         format!(
-            "waiting for the virt-launcher pod of VirtualMachine {} to release its disks",
-            names.build_vm
+            "waiting for the virt-launcher pod of VirtualMachine {vm_name} to release its disks"
         )
     })
 }
@@ -950,6 +1102,7 @@ fn still_holding(vm: &VmSeen, names: &Names) -> Option<String> {
 struct Session {
     stage: BuildStage,
     label: &'static str,
+    role: VmRole,
     boot: BuildBoot,
     helper_step: HelperStep,
     /// Whether the helper's result ends the session (not during the cold restart, whose boot
@@ -973,6 +1126,7 @@ impl Session {
         Session {
             stage,
             label,
+            role: VmRole::Build,
             boot: BuildBoot::Installed,
             helper_step,
             helper_counts: true,
@@ -990,12 +1144,10 @@ fn guest_session(
     actions: &mut Vec<Action>,
     session: &Session,
 ) -> SessionState {
-    let (stage, label) = (session.stage, session.label);
-    let Some(vm) = &observed.vm else {
-        step.progress(
-            stage,
-            format!("waiting to read VirtualMachine {}", names.build_vm),
-        );
+    let (stage, label, role) = (session.stage, session.label, session.role);
+    let vm_name = names.vm_name(role);
+    let Some(vm) = observed.vm_of(role) else {
+        step.progress(stage, format!("waiting to read VirtualMachine {vm_name}"));
         return SessionState::Pending;
     };
     let helper_step = session.helper_step;
@@ -1073,31 +1225,22 @@ fn guest_session(
     // The VM in the shape of this step's boot, running.
     if vm.boot.as_ref() != Some(&session.boot) || vm.halted {
         if !vm.halted {
-            actions.push(Action::HaltVm);
-            step.progress(
-                stage,
-                format!("{label}: stopping VirtualMachine {}", names.build_vm),
-            );
+            actions.push(Action::HaltVm(role));
+            step.progress(stage, format!("{label}: stopping VirtualMachine {vm_name}"));
             return SessionState::Pending;
         }
-        if let Some(message) = still_holding(vm, names) {
+        if let Some(message) = still_holding(vm, vm_name) {
             step.progress(stage, format!("{label}: {message}"));
             return SessionState::Pending;
         }
-        actions.push(Action::StartVm(session.boot.clone()));
-        step.progress(
-            stage,
-            format!("{label}: starting VirtualMachine {}", names.build_vm),
-        );
+        actions.push(Action::StartVm(role, session.boot.clone()));
+        step.progress(stage, format!("{label}: starting VirtualMachine {vm_name}"));
         return SessionState::Started;
     }
     let Some(vmi) = &vm.vmi else {
         step.progress(
             stage,
-            format!(
-                "{label}: waiting for KubeVirt to start VirtualMachine {}",
-                names.build_vm
-            ),
+            format!("{label}: waiting for KubeVirt to start VirtualMachine {vm_name}"),
         );
         return SessionState::Pending;
     };
@@ -1105,9 +1248,8 @@ fn guest_session(
         step.progress(
             stage,
             format!(
-                "{label}: VMI {} of VirtualMachine {} is {}",
+                "{label}: VMI {} of VirtualMachine {vm_name} is {}",
                 vmi.uid,
-                names.build_vm,
                 if vmi.phase.is_empty() {
                     "starting"
                 } else {
@@ -1193,6 +1335,10 @@ pub fn helper_step(build: &BuildStatus) -> Option<HelperStep> {
         }),
         BuildStage::Customize => Some(HelperStep::Customize),
         BuildStage::Seal => Some(HelperStep::Seal),
+        BuildStage::Validate => Some(match build.validation_boot? {
+            ValidationBoot::RealTime => HelperStep::Validate,
+            ValidationBoot::Aged => HelperStep::Aged,
+        }),
         _ => None,
     }
 }
@@ -1533,6 +1679,199 @@ mod tests {
         (b, observed)
     }
 
+    /// An attempt in stage `stage` after the cold restart, every object recorded and ours, the
+    /// validation clone's too.
+    fn later(stage: BuildStage, validation_vm: VmSeen) -> (CRCBundle, Observed) {
+        let (mut b, mut observed) = installing(
+            InstallStep::Certificates,
+            running("vmi-build", BuildBoot::Installed),
+            JobState::Unreported,
+        );
+        let build = b.status.as_mut().unwrap().build.as_mut().unwrap();
+        build.stage = Some(stage);
+        let resources = build.resources.get_or_insert_with(Default::default);
+        for temp in [Temp::ValidationDataVolume, Temp::ValidationVm] {
+            *temp.slot_mut(resources) = Some(ObjectIdentity {
+                name: format!("{temp:?}"),
+                uid: format!("uid-{temp:?}"),
+            });
+            observed.temps.insert(temp, None);
+        }
+        observed.validation_vm = Some(validation_vm);
+        (b, observed)
+    }
+
+    #[test]
+    fn validation_boots_the_clone_on_real_time_then_20_days_ahead() {
+        let (b, observed) = later(
+            BuildStage::Validate,
+            running("vmi-clone", BuildBoot::Installed),
+        );
+        let d = decide(&b, &observed, HOUR, at(100));
+        let build = d.status.build.as_ref().unwrap();
+        assert_eq!(build.validation_boot, Some(ValidationBoot::RealTime));
+        assert_eq!(d.actions, vec![Action::Create(Temp::HelperJob)]);
+        let helper = build
+            .resources
+            .as_ref()
+            .unwrap()
+            .helper_job
+            .clone()
+            .unwrap();
+        assert_eq!(helper.name, "custom-b1-validate-vmiclone");
+        assert_eq!(helper_step(build), Some(HelperStep::Validate));
+
+        // The first boot's helper done: the clone is halted for its aged boot.
+        let mut b = applied(b, &d);
+        let mut observed = observed;
+        observed.helper = JobState::Seen(Observation::Done(
+            serde_json::to_string(&HelperOutcome {
+                step: HelperStep::Validate,
+                vmi_gone: None,
+                summary: "sealing held".into(),
+            })
+            .unwrap(),
+        ));
+        let d = decide(&b, &observed, HOUR, at(101));
+        assert_eq!(
+            d.status.build.as_ref().unwrap().validation_boot,
+            Some(ValidationBoot::Aged)
+        );
+        b = applied(b, &d);
+        observed.helper = JobState::Unreported;
+        let d = decide(&b, &observed, HOUR, at(102));
+        assert_eq!(d.actions, vec![Action::HaltVm(VmRole::Validation)]);
+
+        // Halted and released: started again 20 days ahead.
+        observed.validation_vm = Some(VmSeen {
+            boot: Some(BuildBoot::Installed),
+            halted: true,
+            halt_observed: true,
+            vmi: None,
+            launcher_pod: false,
+        });
+        let d = decide(&b, &observed, HOUR, at(103));
+        assert_eq!(
+            d.actions,
+            vec![Action::StartVm(VmRole::Validation, BuildBoot::Aged)]
+        );
+
+        // The aged boot's helper done: Validated, and on to Ready.
+        let vmi = "vmi-aged";
+        let mut b = applied(b, &d);
+        let build = b.status.as_mut().unwrap().build.as_mut().unwrap();
+        build.vmi_uid = Some(vmi.into());
+        build.resources.as_mut().unwrap().helper_job = Some(ObjectIdentity {
+            name: Names::of("custom", 1).helper_job(HelperStep::Aged, vmi),
+            uid: "aged-uid".into(),
+        });
+        observed.validation_vm = Some(running(vmi, BuildBoot::Aged));
+        observed.helper = JobState::Seen(Observation::Done(
+            serde_json::to_string(&HelperOutcome {
+                step: HelperStep::Aged,
+                vmi_gone: None,
+                summary: "passed again".into(),
+            })
+            .unwrap(),
+        ));
+        let d = decide(&b, &observed, HOUR, at(104));
+        assert_eq!(
+            d.status.build.as_ref().unwrap().stage,
+            Some(BuildStage::Ready)
+        );
+        let validated = conditions::find(&d.status.conditions, types::VALIDATED).unwrap();
+        assert_eq!(
+            (validated.status.as_str(), validated.reason.as_str()),
+            ("True", reasons::STAGE_SUCCEEDED)
+        );
+        assert!(
+            validated.message.contains("passed again"),
+            "{}",
+            validated.message
+        );
+    }
+
+    #[test]
+    fn a_refused_manifest_fails_customize_with_its_own_reason_and_cleans_up() {
+        let (mut b, mut observed) = later(
+            BuildStage::Customize,
+            running("vmi-clone", BuildBoot::Installed),
+        );
+        observed.admitted = Some(Ok(inputs("aa")));
+        let build = b.status.as_mut().unwrap().build.as_mut().unwrap();
+        build.vmi_uid = Some("vmi-build".into());
+        build.resources.as_mut().unwrap().helper_job = Some(ObjectIdentity {
+            name: Names::of("custom", 1).helper_job(HelperStep::Customize, "vmi-build"),
+            uid: "helper-uid".into(),
+        });
+        observed.helper = JobState::Seen(Observation::Failed(
+            "ManifestRejected: the guest API rejected ConfigMap x/Bad from extra/cm.yaml of postInstallManifestRefs: Invalid value".into(),
+        ));
+        let d = decide(&b, &observed, HOUR, at(100));
+        assert_eq!(
+            reason(&d.status, types::CUSTOMIZED),
+            ("False".into(), reasons::MANIFEST_REJECTED.into())
+        );
+        assert_eq!(d.status.phase, Some(BundlePhase::Failed));
+        assert!(
+            d.actions.iter().any(|a| matches!(
+                a,
+                Action::Delete {
+                    temp: Temp::BuildVm,
+                    ..
+                }
+            )),
+            "{:?}",
+            d.actions
+        );
+
+        // An input changed before the manifests were applied: InputsChanged.
+        observed.helper = JobState::Unreported;
+        observed.admitted = Some(Ok(inputs("bb")));
+        let d = decide(&b, &observed, HOUR, at(100));
+        assert_eq!(
+            reason(&d.status, types::CUSTOMIZED),
+            ("False".into(), reasons::INPUTS_CHANGED.into())
+        );
+    }
+
+    #[test]
+    fn ready_publishes_then_deletes_every_temporary_object_and_stays_ready() {
+        let (b, mut observed) = later(BuildStage::Ready, running("vmi-clone", BuildBoot::Aged));
+        observed.namespace = "ops".into();
+        let d = decide(&b, &observed, HOUR, at(100));
+        assert!(d.actions.contains(&Action::PublishMetadata));
+        assert!(d.actions.contains(&Action::PublishDataSource));
+        assert!(d.actions.contains(&Action::Delete {
+            temp: Temp::ValidationVm,
+            name: "ValidationVm".into(),
+            uid: "uid-ValidationVm".into(),
+        }));
+        assert_eq!(
+            reason(&d.status, types::READY),
+            ("True".into(), reasons::BUNDLE_READY.into())
+        );
+        assert_eq!(d.status.phase, Some(BundlePhase::Ready));
+        assert_eq!(d.status.qcow2_pvc_namespace.as_deref(), Some("ops"));
+        assert_eq!(d.requeue, None, "no deadline once Ready");
+
+        // Published and everything gone: nothing left to do, still Ready, far past the deadline.
+        observed.metadata = Owned::Ours;
+        observed.data_source = Owned::Ours;
+        for temp in Temp::ALL {
+            observed.temps.insert(*temp, Some(Observation::Lost));
+        }
+        observed.installer = JobState::Seen(Observation::Lost);
+        let b = applied(b, &d);
+        let d = decide(&b, &observed, HOUR, at(100_000));
+        assert_eq!(reason(&d.status, types::READY).0, "True");
+        assert!(
+            d.actions.iter().all(|a| !matches!(a, Action::Create(_))),
+            "{:?}",
+            d.actions
+        );
+    }
+
     fn running(uid: &str, boot: BuildBoot) -> VmSeen {
         VmSeen {
             boot: Some(boot),
@@ -1615,7 +1954,7 @@ mod tests {
         );
         assert_eq!(
             decide(&b, &observed, HOUR, at(71)).actions,
-            vec![Action::HaltVm]
+            vec![Action::HaltVm(VmRole::Build)]
         );
         let vm = observed.vm.as_mut().unwrap();
         vm.halted = true;
@@ -1639,9 +1978,12 @@ mod tests {
         let start = decide(&b, &observed, HOUR, at(74));
         assert_eq!(
             start.actions,
-            vec![Action::StartVm(BuildBoot::Install {
-                iso_claim: "custom-b1-install-iso".into()
-            })]
+            vec![Action::StartVm(
+                VmRole::Build,
+                BuildBoot::Install {
+                    iso_claim: "custom-b1-install-iso".into()
+                }
+            )]
         );
     }
 
@@ -1662,7 +2004,10 @@ mod tests {
         observed.temps.insert(Temp::WorkPvc, None);
         observed.temps.insert(Temp::IsoPvc, None);
         let d = decide(&b, &observed, HOUR, at(80));
-        assert_eq!(d.actions[0], Action::StartVm(BuildBoot::Installed));
+        assert_eq!(
+            d.actions[0],
+            Action::StartVm(VmRole::Build, BuildBoot::Installed)
+        );
         let deleted: Vec<Temp> = d.actions[1..]
             .iter()
             .map(|a| match a {

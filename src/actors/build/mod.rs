@@ -26,7 +26,7 @@ use serde::de::DeserializeOwned;
 use super::context::Context;
 use super::download::JobState;
 use super::kind_supervisor::Next;
-use super::stage::build_vm::BuildVmStage;
+use super::stage::build_vm::{BuildVmStage, ValidationClone};
 use super::stage::children::Children;
 use super::stage::disk_copy::DiskCopy;
 use super::stage::guest_session::GuestSession;
@@ -36,7 +36,8 @@ use crate::api::bundle::{
     BuildSpec, BuildStage, CRCBundle, CRCBundleStatus, ManifestRef, ManifestSourceKind,
 };
 use crate::api::labels::FINALIZER_BUILD;
-use crate::cdi::DataVolume;
+use crate::cdi::{DataSource, DataVolume};
+use crate::contract::build_helper::Step as HelperStep;
 use crate::contract::bundle_prep::SECRET_KEY;
 use crate::contract::installer::{PostInstallManifest, StagedFile};
 use crate::guest::keys;
@@ -45,11 +46,11 @@ use crate::resources;
 use crate::resources::build::{InstallerInputs, Names};
 use crate::resources::common::{bundle_labels, controller_ref, is_controlled_by};
 use crate::resources::profile::inputs::SshPublicKey;
-use crate::resources::profile::vm::{BuildBoot, DAY_BEHIND_SECONDS};
+use crate::resources::profile::vm::{AGED_SECONDS, BuildBoot, DAY_BEHIND_SECONDS};
 use crate::resources::profile::{ignition, install_config, manifests};
 use crate::write;
 use admit::Admitted;
-use decide::{Action, Decision, Observed, Owned, Temp};
+use decide::{Action, Decision, Observed, Owned, Temp, VmRole};
 
 /// The key of the bundle key Secret's public half.
 pub const PUBLIC_KEY: &str = "id_ecdsa.pub";
@@ -112,6 +113,7 @@ pub async fn pass(
     let mut admitted = None;
     let mut observed = Observed {
         retry: retry.clone(),
+        namespace: ctx.namespace.clone(),
         ..Default::default()
     };
     if decide::reads_inputs(bundle, retry.as_deref()) {
@@ -164,6 +166,7 @@ pub async fn pass(
     follow::<BuildVmStage>(ctx, children, &owner, &status).await;
     follow::<GuestSession>(ctx, children, &owner, &status).await;
     follow::<DiskCopy>(ctx, children, &owner, &status).await;
+    follow::<ValidationClone>(ctx, children, &owner, &status).await;
     Ok(requeue.map_or(Next::Done, Next::Requeue))
 }
 
@@ -190,13 +193,18 @@ async fn teardown_pass(ctx: &Arc<Context>, bundle: &CRCBundle) -> Result<Next, E
         let meta = recorded_meta(ctx, &name, temp, recorded).await?;
         let presence = teardown::presence(recorded, &owner, meta.as_ref());
         // Its run strategy, VMI and launcher pods, while it is ours and still there.
-        if temp == Temp::BuildVm
+        if matches!(temp, Temp::BuildVm | Temp::ValidationVm)
             && matches!(
                 presence,
                 teardown::Presence::Ours | teardown::Presence::Deleting
             )
         {
-            seen.vm = build_vm(ctx, &name, recorded, &owner).await?.1;
+            let vm = build_vm(ctx, &name, recorded, &owner).await?.1;
+            if temp == Temp::BuildVm {
+                seen.vm = vm;
+            } else {
+                seen.validation_vm = vm;
+            }
         }
         seen.temps.insert(temp, presence);
     }
@@ -403,6 +411,11 @@ async fn observe(
                 observed.vm = vm;
                 seen
             }
+            Temp::ValidationVm => {
+                let (seen, vm) = build_vm(ctx, &name, recorded, &owner).await?;
+                observed.validation_vm = vm;
+                seen
+            }
             Temp::InstallerJob => {
                 observed.installer = children
                     .observation::<InstallerJob>(recorded)
@@ -460,14 +473,52 @@ async fn observe(
         stage,
         Some(BuildStage::Publish | BuildStage::Validate | BuildStage::Ready)
     ) {
-        let golden = resources::bundle::Names::of(&name).golden_pvc;
-        observed.golden = match meta_of::<PersistentVolumeClaim>(ctx, &name, &golden).await? {
+        let owned = |meta: Option<ObjectMeta>| match meta {
             None => Owned::Missing,
             Some(meta) if meta_controlled_by(&meta, &owner) => Owned::Ours,
             Some(_) => Owned::NotOurs,
         };
+        let bundle_names = resources::bundle::Names::of(&name);
+        observed.golden =
+            owned(meta_of::<PersistentVolumeClaim>(ctx, &name, &bundle_names.golden_pvc).await?);
+        if stage == Some(BuildStage::Ready) {
+            observed.metadata =
+                owned(meta_of::<ConfigMap>(ctx, &name, &bundle_names.metadata).await?);
+            observed.data_source = owned(meta_of::<DataSource>(ctx, &name, &name).await?);
+        }
     }
     Ok(())
+}
+
+/// The metadata ConfigMap of a built bundle: the keys the download source publishes, from the
+/// status the build recorded.
+fn metadata_config_map(bundle: &CRCBundle, ns: &str, status: &CRCBundleStatus) -> ConfigMap {
+    use crate::contract::bundle_prep::{CM_DISK_SHA256, CM_DISK_VIRTUAL_SIZE, CM_OCP_VERSION};
+    let name = bundle.name_any();
+    let mut data = BTreeMap::new();
+    for (key, value) in [
+        (CM_OCP_VERSION, status.ocp_version.clone()),
+        (CM_DISK_SHA256, status.disk_sha256.clone()),
+        (
+            CM_DISK_VIRTUAL_SIZE,
+            status.disk_virtual_size.map(|s| s.to_string()),
+        ),
+    ] {
+        if let Some(value) = value {
+            data.insert(key.to_owned(), value);
+        }
+    }
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(resources::bundle::Names::of(&name).metadata),
+            namespace: Some(ns.to_owned()),
+            labels: Some(bundle_labels(&name)),
+            owner_references: controller_ref(bundle).map(|r| vec![r]),
+            ..Default::default()
+        },
+        data: Some(data),
+        ..Default::default()
+    }
 }
 
 /// The build VM (judged like every temporary object) and, when it is ours, its boot, run
@@ -536,6 +587,7 @@ fn vm_seen(
     // The Install boot's ISO is the install ISO volume; the generator's the stock one.
     let boot = match (iso, offset) {
         (None, 0) => Some(BuildBoot::Installed),
+        (None, AGED_SECONDS) => Some(BuildBoot::Aged),
         (Some(claim), o) if o == DAY_BEHIND_SECONDS && claim.ends_with("-install-iso") => {
             Some(BuildBoot::Install { iso_claim: claim })
         }
@@ -586,11 +638,11 @@ macro_rules! of_kind {
                 type $k = RoleBinding;
                 $body
             }
-            Temp::RootDataVolume => {
+            Temp::RootDataVolume | Temp::ValidationDataVolume => {
                 type $k = DataVolume;
                 $body
             }
-            Temp::BuildVm => {
+            Temp::BuildVm | Temp::ValidationVm => {
                 type $k = VirtualMachine;
                 $body
             }
@@ -650,12 +702,15 @@ async fn act(
         name: name.clone(),
         detail,
     };
-    let build_vm = names.build_vm.as_str();
-    let patch_vm = |patch: serde_json::Value| async move {
-        let vms = Api::<VirtualMachine>::namespaced(client.clone(), ns);
-        write::merge_patch(&vms, build_vm, &patch)
-            .await
-            .map(|_| None)
+    let patch_vm = |role: VmRole, patch: serde_json::Value| {
+        let vm = match role {
+            VmRole::Build => names.build_vm.clone(),
+            VmRole::Validation => names.validation_vm.clone(),
+        };
+        async move {
+            let vms = Api::<VirtualMachine>::namespaced(client.clone(), ns);
+            write::merge_patch(&vms, &vm, &patch).await.map(|_| None)
+        }
     };
     let result = match action {
         Action::CreateGoldenPvc => {
@@ -732,11 +787,26 @@ async fn act(
                 create(ctx, &vm).await
             }
             Temp::HelperJob => {
+                // The decision named it for a running VMI it saw; one that cannot be built from
+                // this pass's status and observations is a bug to see, retried with backoff.
                 let Some(job) = helper_job(bundle, spec, ns, &names, status, observed, &ctx.jobs)
                 else {
-                    return Ok(None);
+                    return Err(render(
+                        "the helper Job's step, VMI or pinned release is not known to this pass"
+                            .into(),
+                    ));
                 };
                 create(ctx, &job).await
+            }
+            Temp::ValidationDataVolume => {
+                let golden = resources::bundle::Names::of(&name).golden_pvc;
+                let dv = resources::build::validation_data_volume(bundle, ns, &names, &golden);
+                create(ctx, &dv).await
+            }
+            Temp::ValidationVm => {
+                let vm = resources::build::validation_vm(bundle, ns, &names, &BuildBoot::Installed)
+                    .map_err(|e| render(e.to_string()))?;
+                create(ctx, &vm).await
             }
             Temp::DiskJob => {
                 let golden = resources::bundle::Names::of(&name).golden_pvc;
@@ -757,20 +827,50 @@ async fn act(
                 .map_err(kube_err)?;
             None
         }
-        Action::HaltVm => patch_vm(serde_json::json!({"spec": {"runStrategy": "Halted"}}))
-            .await
-            .map_err(kube_err)?,
-        Action::StartVm(boot) => {
-            let vm = resources::build::build_vm(bundle, ns, &names, boot)
-                .map_err(|e| render(e.to_string()))?;
-            // The whole template of the new boot (the ISO disk gone after the cold restart)
-            // and the run strategy, in one write.
-            patch_vm(serde_json::json!({"spec": {
-                "runStrategy": vm.spec.run_strategy,
-                "template": vm.spec.template,
-            }}))
+        Action::HaltVm(role) => patch_vm(
+            *role,
+            serde_json::json!({"spec": {"runStrategy": "Halted"}}),
+        )
+        .await
+        .map_err(kube_err)?,
+        Action::StartVm(role, boot) => {
+            let vm = match role {
+                VmRole::Build => resources::build::build_vm(bundle, ns, &names, boot),
+                VmRole::Validation => resources::build::validation_vm(bundle, ns, &names, boot),
+            }
+            .map_err(|e| render(e.to_string()))?;
+            // The whole template of the new boot (the ISO disk gone after the cold restart, the
+            // clock aged) and the run strategy, in one write.
+            patch_vm(
+                *role,
+                serde_json::json!({"spec": {
+                    "runStrategy": vm.spec.run_strategy,
+                    "template": vm.spec.template,
+                }}),
+            )
             .await
             .map_err(kube_err)?
+        }
+        Action::PublishMetadata => {
+            let config_map = metadata_config_map(bundle, ns, status);
+            let api = Api::<ConfigMap>::namespaced(client.clone(), ns);
+            write::apply(
+                &api,
+                &resources::bundle::Names::of(&name).metadata,
+                &config_map,
+                crate::api::labels::FIELD_MANAGER,
+            )
+            .await
+            .map_err(kube_err)?;
+            None
+        }
+        Action::PublishDataSource => {
+            let source = resources::build::data_source(bundle, ns);
+            let api = Api::<DataSource>::namespaced(client.clone(), ns);
+            write::apply(&api, &name, &source, crate::api::labels::FIELD_MANAGER)
+                .await
+                .map_err(kube_err)?;
+            None
         }
     };
     tracing::info!(crcbundle = %name, ?action, "done");
@@ -789,9 +889,14 @@ fn helper_job(
     settings: &resources::bundle::JobSettings,
 ) -> Option<Job> {
     let build = status.build.as_ref()?;
-    let vmi = observed.vm.as_ref()?.vmi.as_ref()?;
-    let recorded = build.resources.as_ref()?.helper_job.as_ref()?;
     let step = decide::helper_step(build)?;
+    // The validation steps work in the validation clone, every other in the build VM.
+    let vm = match step {
+        HelperStep::Validate | HelperStep::Aged => observed.validation_vm.as_ref(),
+        _ => observed.vm.as_ref(),
+    };
+    let vmi = vm?.vmi.as_ref()?;
+    let recorded = build.resources.as_ref()?.helper_job.as_ref()?;
     if build.vmi_uid.as_deref() != Some(vmi.uid.as_str())
         || recorded.name != names.helper_job(step, &vmi.uid)
     {

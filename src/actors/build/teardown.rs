@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::decide::{Action, Temp, VmSeen};
+use super::decide::{Action, Temp, VmRole, VmSeen};
 use crate::api::bundle::{CRCBundle, CRCBundleStatus};
 use crate::api::conditions::{self, reasons, types};
 
@@ -46,6 +46,8 @@ pub struct Seen {
     pub temps: BTreeMap<Temp, Presence>,
     /// The build VM, when it is recorded and ours.
     pub vm: Option<VmSeen>,
+    /// The validation VM, when it is recorded and ours.
+    pub validation_vm: Option<VmSeen>,
 }
 
 /// The next teardown step.
@@ -67,12 +69,17 @@ pub fn teardown(bundle: &CRCBundle, seen: &Seen, now: Time) -> Teardown {
 
     // First the Jobs and the guest.
     let jobs_left = settle(resources, seen, &JOBS, &mut actions);
-    let vm_stopped = seen
-        .vm
-        .as_ref()
-        .is_none_or(|vm| vm.halted && vm.halt_observed && vm.vmi.is_none() && !vm.launcher_pod);
-    if seen.vm.as_ref().is_some_and(|vm| !vm.halted) {
-        actions.push(Action::HaltVm);
+    let mut vm_stopped = true;
+    for (role, vm) in [
+        (VmRole::Build, &seen.vm),
+        (VmRole::Validation, &seen.validation_vm),
+    ] {
+        vm_stopped &= vm
+            .as_ref()
+            .is_none_or(|vm| vm.halted && vm.halt_observed && vm.vmi.is_none() && !vm.launcher_pod);
+        if vm.as_ref().is_some_and(|vm| !vm.halted) {
+            actions.push(Action::HaltVm(role));
+        }
     }
     let message = if jobs_left > 0 || !vm_stopped {
         let mut waiting = Vec::new();
@@ -80,7 +87,7 @@ pub fn teardown(bundle: &CRCBundle, seen: &Seen, now: Time) -> Teardown {
             waiting.push(format!("{jobs_left} Job(s) to stop"));
         }
         if !vm_stopped {
-            waiting.push("the build VM to halt and release its disks".to_owned());
+            waiting.push("the VMs to halt and release their disks".to_owned());
         }
         format!("deleting: waiting for {}", waiting.join(" and "))
     } else {
@@ -235,10 +242,12 @@ mod tests {
             ]
             .into(),
             vm: Some(running_vm()),
+            validation_vm: Some(running_vm()),
         };
         let t = teardown(&b, &seen, now());
         assert_eq!(deleted(&t), [Temp::InstallerJob, Temp::HelperJob]);
-        assert!(t.actions.contains(&Action::HaltVm));
+        assert!(t.actions.contains(&Action::HaltVm(VmRole::Build)));
+        assert!(t.actions.contains(&Action::HaltVm(VmRole::Validation)));
         assert!(!t.done);
         let ready = conditions::find(&t.status.conditions, types::READY).unwrap();
         assert_eq!(ready.reason, reasons::CLEANUP_IN_PROGRESS);
@@ -255,9 +264,20 @@ mod tests {
             ..running_vm()
         });
         seen.vm.as_mut().unwrap().vmi = None;
+        // The validation clone is already stopped and released: the build VM alone holds on.
+        seen.validation_vm = Some(VmSeen {
+            halted: true,
+            halt_observed: true,
+            launcher_pod: false,
+            vmi: None,
+            ..running_vm()
+        });
         let t = teardown(&b, &seen, now());
         assert!(deleted(&t).is_empty(), "{:?}", t.actions);
-        assert!(!t.actions.contains(&Action::HaltVm), "already halted");
+        assert!(
+            !t.actions.contains(&Action::HaltVm(VmRole::Build)),
+            "already halted"
+        );
         let resources = t.status.build.as_ref().unwrap().resources.as_ref().unwrap();
         assert_eq!(resources.helper_job, None, "a Job seen gone is forgotten");
         b.status = Some(t.status.clone());

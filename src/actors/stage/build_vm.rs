@@ -28,6 +28,24 @@ impl Stage for BuildVmStage {
     }
 }
 
+/// The Validate stage's clone of the golden disk, booted as `status.build.resources.validationVM`:
+/// followed like the build VM, and lost the same way (what it proved is not known half-done).
+pub struct ValidationClone;
+
+impl Stage for ValidationClone {
+    type Object = VirtualMachine;
+    const KIND: &'static str = "crcbundle.validationclone";
+    const WHEN_LOST: WhenLost = WhenLost::FailAttempt;
+
+    fn slot(status: &CRCBundleStatus) -> Option<&ObjectIdentity> {
+        build_slot(status, |r| r.validation_vm.as_ref())
+    }
+
+    async fn observe(vm: &VirtualMachine, _ctx: &Context) -> Result<Observation, kube::Error> {
+        Ok(Observation::Progress(progress(vm)))
+    }
+}
+
 /// The VM's run strategy, printable status and generation: what changes when its VMI does.
 fn progress(vm: &VirtualMachine) -> String {
     let status = vm.status.clone().unwrap_or_default();

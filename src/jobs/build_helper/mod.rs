@@ -17,7 +17,10 @@
 //!   rollouts and a settled cluster;
 //! - **seal** (stage 4, [`crate::guest::seal`]): pull secret emptied and rolled out, build-only
 //!   objects removed, `/opt/kubeconfig`, kubelet disabled, scrubbed and trimmed, read back, the
-//!   guest powered off.
+//!   guest powered off;
+//! - **validate** (stage 6, the validation clone on real time, [`crate::guest::validate`]): what
+//!   sealing promised read in the untouched clone, then the crc-agent's startup path;
+//! - **aged** (stage 6, the same clone 20 days ahead): the startup path again.
 //!
 //! Scoped to its VMI as the crc-agent is ([`crate::agent::scope`]): a VMI that is replaced or
 //! stops ends the work without effect (exit 0, `vmiGone` in the outcome). The outcome is the
@@ -33,6 +36,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use tracing::info;
 
+use crate::agent;
 use crate::agent::scope::{self, Verdict};
 use crate::contract::build_helper::{
     ENV_CREDENTIALS_DIR, ENV_CREDENTIALS_SECRET, ENV_INPUTS_DIR, ENV_ISO_DIR, ENV_NAMESPACE,
@@ -48,7 +52,8 @@ use crate::guest::cluster::{self, Patience};
 use crate::guest::kubeconfig::Kubeconfig;
 use crate::guest::ssh::{SshGuest, SshOptions};
 use crate::guest::{GuestError, keys};
-use crate::guest::{customize, seal};
+use crate::guest::{customize, seal, validate};
+use crate::identity;
 use crate::jobs::exit::{self, Failure as _};
 use crate::kubevirt::VirtualMachineInstance;
 use crate::resources::profile::post_install;
@@ -98,6 +103,13 @@ pub enum Error {
     Customize(#[from] customize::Error),
     #[error("{0}")]
     Seal(#[from] seal::Error),
+    #[error("{0}")]
+    Validate(#[from] validate::Error),
+    #[error("the CRC startup path: {reason}: {source}", reason = source.reason())]
+    Startup {
+        #[source]
+        source: agent::Error,
+    },
     #[error("{what}: {source}")]
     Storage {
         what: String,
@@ -127,6 +139,8 @@ impl Error {
             Error::Credentials(_) => "CredentialsUnavailable",
             Error::Customize(err) => err.reason(),
             Error::Seal(err) => err.reason(),
+            Error::Validate(err) => err.reason(),
+            Error::Startup { .. } => "StartupFailed",
             Error::Storage { .. } => "StorageError",
         }
     }
@@ -193,6 +207,9 @@ impl Config {
             }
             Step::Customize => {
                 needs(config.credentials_dir.is_some(), ENV_CREDENTIALS_DIR)?;
+                needs(config.inputs_dir.is_some(), ENV_INPUTS_DIR)?;
+            }
+            Step::Validate | Step::Aged => {
                 needs(config.inputs_dir.is_some(), ENV_INPUTS_DIR)?;
             }
         }
@@ -268,6 +285,7 @@ pub async fn run(config: &Config, client: kube::Client) -> Result<Outcome, Error
                 let summary = seal(config, guest.clone()).await?;
                 (Some(guest), summary)
             }
+            Step::Validate | Step::Aged => (None, validation(config).await?),
         })
     };
     // Dropping the work on a gone VMI drops its SSH connections with it.
@@ -303,7 +321,12 @@ async fn connect(config: &Config) -> Result<Arc<SshGuest>, Error> {
         connect_timeout: Duration::from_secs(30),
         command_timeout: Some(match config.step {
             Step::Generator => INSTALLER_COMMAND_TIMEOUT,
-            Step::Install | Step::Certificates | Step::Customize | Step::Seal => COMMAND_TIMEOUT,
+            Step::Install
+            | Step::Certificates
+            | Step::Customize
+            | Step::Seal
+            | Step::Validate
+            | Step::Aged => COMMAND_TIMEOUT,
         }),
         ..SshOptions::default()
     };
@@ -524,6 +547,76 @@ async fn customize(config: &Config, guest: Arc<SshGuest>) -> Result<String, Erro
         profile.len() + 2,
         applied.len()
     ))
+}
+
+/// How far ahead the aged boot's clock runs: 20 days.
+pub const AGED_SECONDS: i64 = 20 * DAY_SECONDS;
+
+/// The API host a validation clone's identity is made for: never a real one.
+pub fn validation_api_host(vm_name: &str) -> String {
+    format!("api.{vm_name}.validation.invalid")
+}
+
+/// Stage 6, either boot: the clock as the boot sets it, what sealing promised (first boot, before
+/// anything is injected), then the crc-agent's startup path with an identity made here.
+async fn validation(config: &Config) -> Result<String, Error> {
+    let aged = config.step == Step::Aged;
+    let guest = connect(config).await?;
+    let skew = steps::check_clock(guest.as_ref(), if aged { AGED_SECONDS } else { 0 }).await?;
+    let promises = if aged {
+        None
+    } else {
+        let promises = validate::read_promises(guest.as_ref()).await?;
+        if let Some(broken) = promises.broken() {
+            return Err(validate::Error::Broken(broken).into());
+        }
+        Some(promises)
+    };
+    guest.close().await;
+    info!(skew, "the validation clone's clock and promises checked");
+
+    let key_text = std::fs::read_to_string(&config.ssh_key_path).map_err(Error::storage(
+        format!("reading the SSH key {}", config.ssh_key_path.display()),
+    ))?;
+    let key = keys::parse_private_key(&key_text).map_err(|e| {
+        Error::InvalidConfig(format!("SSH key {}: {e}", config.ssh_key_path.display()))
+    })?;
+    let dir = config
+        .inputs_dir
+        .as_deref()
+        .unwrap_or(std::path::Path::new("."));
+    let pull_path = dir.join(crate::contract::installer::KEY_PULL_SECRET);
+    let pull_secret = std::fs::read(&pull_path)
+        .map_err(Error::storage(format!("reading {}", pull_path.display())))?;
+    let host = validation_api_host(&config.vm_name);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let identity = identity::generate(&host, now)
+        .map_err(|e| Error::InvalidConfig(format!("the validation identity: {e}")))?;
+    let settings = agent::Settings::default();
+    let (_kubeconfig, version) = agent::startup_path(&agent::Startup {
+        addr: config.ssh_addr(),
+        user: agent::config::DEFAULT_SSH_USER,
+        bundle_key: &key,
+        identity: &identity,
+        pull_secret: &pull_secret,
+        api_hostname: &host,
+        settings: &settings,
+    })
+    .await
+    .map_err(|source| Error::Startup { source })?;
+    Ok(match promises {
+        Some(promises) => format!(
+            "sealing held in the fresh clone (no pull secret on the node, kubelet disabled, {} certificates valid at least {} days by guest time); the CRC startup path passed: SSH, DNS, kubelet and API, pull secret, users, OpenShift {version}",
+            promises.certificates.len(),
+            promises.shortest_days()
+        ),
+        None => format!(
+            "with the guest clock {} days ahead, the CRC startup path passed again: OpenShift {version}",
+            skew / DAY_SECONDS
+        ),
+    })
 }
 
 /// Stage 4: sealed in the guest, read back; the caller powers it off.

@@ -30,6 +30,9 @@ pub const ISO_DISK: &str = "installiso";
 pub const NETWORK: &str = "default";
 /// How far behind real time the guest runs while it installs.
 pub const DAY_BEHIND_SECONDS: i64 = -86_400;
+/// How far ahead the validation clone's second boot runs: 20 days, inside the 25 the sealed
+/// certificates must still have.
+pub const AGED_SECONDS: i64 = 20 * 86_400;
 /// A clean shutdown of the build VM matters (its disk becomes the golden disk); KubeVirt's
 /// default is 180 s.
 pub const BUILD_GRACE_SECONDS: i64 = 600;
@@ -50,6 +53,8 @@ pub enum GuestClock {
     DayBehind,
     /// Real time: every boot after the cold restart, clones included.
     RealTime,
+    /// Twenty days ahead: the validation clone's second boot.
+    Aged,
 }
 
 impl GuestClock {
@@ -57,6 +62,7 @@ impl GuestClock {
         match self {
             GuestClock::DayBehind => DAY_BEHIND_SECONDS,
             GuestClock::RealTime => 0,
+            GuestClock::Aged => AGED_SECONDS,
         }
     }
 }
@@ -68,8 +74,11 @@ pub enum BuildBoot {
     Generator { iso_claim: String },
     /// The ISO copy with the single-node Ignition embedded (PVC `iso_claim`), a day behind.
     Install { iso_claim: String },
-    /// After the cold restart: the installed root disk alone, on real time.
+    /// After the cold restart: the installed root disk alone, on real time (and a validation
+    /// clone's first boot).
     Installed,
+    /// A validation clone booted again with its clock 20 days ahead.
+    Aged,
 }
 
 impl BuildBoot {
@@ -77,6 +86,7 @@ impl BuildBoot {
         match self {
             BuildBoot::Generator { .. } | BuildBoot::Install { .. } => GuestClock::DayBehind,
             BuildBoot::Installed => GuestClock::RealTime,
+            BuildBoot::Aged => GuestClock::Aged,
         }
     }
 
@@ -85,7 +95,7 @@ impl BuildBoot {
             BuildBoot::Generator { iso_claim } | BuildBoot::Install { iso_claim } => {
                 Some(iso_claim)
             }
-            BuildBoot::Installed => None,
+            BuildBoot::Installed | BuildBoot::Aged => None,
         }
     }
 }
@@ -327,17 +337,19 @@ pub fn build_vm(
     )
 }
 
-/// The validation VM: a clone of the golden disk booted as an instance would boot it, on real
-/// time, with the build's size and placement.
+/// The validation VM: a clone of the golden disk booted as an instance would boot it, with the
+/// build's size and placement, on real time ([`BuildBoot::Installed`]) or 20 days ahead
+/// ([`BuildBoot::Aged`]).
 pub fn validation_vm(
     bundle: &CRCBundle,
     names: &BuildVmNames<'_>,
+    boot: &BuildBoot,
 ) -> Result<VirtualMachine, Error> {
     build_side_vm(
         bundle,
         names,
         RunStrategy::Always,
-        GuestClock::RealTime,
+        boot.clock(),
         None,
         DISPOSABLE_GRACE_SECONDS,
     )
@@ -428,15 +440,17 @@ pub(super) mod tests {
         )
         .unwrap();
         let installed = build_vm(&b, &names, &BuildBoot::Installed).unwrap();
-        let validation = validation_vm(
-            &b,
-            &BuildVmNames {
-                name: "crc-4-22-custom-a-validation",
-                root_data_volume: "crc-4-22-custom-a-validation-root",
-                ..names
-            },
-        )
-        .unwrap();
+        let validation_names = BuildVmNames {
+            name: "crc-4-22-custom-a-validation",
+            root_data_volume: "crc-4-22-custom-a-validation-root",
+            ..names
+        };
+        let validation = validation_vm(&b, &validation_names, &BuildBoot::Installed).unwrap();
+        let aged = validation_vm(&b, &validation_names, &BuildBoot::Aged).unwrap();
+        assert_eq!(
+            aged.spec.template.spec.domain.clock_offset_seconds(),
+            AGED_SECONDS
+        );
         check_golden_objects(
             "vms.yaml",
             &json!([generator, install, installed, validation]),
@@ -486,7 +500,7 @@ pub(super) mod tests {
         let b = bundle("amd64");
         let vms = [
             build_vm(&b, &names(), &BuildBoot::Installed).unwrap(),
-            validation_vm(&b, &names()).unwrap(),
+            validation_vm(&b, &names(), &BuildBoot::Installed).unwrap(),
         ];
         for vm in &vms {
             let s = spec(vm);

@@ -17,7 +17,7 @@
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams};
 use serde_json::json;
 
 use super::{Controllers, Error, KUBELET_SIGNERS, SIGNING_DURATION, kubelet_csr};
@@ -205,7 +205,7 @@ impl Controllers {
                 json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KCM_OPERATOR_NAMESPACE}}),
             )
             .map_err(|e| Error::Client(e.to_string()))?;
-            match namespaces.create(&PostParams::default(), &ns).await {
+            match namespaces.create(&super::post_params(), &ns).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(status)) if status.code == 409 => {}
                 Err(err) => return Err(err.into()),
@@ -233,7 +233,7 @@ impl Controllers {
                 Err(err) => return Err(err.into()),
             }
             match secrets
-                .create(&PostParams::default(), &signer_secret(name, &signer)?)
+                .create(&super::post_params(), &signer_secret(name, &signer)?)
                 .await
             {
                 Ok(_) => {}
@@ -267,7 +267,7 @@ impl Controllers {
             }
             let csr = kubelet_csr(signer, super::KUBELET_USER)
                 .map_err(|e| Error::Client(e.to_string()))?;
-            api.create(&PostParams::default(), &csr).await?;
+            api.create(&super::post_params(), &csr).await?;
             tracing::info!(signer, "guest kubelet filed a renewal CSR");
             self.renewals_requested.insert(signer, key);
         }
