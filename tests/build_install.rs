@@ -74,7 +74,8 @@ async fn look(client: &kube::Client, bundle: &str, seen: &mut Seen) {
 }
 
 #[tokio::test]
-async fn a_build_installs_customizes_seals_and_publishes_a_golden_disk() {
+async fn a_built_bundle_goes_through_every_stage_to_ready_and_serves_a_pool_beside_a_downloaded_one()
+ {
     let client = support::client().await;
     support::world::world();
     let api: Api<CRCBundle> = Api::all(client.clone());
@@ -559,14 +560,44 @@ where
 
 #[tokio::test]
 async fn a_bundle_deleted_mid_install_stops_its_jobs_and_vm_before_any_volume_and_leaves_nothing() {
-    use guestcluster::cdi::DataVolume;
-    use k8s_openapi::api::batch::v1::Job;
+    deleted_mid_build(
+        "install-deleted",
+        "the install boot's helper Job running",
+        |build| build.install_step == Some(InstallStep::Install),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_bundle_deleted_mid_validation_stops_both_vms_before_any_volume_and_leaves_nothing() {
+    deleted_mid_build(
+        "validate-deleted",
+        "the validation clone's helper Job running",
+        |build| {
+            build.stage == Some(BuildStage::Validate)
+                && build
+                    .resources
+                    .as_ref()
+                    .and_then(|r| r.helper_job.as_ref())
+                    .is_some_and(|h| h.name.contains("-validate-"))
+        },
+    )
+    .await;
+}
+
+/// Deletes a build once `until` holds of its status with a helper Job created, and checks the
+/// finalizer came first, every Job, VMI and pod went before any volume, and nothing is left.
+async fn deleted_mid_build(
+    prefix: &str,
+    what: &str,
+    until: impl Fn(&guestcluster::api::bundle::BuildStatus) -> bool,
+) {
     use k8s_openapi::api::core::v1::Pod;
 
     let client = support::client().await;
     support::world::world();
     let api: Api<CRCBundle> = Api::all(client.clone());
-    let name = support::unique("install-deleted");
+    let name = support::unique(prefix);
     good_inputs(&client, &name).await;
     // Every state the bundle passes through (a watch misses none): whether it carried the
     // finalizer, and whether anything of the build was recorded yet.
@@ -599,10 +630,11 @@ async fn a_bundle_deleted_mid_install_stops_its_jobs_and_vm_before_any_volume_an
     };
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     create_build(&client, &name, "30m").await;
-    support::wait_long("the install boot's helper Job running", || async {
+    support::wait_long(what, || async {
         let build = api.get(&name).await.ok()?.status?.build?;
+        let holds = until(&build);
         let helper = build.resources?.helper_job.filter(|j| !j.uid.is_empty())?;
-        (build.install_step == Some(InstallStep::Install)).then_some(helper)
+        holds.then_some(helper)
     })
     .await;
     bundle_watch.abort();
@@ -632,7 +664,15 @@ async fn a_bundle_deleted_mid_install_stops_its_jobs_and_vm_before_any_volume_an
     ];
     // Let the watches list first, so no change of the deletion is missed.
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-    api.delete(&name, &DeleteParams::default()).await.unwrap();
+    // Volumes whose deletion started before this (the cold restart's) are not this order's.
+    let cut: u64 = api
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap()
+        .left()
+        .and_then(|b| b.metadata.resource_version)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_default();
     support::wait_long("the bundle gone", || async {
         api.get_opt(&name).await.ok()?.is_none().then_some(())
     })
@@ -648,8 +688,16 @@ async fn a_bundle_deleted_mid_install_stops_its_jobs_and_vm_before_any_volume_an
         .map(|c| c.revision)
         .max()
         .expect("the Jobs, the VMI and the pods went");
+    // Deleted before (the cold restart's ISO and work volumes, held until the pods that mounted
+    // them go): their removal now finishes an earlier deletion, not one of this order.
+    let earlier: BTreeSet<&str> = changes
+        .iter()
+        .filter(|c| c.revision <= cut)
+        .map(|c| c.name.as_str())
+        .collect();
     let first_volume = changes
         .iter()
+        .filter(|c| !earlier.contains(c.name.as_str()))
         .filter(|c| matches!(c.kind, "PersistentVolumeClaim" | "DataVolume"))
         .min_by_key(|c| c.revision)
         .expect("the volumes were deleted");

@@ -203,10 +203,12 @@ async fn a_restarted_operator_resumes_the_same_installer_job() {
         .create(&PostParams::default(), &secret)
         .await
         .expect("pull secret");
+    // Small disks: the disk Job hashes every byte of the image, holes included.
     let spec: CRCBundleSpec = serde_json::from_value(serde_json::json!({
-        "goldenVolumeSize": "80Gi",
+        "goldenVolumeSize": "8Gi",
         "build": {"releaseImage": "quay.io/example/ocp-release:4.22.1-x86_64",
-            "pullSecretRef": {"name": format!("{name}-pull")}}
+            "pullSecretRef": {"name": format!("{name}-pull")},
+            "vm": {"diskSize": "8Gi"}}
     }))
     .unwrap();
     let api = Api::<CRCBundle>::all(client.clone());
@@ -331,6 +333,61 @@ async fn a_restarted_operator_resumes_the_same_installer_job() {
             !third.log().contains(&format!("Create({install})")),
             "the third operator made no second {install}:\n{}",
             third.log()
+        );
+    }
+
+    // Killed in Customize, then in Validate: each next operator follows the recorded helper Job
+    // (the same UID finishes the step), and the build reaches Ready with one of everything.
+    let mut previous = third;
+    for (step, next_name) in [
+        ("-customize-", "fourth-build-operator"),
+        ("-validate-", "fifth-build-operator"),
+    ] {
+        let helper = wait_long(&format!("the {step} helper Job recorded"), || async {
+            let b = api.get(&name).await.ok()?;
+            b.status?
+                .build?
+                .resources?
+                .helper_job
+                .filter(|j| !j.uid.is_empty() && j.name.contains(step))
+        })
+        .await;
+        previous.kill();
+        let next = operator_process(next_name).await;
+        // The step is done by the Job that was recorded, never by a second one.
+        wait_long(&format!("the {step} helper's step done"), || async {
+            let b = api.get(&name).await.ok()?;
+            let now = b.status?.build?.resources?.helper_job?;
+            (now.name != helper.name).then_some(())
+        })
+        .await;
+        let jobs: Vec<String> = build_objects(&client, &name)
+            .await
+            .into_iter()
+            .filter(|o| o.contains(step))
+            .collect();
+        assert_eq!(jobs.len(), 1, "one {step} helper Job: {jobs:#?}");
+        assert!(jobs[0].contains(&helper.uid), "{jobs:?} vs {helper:?}");
+        previous = next;
+    }
+    let b = wait_long("Ready=True", || async {
+        let b = api.get(&name).await.ok()?;
+        let c = conditions::find(&b.status.as_ref()?.conditions, types::READY)?;
+        (c.status == "True" && c.reason == reasons::BUNDLE_READY).then_some(b)
+    })
+    .await;
+    assert_eq!(b.status.unwrap().build.unwrap().attempt, Some(1));
+    for once in [
+        "Create(DiskJob)",
+        "Create(ValidationDataVolume)",
+        "Create(ValidationVm)",
+        "CreateGoldenPvc",
+    ] {
+        let made = previous.log().matches(once).count();
+        assert!(
+            made <= 1,
+            "the last operator did {once} {made} times:\n{}",
+            previous.log()
         );
     }
     api.delete(&name, &DeleteParams::default()).await.unwrap();
