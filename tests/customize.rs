@@ -2,6 +2,8 @@
 //! the same server, the same validation): the user's post-install manifests are applied
 //! server-side in dependency order, a manifest the server refuses fails at once with the object,
 //! its source and the server's message, and one applied twice changes nothing.
+// Tests act as users and other controllers: they write directly, not through the operator's write path.
+#![allow(clippy::disallowed_methods)]
 
 mod support;
 
