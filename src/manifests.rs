@@ -51,12 +51,8 @@ pub fn parse(text: &str) -> Result<Vec<DynamicObject>, Error> {
         .collect()
 }
 
-/// Applies `objects` in order: Namespaces and CRDs first, so what depends on them finds them.
-pub async fn apply_all(
-    client: &kube::Client,
-    mut objects: Vec<DynamicObject>,
-    field_manager: &str,
-) -> Result<Vec<DynamicObject>, Error> {
+/// Puts Namespaces and CRDs first (stable otherwise), so what depends on them finds them.
+pub fn dependency_order(objects: &mut [DynamicObject]) {
     objects.sort_by_key(|o| {
         let kind = o
             .types
@@ -65,6 +61,15 @@ pub async fn apply_all(
             .unwrap_or_default();
         !matches!(kind, "Namespace" | "CustomResourceDefinition")
     });
+}
+
+/// Applies `objects` in [`dependency_order`].
+pub async fn apply_all(
+    client: &kube::Client,
+    mut objects: Vec<DynamicObject>,
+    field_manager: &str,
+) -> Result<Vec<DynamicObject>, Error> {
+    dependency_order(&mut objects);
     let discovery = discover(client).await?;
     let mut applied = Vec::with_capacity(objects.len());
     for obj in &objects {

@@ -645,10 +645,13 @@ async fn build_stages(
         let b = api.get(&name).await?;
         let status = b.status.clone().unwrap_or_default();
         let stage = status.build.as_ref().and_then(|b| b.stage);
+        // The condition of the stage in progress: the last one set, in stage order.
         let lines: Vec<String> = guestcluster::actors::build::decide::STAGE_CONDITIONS
             .into_iter()
-            .filter_map(|t| conditions::find(&status.conditions, t))
+            .rev()
+            .find_map(|t| conditions::find(&status.conditions, t))
             .map(|c| format!("{}={} {}", c.type_, c.status, c.reason))
+            .into_iter()
             .collect();
         let stage_name = stage.map_or_else(|| "-".to_owned(), |s| format!("{s:?}"));
         let step = status

@@ -575,13 +575,14 @@ fn chrono_like(text: &str) -> Option<i64> {
     Some(days * 86_400 + h * 3600 + m * 60 + s)
 }
 
-/// Reads one kubelet certificate's state in the guest, judged at the guest's `now`.
-pub async fn kubelet_cert<G: Guest>(
+/// A certificate's window in the guest, judged at the guest's `now`: `notAfter` − now in
+/// seconds, and whether `openssl x509 -checkend` for 25 days passed there.
+pub async fn certificate_window<G: Guest>(
     guest: &G,
-    path: &'static str,
+    path: &str,
     guest_now: i64,
-) -> Result<KubeletCert, Error> {
-    let step = "read a kubelet certificate";
+) -> Result<(i64, bool), Error> {
+    let step = "read a certificate's window";
     let checkend = guest
         .run(&Command::sudo([
             "openssl",
@@ -608,10 +609,20 @@ pub async fn kubelet_cert<G: Guest>(
             enddate.trim()
         ))
     })?;
+    Ok((not_after - guest_now, checkend))
+}
+
+/// Reads one kubelet certificate's state in the guest, judged at the guest's `now`.
+pub async fn kubelet_cert<G: Guest>(
+    guest: &G,
+    path: &'static str,
+    guest_now: i64,
+) -> Result<KubeletCert, Error> {
+    let (remaining, checkend) = certificate_window(guest, path, guest_now).await?;
     Ok(KubeletCert {
         path,
         issuer: issuer(guest, path).await?,
-        remaining: not_after - guest_now,
+        remaining,
         checkend,
     })
 }

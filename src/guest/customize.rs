@@ -206,14 +206,7 @@ pub async fn apply_user_manifests(
         };
         let mut objects = manifests::parse(&source.text).map_err(|e| unreadable(e.to_string()))?;
         // What a later object may depend on first, as `oc apply` of a directory would not.
-        objects.sort_by_key(|o| {
-            let kind = o
-                .types
-                .as_ref()
-                .map(|t| t.kind.as_str())
-                .unwrap_or_default();
-            !matches!(kind, "Namespace" | "CustomResourceDefinition")
-        });
+        manifests::dependency_order(&mut objects);
         for object in &objects {
             let kind = object
                 .types

@@ -3,7 +3,9 @@
 //! kubelet's and the control plane's certificates valid 25 days by the guest's own clock. The
 //! startup path that follows is the crc-agent's ([`crate::agent::startup_path`]).
 
-use super::build::{KUBELET_CLIENT_CERT, KUBELET_SERVER_CERT, MIN_VALIDITY_SECONDS, parse_enddate};
+use super::build::{
+    KUBELET_CLIENT_CERT, KUBELET_SERVER_CERT, MIN_VALIDITY_SECONDS, certificate_window,
+};
 use super::seal::{EMPTY_PULL_SECRET, KUBELET_PULL_SECRET};
 use super::{Command, Guest, GuestError};
 
@@ -93,36 +95,12 @@ fn guest_err(step: &'static str) -> impl Fn(GuestError) -> Error {
 }
 
 async fn window<G: Guest>(guest: &G, path: &str, guest_now: i64) -> Result<Window, Error> {
-    let step = "read a certificate's window";
-    let checkend = guest
-        .run(&Command::sudo([
-            "openssl",
-            "x509",
-            "-noout",
-            "-checkend",
-            &MIN_VALIDITY_SECONDS.to_string(),
-            "-in",
-            path,
-        ]))
+    let (remaining, checkend) = certificate_window(guest, path, guest_now)
         .await
-        .map_err(guest_err(step))?
-        .success();
-    let enddate = guest
-        .run_checked(&Command::sudo([
-            "openssl", "x509", "-noout", "-enddate", "-in", path,
-        ]))
-        .await
-        .map_err(guest_err(step))?
-        .stdout_text();
-    let not_after = parse_enddate(&enddate).ok_or_else(|| {
-        Error::Broken(format!(
-            "{path}: `openssl x509 -enddate` printed {:?}",
-            enddate.trim()
-        ))
-    })?;
+        .map_err(|e| Error::Broken(e.to_string()))?;
     Ok(Window {
         path: path.to_owned(),
-        remaining: not_after - guest_now,
+        remaining,
         checkend,
     })
 }

@@ -698,20 +698,13 @@ async fn install(config: &Config, client: &kube::Client) -> Result<String, Error
 /// After the cold restart.
 async fn certificates(config: &Config, guest: Arc<SshGuest>) -> Result<String, Error> {
     let mounted = read_mounted(config)?;
-    let signer = mounted.installer_signer.ok_or_else(|| {
+    let signer = mounted.installer_signer.clone().ok_or_else(|| {
         Error::Credentials(format!(
             "{KEY_INSTALLER_SIGNER} is missing (the install step writes it)"
         ))
     })?;
-    let skew = steps::check_clock(guest.as_ref(), 0).await?;
+    let (api, skew) = real_time_client(&guest, &mounted).await?;
     info!(skew, "guest clock on real time");
-    let clock = cluster::guest_clock(guest.as_ref()).await?;
-    let api = crate::guest::api::client(guest.clone(), &mounted.credentials, clock).map_err(
-        |source| cluster::Error::Client {
-            step: cluster::STEP_CLIENT,
-            source,
-        },
-    )?;
     let [client_cert, server_cert] =
         steps::rotate_kubelet_certs(&guest, &api, &signer, patience(CERTIFICATES_WAIT)).await?;
     Ok(format!(
@@ -768,7 +761,10 @@ mod tests {
         let err = with(&[(ENV_STEP, "customize"), (ENV_CREDENTIALS_DIR, "/c")]).unwrap_err();
         assert!(err.to_string().contains(ENV_INPUTS_DIR), "{err}");
         let err = with(&[(ENV_STEP, "validate")]).unwrap_err();
-        assert!(err.to_string().contains("\"validate\""), "{err}");
+        assert!(err.to_string().contains(ENV_INPUTS_DIR), "{err}");
+        assert!(with(&[(ENV_STEP, "aged"), (ENV_INPUTS_DIR, "/i")]).is_ok());
+        let err = with(&[(ENV_STEP, "publish")]).unwrap_err();
+        assert!(err.to_string().contains("\"publish\""), "{err}");
     }
 
     #[test]
