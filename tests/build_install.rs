@@ -328,10 +328,61 @@ async fn a_built_bundle_goes_through_every_stage_to_ready_and_serves_a_pool_besi
         "Ready stays while the temporary objects go"
     );
 
-    // Credentials are a Secret of the bundle's, never in its status.
+    // Credentials are a Secret of the bundle's, never in its status, its Events or the logs and
+    // termination messages of its Jobs.
     let status_text = serde_json::to_string(&b.status).unwrap();
     assert!(!status_text.contains("BEGIN"), "no key material in status");
     assert!(!status_text.contains(PULL_SECRET_AUTH));
+    let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), OPERATOR_NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let about_it: Vec<_> = events
+        .items
+        .iter()
+        .filter(|e| {
+            e.involved_object
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with(&name))
+        })
+        .collect();
+    assert!(!about_it.is_empty(), "the build's Events");
+    for event in about_it {
+        let text = serde_json::to_string(event).unwrap();
+        assert!(
+            !text.contains(PULL_SECRET_AUTH),
+            "pull secret in an Event: {text}"
+        );
+    }
+    let pods = world().root.join("sim").join("pods");
+    let mut job_logs = 0;
+    for entry in std::fs::read_dir(&pods).unwrap() {
+        let dir = entry.unwrap().path();
+        if !dir.to_string_lossy().contains(&format!("{name}-b1-")) {
+            continue;
+        }
+        // The pod's logs and termination message; its mounted volumes are where the pull
+        // secret is meant to be.
+        for file in std::fs::read_dir(&dir).unwrap() {
+            let path = file.unwrap().path();
+            if path.is_dir() {
+                continue;
+            }
+            let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
+            assert!(
+                !text.contains(PULL_SECRET_AUTH),
+                "pull secret in {}",
+                path.display()
+            );
+            job_logs += 1;
+        }
+    }
+    assert!(job_logs >= 8, "every Job's log read: {job_logs}");
+    assert!(
+        !world().metrics.encode().contains(PULL_SECRET_AUTH),
+        "pull secret in the metrics"
+    );
 
     // Two instances from the built bundle through the normal path, beside an instance of a
     // downloaded bundle.
@@ -564,6 +615,24 @@ async fn a_bundle_deleted_mid_install_stops_its_jobs_and_vm_before_any_volume_an
         "install-deleted",
         "the install boot's helper Job running",
         |build| build.install_step == Some(InstallStep::Install),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_bundle_deleted_mid_customize_stops_its_helper_and_vm_before_any_volume_and_leaves_nothing()
+ {
+    deleted_mid_build(
+        "customize-deleted",
+        "the customize helper Job running",
+        |build| {
+            build.stage == Some(BuildStage::Customize)
+                && build
+                    .resources
+                    .as_ref()
+                    .and_then(|r| r.helper_job.as_ref())
+                    .is_some_and(|h| h.name.contains("-customize-"))
+        },
     )
     .await;
 }
