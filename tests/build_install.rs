@@ -654,6 +654,125 @@ async fn a_bundle_deleted_mid_validation_stops_both_vms_before_any_volume_and_le
     .await;
 }
 
+#[tokio::test]
+async fn a_golden_pvc_of_someone_elses_fails_publish_cleans_up_and_a_retry_builds_to_ready() {
+    use guestcluster::api::labels::RETRY_ANNOTATION;
+    use kube::api::{Patch, PatchParams};
+
+    let client = support::client().await;
+    support::world::world();
+    let api: Api<CRCBundle> = Api::all(client.clone());
+    let name = support::unique("golden-taken");
+    good_inputs(&client, &name).await;
+    // A PVC under the golden PVC's name that the bundle does not control: never written to.
+    let squatter: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("{name}-golden")},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    }))
+    .unwrap();
+    let pvcs = Api::<PersistentVolumeClaim>::namespaced(client.clone(), OPERATOR_NS);
+    let squatter_uid = pvcs
+        .create(&PostParams::default(), &squatter)
+        .await
+        .unwrap()
+        .metadata
+        .uid;
+    create_build(&client, &name, "30m").await;
+
+    let b = support::wait_long("Published=False ResourceReplaced", || {
+        condition(
+            &api,
+            &name,
+            types::PUBLISHED,
+            "False",
+            reasons::RESOURCE_REPLACED,
+        )
+    })
+    .await;
+    let status = b.status.clone().unwrap();
+    assert_eq!(status.phase, Some(BundlePhase::Failed));
+    assert!(
+        message(&b, types::PUBLISHED).contains(&format!("PersistentVolumeClaim {name}-golden")),
+        "{}",
+        message(&b, types::PUBLISHED)
+    );
+    for type_ in [types::INSTALLED, types::CUSTOMIZED, types::SEALED] {
+        let c = conditions::find(&status.conditions, type_).expect(type_);
+        assert_eq!(
+            c.status, "True",
+            "{type_} is kept after a later stage fails"
+        );
+    }
+    let part = format!("{name}-b1-");
+    wait_for("the failed attempt's objects deleted", || {
+        let (client, part) = (client.clone(), part.clone());
+        async move {
+            attempt_objects(&client, &part)
+                .await
+                .is_empty()
+                .then_some(())
+        }
+    })
+    .await;
+    let kept = pvcs.get(&format!("{name}-golden")).await.unwrap();
+    assert_eq!(
+        kept.metadata.uid, squatter_uid,
+        "the same PVC, not replaced"
+    );
+    assert!(
+        kept.metadata.owner_references.is_none(),
+        "never adopted: {:?}",
+        kept.metadata.owner_references
+    );
+
+    // The name freed and a retry asked for: attempt 2 builds to Ready into its own golden PVC.
+    pvcs.delete(&format!("{name}-golden"), &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the squatter gone", || async {
+        pvcs.get_opt(&format!("{name}-golden"))
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    api.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"annotations": {RETRY_ANNOTATION: "1"}}})),
+    )
+    .await
+    .unwrap();
+    let b = support::wait_long("attempt 2 Ready", || {
+        condition(&api, &name, types::READY, "True", reasons::BUNDLE_READY)
+    })
+    .await;
+    let build = b.status.unwrap().build.unwrap();
+    assert_eq!(
+        (build.attempt, build.retry.as_deref()),
+        (Some(2), Some("1"))
+    );
+    let golden = pvcs.get(&format!("{name}-golden")).await.unwrap();
+    assert!(
+        golden
+            .metadata
+            .owner_references
+            .unwrap_or_default()
+            .iter()
+            .any(|r| r.controller == Some(true) && r.name == name),
+        "the golden PVC is the bundle's now"
+    );
+}
+
+#[tokio::test]
+async fn a_bundle_deleted_mid_publish_stops_its_disk_job_before_any_volume_and_leaves_nothing() {
+    deleted_mid_build("publish-deleted", "the Publish stage begun", |build| {
+        build.stage == Some(BuildStage::Publish)
+    })
+    .await;
+}
+
 /// Deletes a build once `until` holds of its status with a helper Job created, and checks the
 /// finalizer came first, every Job, VMI and pod went before any volume, and nothing is left.
 async fn deleted_mid_build(

@@ -352,6 +352,40 @@ async fn a_restarted_operator_resumes_the_same_installer_job() {
                 .filter(|j| !j.uid.is_empty() && j.name.contains(step))
         })
         .await;
+        // Every Job of the step that exists from here on (the step's Job is deleted as soon as
+        // the next step names its own, so a later listing could miss a second one).
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
+        let listed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watch = {
+            use futures::StreamExt;
+            use kube::runtime::watcher::{self, Event};
+            let (seen, listed, step) = (seen.clone(), listed.clone(), step.to_owned());
+            let jobs = Api::<Job>::namespaced(client.clone(), OPERATOR_NS);
+            let config = watcher::Config::default().labels(&format!("opdev.io/crc-bundle={name}"));
+            tokio::spawn(async move {
+                let mut stream = std::pin::pin!(watcher::watcher(jobs, config));
+                while let Some(event) = stream.next().await {
+                    match event {
+                        Ok(Event::Apply(job) | Event::InitApply(job))
+                            if job.name_any().contains(&step) =>
+                        {
+                            seen.lock().unwrap().insert(job.uid().unwrap_or_default());
+                        }
+                        Ok(Event::InitDone) => {
+                            listed.store(true, std::sync::atomic::Ordering::SeqCst)
+                        }
+                        _ => {}
+                    }
+                }
+            })
+        };
+        // From the first listing on, no Job of the step can come and go unseen.
+        wait_for(&format!("the {step} Jobs listed"), || async {
+            listed
+                .load(std::sync::atomic::Ordering::SeqCst)
+                .then_some(())
+        })
+        .await;
         previous.kill();
         let next = operator_process(next_name).await;
         // The step is done by the Job that was recorded, never by a second one.
@@ -361,13 +395,14 @@ async fn a_restarted_operator_resumes_the_same_installer_job() {
             (now.name != helper.name).then_some(())
         })
         .await;
-        let jobs: Vec<String> = build_objects(&client, &name)
-            .await
-            .into_iter()
-            .filter(|o| o.contains(step))
-            .collect();
-        assert_eq!(jobs.len(), 1, "one {step} helper Job: {jobs:#?}");
-        assert!(jobs[0].contains(&helper.uid), "{jobs:?} vs {helper:?}");
+        watch.abort();
+        // The recorded Job may be gone already when listed (its step done); no other ever was.
+        let uids = seen.lock().unwrap().clone();
+        assert!(
+            uids.iter().all(|uid| *uid == helper.uid),
+            "one {step} helper Job, the recorded {}: {uids:?}",
+            helper.uid
+        );
         previous = next;
     }
     let b = wait_long("Ready=True", || async {

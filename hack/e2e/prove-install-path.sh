@@ -14,9 +14,11 @@
 #   5. no launcher-pod IP of any VMI the build ran appears under the guest's /etc, in the
 #      Infrastructure and Network cluster objects, in the etcd endpoints or in the Node.
 #
-# It stops at Installed=True: part 2 of the build (Customize and later) is not implemented yet,
-# so the bundle then stays in stage Customize with its build VM running. The expected output of
-# a successful run is in prove-install-path.expected, next to this file.
+# It checks right after Installed=True, while the build VM runs Customize (on a real cluster
+# several MachineConfig rollouts, many minutes); Seal powers the guest off at its end, so a run
+# whose checks have not finished by then reports the guest unreachable. For the whole build to
+# Ready and a pool from it, use prove-build.sh. The expected output of a successful run is in
+# prove-install-path.expected, next to this file.
 #
 # Needs on this machine: kubectl (or oc), virtctl, ssh, base64, awk, grep, sort; a kubeconfig
 # that may create CRCBundles and Secrets, and read Secrets, VMs, VMIs and Pods in the operator
