@@ -625,14 +625,7 @@ async fn a_bundle_deleted_mid_customize_stops_its_helper_and_vm_before_any_volum
     deleted_mid_build(
         "customize-deleted",
         "the customize helper Job running",
-        |build| {
-            build.stage == Some(BuildStage::Customize)
-                && build
-                    .resources
-                    .as_ref()
-                    .and_then(|r| r.helper_job.as_ref())
-                    .is_some_and(|h| h.name.contains("-customize-"))
-        },
+        |build| helper_running(build, BuildStage::Customize, "-customize-"),
     )
     .await;
 }
@@ -642,14 +635,7 @@ async fn a_bundle_deleted_mid_validation_stops_both_vms_before_any_volume_and_le
     deleted_mid_build(
         "validate-deleted",
         "the validation clone's helper Job running",
-        |build| {
-            build.stage == Some(BuildStage::Validate)
-                && build
-                    .resources
-                    .as_ref()
-                    .and_then(|r| r.helper_job.as_ref())
-                    .is_some_and(|h| h.name.contains("-validate-"))
-        },
+        |build| helper_running(build, BuildStage::Validate, "-validate-"),
     )
     .await;
 }
@@ -771,6 +757,20 @@ async fn a_bundle_deleted_mid_publish_stops_its_disk_job_before_any_volume_and_l
         build.stage == Some(BuildStage::Publish)
     })
     .await;
+}
+
+/// Whether the build is in `stage` with the helper Job of the step named `part` recorded.
+fn helper_running(
+    build: &guestcluster::api::bundle::BuildStatus,
+    stage: BuildStage,
+    part: &str,
+) -> bool {
+    build.stage == Some(stage)
+        && build
+            .resources
+            .as_ref()
+            .and_then(|r| r.helper_job.as_ref())
+            .is_some_and(|h| h.name.contains(part))
 }
 
 /// Deletes a build once `until` holds of its status with a helper Job created, and checks the

@@ -205,8 +205,18 @@ pub enum VmRole {
     Validation,
 }
 
+impl VmRole {
+    /// The VM a helper step works in: the validation clone for the validation steps.
+    pub fn of(step: HelperStep) -> VmRole {
+        match step {
+            HelperStep::Validate | HelperStep::Aged => VmRole::Validation,
+            _ => VmRole::Build,
+        }
+    }
+}
+
 impl Observed {
-    fn vm_of(&self, role: VmRole) -> Option<&VmSeen> {
+    pub fn vm_of(&self, role: VmRole) -> Option<&VmSeen> {
         match role {
             VmRole::Build => self.vm.as_ref(),
             VmRole::Validation => self.validation_vm.as_ref(),

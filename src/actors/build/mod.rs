@@ -37,7 +37,6 @@ use crate::api::bundle::{
 };
 use crate::api::labels::FINALIZER_BUILD;
 use crate::cdi::{DataSource, DataVolume};
-use crate::contract::build_helper::Step as HelperStep;
 use crate::contract::bundle_prep::SECRET_KEY;
 use crate::contract::installer::{PostInstallManifest, StagedFile};
 use crate::guest::keys;
@@ -890,12 +889,7 @@ fn helper_job(
 ) -> Option<Job> {
     let build = status.build.as_ref()?;
     let step = decide::helper_step(build)?;
-    // The validation steps work in the validation clone, every other in the build VM.
-    let vm = match step {
-        HelperStep::Validate | HelperStep::Aged => observed.validation_vm.as_ref(),
-        _ => observed.vm.as_ref(),
-    };
-    let vmi = vm?.vmi.as_ref()?;
+    let vmi = observed.vm_of(VmRole::of(step))?.vmi.as_ref()?;
     let recorded = build.resources.as_ref()?.helper_job.as_ref()?;
     if build.vmi_uid.as_deref() != Some(vmi.uid.as_str())
         || recorded.name != names.helper_job(step, &vmi.uid)
