@@ -15,6 +15,7 @@ use std::collections::BTreeSet;
 
 use guestcluster::api::CRCBundle;
 use guestcluster::api::bundle::{BuildStage, BundlePhase, InstallStep};
+use guestcluster::api::common::ObjectIdentity;
 use guestcluster::api::conditions::{self, reasons, types};
 use guestcluster::api::instance::InstancePhase;
 use guestcluster::api::{ClusterInstance, ClusterPool};
@@ -241,6 +242,30 @@ async fn a_built_bundle_goes_through_every_stage_to_ready_and_serves_a_pool_besi
     assert!(!kubelet.enabled && !kubelet.active, "{kubelet:?}");
     assert_eq!((state.untrimmed_bytes, state.journal_bytes), (0, 0));
     assert_eq!(state.hostname, "crc");
+    // The image cache keeps the node IP image and drops what only the install used; etcd keeps
+    // no pod record but the network operator's, and no lease.
+    let version = state.openshift_version.clone().unwrap();
+    let image = |component: &str| sim::guest::exec::containers::payload_image(component, &version);
+    assert!(state.image_cache.contains(&image("baremetal-runtimecfg")));
+    assert!(!state.image_cache.contains(&image("cluster-bootstrap")));
+    assert!(state.containers.is_empty(), "{:?}", state.containers);
+    let stale: Vec<&String> = state
+        .etcd_keys
+        .iter()
+        .filter(|k| {
+            (k.starts_with("/kubernetes.io/pods/")
+                && !k.starts_with("/kubernetes.io/pods/openshift-network"))
+                || k.starts_with("/kubernetes.io/leases/")
+        })
+        .collect();
+    assert!(stale.is_empty(), "left in etcd: {stale:?}");
+    assert!(
+        state
+            .etcd_keys
+            .iter()
+            .any(|k| k.starts_with("/kubernetes.io/pods/openshift-network")),
+        "the network operator's pods stay"
+    );
     let (path, content) = POST_INSTALL_FILE;
     assert_eq!(
         file(path).as_deref(),
@@ -511,45 +536,69 @@ fn sha256_file(path: &std::path::Path) -> String {
 
 #[tokio::test]
 async fn a_root_disk_deleted_mid_install_fails_the_attempt_and_is_not_adopted() {
+    lost_mid_build("install-lost", types::INSTALLED, |build| {
+        build.resources.as_ref()?.root_data_volume.clone()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_validation_clone_deleted_mid_validate_fails_the_attempt_and_is_not_adopted() {
+    lost_mid_build("validate-lost", types::VALIDATED, |build| {
+        helper_running(build, BuildStage::Validate, "-validate-")
+            .then_some(())
+            .and(build.resources.as_ref()?.validation_data_volume.clone())
+    })
+    .await;
+}
+
+/// Deletes the DataVolume `recorded` names once the build records it, and checks the stage's
+/// condition says `ResourceLost` naming it and the attempt's VMs go.
+async fn lost_mid_build(
+    prefix: &str,
+    condition: &str,
+    recorded: impl Fn(&guestcluster::api::bundle::BuildStatus) -> Option<ObjectIdentity>,
+) {
     let client = support::client().await;
     support::world::world();
     let api: Api<CRCBundle> = Api::all(client.clone());
-    let name = support::unique("install-lost");
+    let name = support::unique(prefix);
     good_inputs(&client, &name).await;
     create_build(&client, &name, "30m").await;
 
-    let root = wait_for("the root disk recorded", || async {
-        let b = api.get(&name).await.ok()?;
-        let resources = b.status?.build?.resources?;
-        resources.root_data_volume.filter(|r| !r.uid.is_empty())
+    let lost = support::wait_long("the DataVolume recorded", || async {
+        let build = api.get(&name).await.ok()?.status?.build?;
+        recorded(&build).filter(|r| !r.uid.is_empty())
     })
     .await;
     let dvs = Api::<guestcluster::cdi::DataVolume>::namespaced(client.clone(), OPERATOR_NS);
-    dvs.delete(&root.name, &DeleteParams::default())
+    dvs.delete(&lost.name, &DeleteParams::default())
         .await
         .unwrap();
 
     let b = wait_for("ResourceLost", || async {
         let b = api.get(&name).await.ok()?;
-        let c = conditions::find(&b.status.as_ref()?.conditions, types::INSTALLED)?;
+        let c = conditions::find(&b.status.as_ref()?.conditions, condition)?;
         (c.reason == reasons::RESOURCE_LOST).then_some(b)
     })
     .await;
-    let text = message(&b, types::INSTALLED);
+    let text = message(&b, condition);
     assert!(
-        text.contains(&root.name) && text.contains(&root.uid),
+        text.contains(&lost.name) && text.contains(&lost.uid),
         "{text}"
     );
-    // The attempt's objects go, the build VM first among them.
-    wait_for("the build VM deleted", || async {
-        Api::<VirtualMachine>::namespaced(client.clone(), OPERATOR_NS)
-            .get_opt(&format!("{name}-b1-build"))
-            .await
-            .ok()?
-            .is_none_or(|vm| vm.metadata.deletion_timestamp.is_some())
-            .then_some(())
-    })
-    .await;
+    // The attempt's objects go, its VMs first among them.
+    for vm in ["build", "validation"] {
+        wait_for(&format!("the {vm} VM deleted"), || async {
+            Api::<VirtualMachine>::namespaced(client.clone(), OPERATOR_NS)
+                .get_opt(&format!("{name}-b1-{vm}"))
+                .await
+                .ok()?
+                .is_none_or(|vm| vm.metadata.deletion_timestamp.is_some())
+                .then_some(())
+        })
+        .await;
+    }
 }
 
 /// A deletion-relevant watch event: the object, the etcd revision of the event (one counter for
@@ -627,6 +676,14 @@ async fn a_bundle_deleted_mid_customize_stops_its_helper_and_vm_before_any_volum
         "the customize helper Job running",
         |build| helper_running(build, BuildStage::Customize, "-customize-"),
     )
+    .await;
+}
+
+#[tokio::test]
+async fn a_bundle_deleted_mid_seal_stops_its_helper_and_vm_before_any_volume_and_leaves_nothing() {
+    deleted_mid_build("seal-deleted", "the seal helper Job running", |build| {
+        helper_running(build, BuildStage::Seal, "-seal-")
+    })
     .await;
 }
 

@@ -336,20 +336,35 @@ async fn a_restarted_operator_resumes_the_same_installer_job() {
         );
     }
 
-    // Killed in Customize, then in Validate: each next operator follows the recorded helper Job
-    // (the same UID finishes the step), and the build reaches Ready with one of everything.
+    // Killed in Customize, Seal, Publish and Validate: each next operator follows the recorded
+    // Job of the step (the same UID finishes it), and the build goes on with one of everything.
+    type Slot = fn(&guestcluster::api::bundle::BuildResources) -> Option<&ObjectIdentity>;
+    let helper: Slot = |r| r.helper_job.as_ref();
+    let disk: Slot = |r| r.disk_job.as_ref();
     let mut previous = third;
-    for (step, next_name) in [
-        ("-customize-", "fourth-build-operator"),
-        ("-validate-", "fifth-build-operator"),
+    let mut logs = Vec::new();
+    for (step, slot, done, next_name) in [
+        (
+            "-customize-",
+            helper,
+            types::CUSTOMIZED,
+            "fourth-build-operator",
+        ),
+        ("-seal-", helper, types::SEALED, "fifth-build-operator"),
+        ("-disk", disk, types::PUBLISHED, "sixth-build-operator"),
+        (
+            "-validate-",
+            helper,
+            types::VALIDATED,
+            "seventh-build-operator",
+        ),
     ] {
-        let helper = wait_long(&format!("the {step} helper Job recorded"), || async {
+        let recorded = wait_long(&format!("the {step} Job recorded"), || async {
             let b = api.get(&name).await.ok()?;
-            b.status?
-                .build?
-                .resources?
-                .helper_job
+            let resources = b.status?.build?.resources?;
+            slot(&resources)
                 .filter(|j| !j.uid.is_empty() && j.name.contains(step))
+                .cloned()
         })
         .await;
         // Every Job of the step that exists from here on (the step's Job is deleted as soon as
@@ -387,21 +402,22 @@ async fn a_restarted_operator_resumes_the_same_installer_job() {
         })
         .await;
         previous.kill();
+        logs.push(previous.log());
         let next = operator_process(next_name).await;
         // The step is done by the Job that was recorded, never by a second one.
-        wait_long(&format!("the {step} helper's step done"), || async {
+        wait_long(&format!("{done}=True"), || async {
             let b = api.get(&name).await.ok()?;
-            let now = b.status?.build?.resources?.helper_job?;
-            (now.name != helper.name).then_some(())
+            let c = conditions::find(&b.status.as_ref()?.conditions, done)?;
+            (c.status == "True").then_some(())
         })
         .await;
         watch.abort();
         // The recorded Job may be gone already when listed (its step done); no other ever was.
         let uids = seen.lock().unwrap().clone();
         assert!(
-            uids.iter().all(|uid| *uid == helper.uid),
-            "one {step} helper Job, the recorded {}: {uids:?}",
-            helper.uid
+            uids.iter().all(|uid| *uid == recorded.uid),
+            "one {step} Job, the recorded {}: {uids:?}",
+            recorded.uid
         );
         previous = next;
     }
@@ -412,17 +428,39 @@ async fn a_restarted_operator_resumes_the_same_installer_job() {
     })
     .await;
     assert_eq!(b.status.unwrap().build.unwrap().attempt, Some(1));
+
+    // Killed in Ready, while the attempt's temporary objects are released: the next operator
+    // finishes the release and publishes nothing twice.
+    previous.kill();
+    logs.push(previous.log());
+    let last = operator_process("eighth-build-operator").await;
+    let golden = format!("PersistentVolumeClaim {name}-golden ");
+    wait_long("every temporary object released", || async {
+        let left = build_objects(&client, &name).await;
+        left.iter()
+            .all(|o| o.contains("::Secret ") || o.contains(&golden))
+            .then_some(())
+    })
+    .await;
+    let left = build_objects(&client, &name).await;
+    assert!(
+        left.iter().any(|o| o.contains(&golden)),
+        "the golden PVC stays: {left:#?}"
+    );
+    logs.push(last.log());
+    let all = logs.concat();
     for once in [
         "Create(DiskJob)",
         "Create(ValidationDataVolume)",
         "Create(ValidationVm)",
         "CreateGoldenPvc",
+        "PublishMetadata",
+        "PublishDataSource",
     ] {
-        let made = previous.log().matches(once).count();
-        assert!(
-            made <= 1,
-            "the last operator did {once} {made} times:\n{}",
-            previous.log()
+        let made = all.matches(once).count();
+        assert_eq!(
+            made, 1,
+            "{once} done {made} times across the operators:\n{all}"
         );
     }
     api.delete(&name, &DeleteParams::default()).await.unwrap();

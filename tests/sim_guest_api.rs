@@ -30,6 +30,26 @@ const VERSION: &str = "4.22.7";
 const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 const SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
 
+/// A kubelet client CSR for `system:node:crc` filed by whoever the caller is (not the node).
+fn foreign_node_csr() -> CertificateSigningRequest {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::default();
+    let mut dn = rcgen::DistinguishedName::new();
+    dn.push(rcgen::DnType::CommonName, "system:node:crc");
+    dn.push(rcgen::DnType::OrganizationName, "system:nodes");
+    params.distinguished_name = dn;
+    let pem = params.serialize_request(&key).unwrap().pem().unwrap();
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"generateName": "foreign-"},
+        "spec": {
+            "request": base64::engine::general_purpose::STANDARD.encode(pem),
+            "signerName": CLIENT_SIGNER,
+            "usages": ["digital signature", "client auth"],
+        }
+    }))
+    .unwrap()
+}
+
 fn kubeconfig_field(kubeconfig: &str, field: &str) -> String {
     let value: serde_json::Value =
         serde_saphyr::from_str(kubeconfig).expect("guest kubeconfig is YAML");
@@ -176,10 +196,28 @@ async fn a_tunnelled_client_reaches_the_guest_api_at_guest_time() {
 
     // The crc-agent approves them; the simulated kube-controller-manager issues certificates the
     // API server accepts: the requested subject and key, signed by the CSR's signer.
+    // Anyone else asking for the node's client certificate is not the node: left pending.
+    let foreign = csrs
+        .create(&Default::default(), &foreign_node_csr())
+        .await
+        .expect("a CSR in the admin's name");
+    let foreign_name = foreign.metadata.name.clone().unwrap();
     let quick = Patience::new(Duration::from_millis(200), Duration::from_secs(30));
-    assert_eq!(approve_csrs(&client, quick).await.unwrap(), 2);
+    assert_eq!(approve_csrs(&client, "crc", quick).await.unwrap(), 2);
     let issued = wait_for("certificates for the approved CSRs", || async {
         let items = csrs.list(&ListParams::default()).await.ok()?.items;
+        let (theirs, kubelets): (Vec<_>, Vec<_>) = items
+            .into_iter()
+            .partition(|c| c.metadata.name.as_deref() == Some(foreign_name.as_str()));
+        let undecided = theirs[0].status.as_ref().is_none_or(|s| {
+            s.conditions.iter().flatten().all(|c| c.type_ != "Approved") && s.certificate.is_none()
+        });
+        assert!(
+            undecided,
+            "the foreign CSR stays pending: {:?}",
+            theirs[0].status
+        );
+        let items = kubelets;
         items
             .iter()
             .all(|c| {

@@ -849,7 +849,7 @@ async fn build(
         }
     };
     let passed = wait_for("the kubelet certificates' outcome", || async {
-        let _ = approve_csrs(&client, quick).await;
+        let _ = approve_csrs(&client, "crc", quick).await;
         if checkend(paths::KUBELET_CLIENT_CERT).await && checkend(paths::KUBELET_SERVER_CERT).await
         {
             return Some(true);

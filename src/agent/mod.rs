@@ -27,6 +27,7 @@ use crate::guest::ssh::{SshGuest, SshOptions};
 use crate::guest::{GuestError, htpasswd, keys, steps};
 use crate::identity::{self, Identity};
 use crate::kubevirt::VirtualMachineInstance;
+use crate::resources::profile::network::HOSTNAME;
 
 pub use config::{Config, Settings};
 pub use publish::{Handoff, Owner};
@@ -323,7 +324,7 @@ pub async fn startup_path(startup: &Startup<'_>) -> Result<(String, String), Err
     info!("step 10: guest API client ready");
     cluster::wait_api(&guest_api, patiences.api).await?;
     info!("step 11: guest API answers");
-    let approved = cluster::approve_csrs(&guest_api, patiences.calls).await?;
+    let approved = cluster::approve_csrs(&guest_api, HOSTNAME, patiences.calls).await?;
     info!(approved, "step 12: kubelet CSRs approved");
     cluster::inject_pull_secret(&guest_api, startup.pull_secret, patiences.calls).await?;
     info!("step 13: pull secret injected");

@@ -19,6 +19,7 @@ use super::cluster::{self, Patience, condition_true, config_resource, retry};
 use super::ssh::SshGuest;
 use super::{Command, Guest, GuestError};
 use crate::resources::profile::inputs::Sensitive;
+use crate::resources::profile::network::HOSTNAME;
 use crate::resources::profile::{ignition, manifests};
 
 /// The live system's memory-backed scratch directory: nothing written there reaches a disk.
@@ -641,7 +642,12 @@ pub async fn rotate_kubelet_certs(
     loop {
         // One approval pass; a failing API is the next round's problem (it restarts on its own
         // certificates during this step).
-        match tokio::time::timeout(REQUEST_TIMEOUT, cluster::approve_csrs(client, single)).await {
+        match tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            cluster::approve_csrs(client, HOSTNAME, single),
+        )
+        .await
+        {
             Ok(Ok(_)) => {}
             Ok(Err(err)) => tracing::debug!("approving CSRs: {err}"),
             Err(_) => tracing::debug!("approving CSRs: no answer"),

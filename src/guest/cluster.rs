@@ -339,8 +339,13 @@ pub fn needs_approval(csr: &CertificateSigningRequest) -> bool {
     undecided && KUBELET_SIGNERS.contains(&csr.spec.signer_name.as_str())
 }
 
-/// Step 12: approves the pending kubelet CSRs (one pass); returns how many were approved.
-pub async fn approve_csrs(client: &kube::Client, patience: Patience) -> Result<usize, Error> {
+/// Step 12: approves the pending kubelet CSRs that node `node`'s kubelet filed (one pass; see
+/// [`super::csr`]); returns how many were approved. Others stay pending for someone else.
+pub async fn approve_csrs(
+    client: &kube::Client,
+    node: &str,
+    patience: Patience,
+) -> Result<usize, Error> {
     let csrs: Api<CertificateSigningRequest> = Api::all(client.clone());
     retry(STEP_CSRS, patience, || async {
         let mut approved = 0;
@@ -349,6 +354,10 @@ pub async fn approve_csrs(client: &kube::Client, patience: Patience) -> Result<u
                 continue;
             }
             let name = csr.metadata.name.clone().unwrap_or_default();
+            if let Err(refusal) = super::csr::review(&csr, node) {
+                tracing::warn!(csr = %name, "left a kubelet CSR pending: {refusal}");
+                continue;
+            }
             let status = csr.status.get_or_insert_with(Default::default);
             status.conditions.get_or_insert_with(Vec::new).push(
                 CertificateSigningRequestCondition {

@@ -25,6 +25,7 @@ pub mod build;
 pub mod cluster;
 pub mod command;
 pub mod connect;
+pub mod csr;
 pub mod customize;
 #[cfg(test)]
 pub(crate) mod fake;
@@ -32,6 +33,7 @@ pub mod htpasswd;
 pub mod keys;
 pub mod kubeconfig;
 pub mod route;
+pub mod scrub;
 pub mod seal;
 pub mod ssh;
 pub mod steps;

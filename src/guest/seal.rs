@@ -2,9 +2,10 @@
 //! SNC does before a disk is exported, done in the guest and never to the disk from outside.
 //! First through the guest API while it runs — the pull secret emptied and its rollout to the
 //! node's `/var/lib/kubelet/config.json`, the cred-manager and the chronyd mask removed, the
-//! installer's temporary kubeadmin login deleted — then over SSH: `/opt/kubeconfig`, the kubelet
-//! stopped and disabled, journal and logs scrubbed, free space trimmed, and what the disk now
-//! promises read back from the guest before it is powered off.
+//! installer's temporary kubeadmin login deleted — then over SSH: `/opt/kubeconfig`, the image
+//! cache pruned ([`scrub`]), the kubelet stopped and disabled, etcd scrubbed, journal and logs
+//! emptied, free space trimmed, and what the disk now promises read back from the guest before
+//! it is powered off.
 
 use base64::Engine as _;
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -15,6 +16,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use super::build::{CRED_MANAGER, MCO_NAMESPACE};
 use super::cluster::{self, KUBECONFIG_MODE, KUBECONFIG_PATH, Patience, retry};
 use super::customize;
+use super::scrub;
 use super::{Command, Guest, GuestError};
 use crate::resources::profile::manifests::CHRONYD_MASK_MC;
 
@@ -37,6 +39,8 @@ pub enum Error {
         step: &'static str,
         source: GuestError,
     },
+    #[error("{0}")]
+    Scrub(#[from] scrub::Error),
     #[error("the guest does not hold what sealing promises: {0}")]
     Incomplete(String),
 }
@@ -47,6 +51,7 @@ impl Error {
             Error::Cluster(_) => "GuestAPIUnavailable",
             Error::Rollout(err) => err.reason(),
             Error::Guest { .. } => "GuestStepFailed",
+            Error::Scrub(err) => err.reason(),
             Error::Incomplete(_) => "SealIncomplete",
         }
     }
@@ -166,10 +171,22 @@ pub async fn remove_installer_login(client: &kube::Client, calls: Patience) -> R
     .await
 }
 
-/// SNC §3.15 and createdisk §5.2, §5.17: `/opt/kubeconfig` (the admin kubeconfig the guest's
-/// units use), the kubelet stopped and disabled, the journal and `/var/log` emptied, free
-/// space trimmed so the export copies only data.
-pub async fn seal_disk<G: Guest>(guest: &G, admin_kubeconfig: &[u8]) -> Result<(), Error> {
+/// What [`seal_disk`] removed, for the condition message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Scrubbed {
+    pub images: usize,
+    pub pod_namespaces: usize,
+}
+
+/// SNC §3.15, §3.19, §3.25 and createdisk §5.2, §5.17, §5.19: `/opt/kubeconfig` (the admin
+/// kubeconfig the guest's units use), the image cache pruned to what the cluster runs, the
+/// kubelet stopped and disabled, etcd's pod records and leases scrubbed, the journal and
+/// `/var/log` emptied, free space trimmed so the export copies only data.
+pub async fn seal_disk<G: Guest>(
+    guest: &G,
+    admin_kubeconfig: &[u8],
+    etcd_ready: Patience,
+) -> Result<Scrubbed, Error> {
     guest
         .write_file(KUBECONFIG_PATH, admin_kubeconfig, KUBECONFIG_MODE)
         .await
@@ -180,8 +197,11 @@ pub async fn seal_disk<G: Guest>(guest: &G, admin_kubeconfig: &[u8]) -> Result<(
             .await
             .map_err(guest_err(step))
     };
+    // While the kubelet runs: its pods' images are in use and survive the prune.
+    let images = scrub::prune_images(guest).await?;
     run("disable the kubelet", &["systemctl", "disable", "kubelet"]).await?;
     run("stop the kubelet", &["systemctl", "stop", "kubelet"]).await?;
+    let pod_namespaces = scrub::scrub_etcd(guest, etcd_ready).await?;
     run("rotate the journal", &["journalctl", "--rotate"]).await?;
     run("vacuum the journal", &["journalctl", "--vacuum-time=1s"]).await?;
     run(
@@ -193,7 +213,10 @@ pub async fn seal_disk<G: Guest>(guest: &G, admin_kubeconfig: &[u8]) -> Result<(
     .await?;
     run("trim free space", &["fstrim", "-v", "/"]).await?;
     run("flush to disk", &["sync"]).await?;
-    Ok(())
+    Ok(Scrubbed {
+        images,
+        pod_namespaces,
+    })
 }
 
 /// What the sealed disk holds, read back from the guest.
@@ -204,6 +227,8 @@ pub struct Sealed {
     pub kubelet_disabled: bool,
     pub kubelet_inactive: bool,
     pub opt_kubeconfig: bool,
+    /// The image `nodeip-configuration.service` needs at boot survived the prune.
+    pub node_ip_image_cached: bool,
 }
 
 impl Sealed {
@@ -214,6 +239,10 @@ impl Sealed {
             (self.kubelet_disabled, "the kubelet is enabled"),
             (self.kubelet_inactive, "the kubelet is running"),
             (self.opt_kubeconfig, "/opt/kubeconfig is missing"),
+            (
+                self.node_ip_image_cached,
+                "the node IP image (baremetal-runtimecfg) is not cached",
+            ),
         ]
         .into_iter()
         .filter(|(ok, _)| !ok)
@@ -247,6 +276,7 @@ pub async fn check_sealed<G: Guest>(guest: &G) -> Result<Sealed, Error> {
         kubelet_disabled: enabled == "disabled",
         kubelet_inactive: active != "active",
         opt_kubeconfig,
+        node_ip_image_cached: scrub::node_ip_image_cached(guest).await?,
     })
 }
 
@@ -263,6 +293,11 @@ mod tests {
         guest.expect("systemctl is-enabled kubelet", Output::ok("disabled\n"));
         guest.expect("systemctl is-active kubelet", Output::failed(3, ""));
         guest.expect("sudo test -e /opt/kubeconfig", Output::ok(""));
+        guest.expect(
+            "sudo cat /etc/systemd/system/nodeip-configuration.service",
+            Output::ok("ExecStart=/usr/bin/podman run q.io/r@sha256:1 node-ip\n"),
+        );
+        guest.expect("sudo podman image exists q.io/r@sha256:1", Output::ok(""));
         let sealed = check_sealed(&guest).await.unwrap();
         assert_eq!(sealed.missing(), None);
 

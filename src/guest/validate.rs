@@ -1,6 +1,7 @@
 //! Stage 6 in the guest (mission §5): before anything is injected into a fresh clone of the golden
-//! disk, read what sealing promised — no pull secret on the node, the kubelet disabled, the
-//! kubelet's and the control plane's certificates valid 25 days by the guest's own clock. The
+//! disk, read what sealing promised — no pull secret on the node, the kubelet disabled, the node
+//! IP image cached (the disk cannot pull it), the kubelet's and the control plane's certificates
+//! valid 25 days by the guest's own clock. The
 //! startup path that follows is the crc-agent's ([`crate::agent::startup_path`]).
 
 use super::build::{
@@ -20,6 +21,8 @@ pub enum Error {
         step: &'static str,
         source: GuestError,
     },
+    #[error("{0}")]
+    Scrub(#[from] super::scrub::Error),
     #[error("the golden disk does not hold what sealing promised: {0}")]
     Broken(String),
 }
@@ -28,6 +31,7 @@ impl Error {
     pub fn reason(&self) -> &'static str {
         match self {
             Error::Guest { .. } => "GuestStepFailed",
+            Error::Scrub(err) => err.reason(),
             Error::Broken(_) => "SealBroken",
         }
     }
@@ -54,6 +58,7 @@ impl Window {
 pub struct Promises {
     pub pull_secret_empty: bool,
     pub kubelet_disabled: bool,
+    pub node_ip_image_cached: bool,
     pub certificates: Vec<Window>,
 }
 
@@ -66,6 +71,12 @@ impl Promises {
         }
         if !self.kubelet_disabled {
             broken.push("the kubelet is enabled".to_owned());
+        }
+        if !self.node_ip_image_cached {
+            broken.push(
+                "the node IP image (baremetal-runtimecfg) is not cached and cannot be pulled"
+                    .to_owned(),
+            );
         }
         if self.certificates.is_empty() {
             broken.push("no certificate found to check".to_owned());
@@ -156,6 +167,7 @@ pub async fn read_promises<G: Guest>(guest: &G) -> Result<Promises, Error> {
     Ok(Promises {
         pull_secret_empty: String::from_utf8_lossy(&pull_secret).trim() == EMPTY_PULL_SECRET,
         kubelet_disabled: enabled.trim() == "disabled",
+        node_ip_image_cached: super::scrub::node_ip_image_cached(guest).await?,
         certificates,
     })
 }
@@ -177,6 +189,7 @@ mod tests {
         let good = Promises {
             pull_secret_empty: true,
             kubelet_disabled: true,
+            node_ip_image_cached: true,
             certificates: vec![window("/a.crt", 29, true), window("/b.crt", 26, true)],
         };
         assert_eq!(good.broken(), None);
@@ -184,10 +197,17 @@ mod tests {
         let bad = Promises {
             pull_secret_empty: false,
             kubelet_disabled: false,
+            node_ip_image_cached: false,
             certificates: vec![window("/a.crt", 24, true), window("/b.crt", 29, false)],
         };
         let text = bad.broken().unwrap();
-        for part in ["config.json", "enabled", "/a.crt is valid 24", "/b.crt"] {
+        for part in [
+            "config.json",
+            "enabled",
+            "runtimecfg",
+            "/a.crt is valid 24",
+            "/b.crt",
+        ] {
             assert!(text.contains(part), "{text}");
         }
         let none = Promises {

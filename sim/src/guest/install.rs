@@ -4,7 +4,7 @@
 //! written to the installation disk and the guest reboots into it. Pure functions; the host
 //! (`GuestHost`) times and persists them.
 
-use super::exec::Machine;
+use super::exec::{Machine, containers};
 use super::ignition::{self, IgnitionError};
 use super::state::{Certificate, File, GuestState, InstallState, NODE_NAME, RootDisk, Unit, paths};
 use super::time;
@@ -228,14 +228,15 @@ pub fn installed_state(
         let entry = state.units.entry(unit.to_owned()).or_default();
         entry.enabled = true;
     }
+    containers::install(&mut state, &version, &release);
     state.openshift_version = Some(version);
-    state.image_cache = vec![release];
     state.pki = Some(pki);
     state.install = Some(InstallState {
         stamp: signer.not_before,
         csr_signer: signer,
         signer_secrets_created: false,
         completed_at: None,
+        release_image: release,
     });
     state.root = RootDisk::filling(disk_bytes);
     state.live_iso = None;

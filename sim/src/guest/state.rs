@@ -88,6 +88,27 @@ pub struct GuestState {
     /// that starts on a new etcd prefix (a copy of the disk); see `openshift::persist`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub api_objects: Vec<serde_json::Value>,
+    /// podman's containers by name (`/var/lib/containers` outlives a boot; a running one stops
+    /// at power-off). See [`super::exec::containers`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub containers: BTreeMap<String, Container>,
+    /// The keys in etcd's data directory (`/var/lib/etcd`) of an installed node; values are not
+    /// modelled. See [`super::exec::containers`].
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub etcd_keys: BTreeSet<String>,
+}
+
+/// A podman container.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Container {
+    pub image: String,
+    /// Running now (only the throwaway etcd runs; `podman create` leaves a container stopped).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub running: bool,
+    /// `podman run --rm`: removed when it stops.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub remove_on_stop: bool,
 }
 
 /// What an installed cluster's disk records about its install and its certificate signers.
@@ -105,6 +126,9 @@ pub struct InstallState {
     /// Guest time the cluster first reported Available; `None` while installing.
     #[serde(default)]
     pub completed_at: Option<i64>,
+    /// The release image installed (the cluster-version operator's pod runs it).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub release_image: String,
 }
 
 impl Default for GuestState {
@@ -134,6 +158,8 @@ impl Default for GuestState {
             install: None,
             install_incomplete: false,
             api_objects: Vec::new(),
+            containers: BTreeMap::new(),
+            etcd_keys: BTreeSet::new(),
         }
     }
 }

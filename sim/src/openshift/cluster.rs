@@ -59,6 +59,9 @@ const CONTROLLER_SIGNERS: [&str; 4] = [
 ];
 /// The user the kubelet's CSRs are for.
 const KUBELET_USER: &str = "system:node:crc";
+/// Who the kubelet's bootstrap kubeconfig authenticates as (its first client CSR).
+const NODE_BOOTSTRAPPER: &str =
+    "system:serviceaccount:openshift-machine-config-operator:node-bootstrapper";
 /// How long issued certificates are valid (the cluster signing duration), in seconds.
 const SIGNING_DURATION: i64 = 30 * 86_400;
 /// The cluster operators a CRC guest reports and the crc-agent waits for (and a few more).
@@ -210,8 +213,20 @@ impl GuestCluster {
             server: Some(server),
             stopped: false,
         }));
+        let requesters = Requesters {
+            node: impersonating(&config, KUBELET_USER, &["system:nodes"])?,
+            bootstrapper: impersonating(
+                &config,
+                NODE_BOOTSTRAPPER,
+                &[
+                    "system:serviceaccounts",
+                    "system:serviceaccounts:openshift-machine-config-operator",
+                ],
+            )?,
+        };
         let controllers = tokio::spawn(run_controllers(Controllers {
             client,
+            requesters,
             launcher: launcher.clone(),
             server_spec,
             server: slot.clone(),
@@ -350,6 +365,26 @@ async fn ensure_baseline(client: &kube::Client, spec: &ClusterSpec) -> Result<()
         )
         .await?;
     }
+    // Who may file the kubelet's CSRs: the node bootstrapper (OpenShift binds it to Kubernetes'
+    // `system:node-bootstrapper` role) and the node itself (the Node authorizer's grant on a real
+    // cluster; this API server authorizes with RBAC alone).
+    create(
+        Api::all_with(
+            client.clone(),
+            &resource(
+                "rbac.authorization.k8s.io",
+                "ClusterRoleBinding",
+                "clusterrolebindings",
+            ),
+        ),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": "system:node-bootstrapper"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:node-bootstrapper"},
+               "subjects": [
+                   {"kind": "ServiceAccount", "name": "node-bootstrapper", "namespace": "openshift-machine-config-operator"},
+                   {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}]}),
+    )
+    .await?;
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     create(
         core("Secret", "secrets", Some("openshift-config")),
@@ -462,6 +497,9 @@ async fn ensure_baseline(client: &kube::Client, spec: &ClusterSpec) -> Result<()
 
 struct Controllers {
     client: kube::Client,
+    /// The kubelet's CSRs are filed as the kubelet would authenticate, so the API server
+    /// records the requester an approver must check.
+    requesters: Requesters,
     launcher: ApiServerLauncher,
     /// What the running API server was started with; a rollout restarts it with new SNI
     /// certificates, and the client CA kept current so a restart never reverts it.
@@ -786,7 +824,9 @@ impl Controllers {
         let mut first_error = None;
         for signer in std::mem::take(&mut self.csr_pending) {
             let created = match kubelet_csr(signer, KUBELET_USER) {
-                Ok(csr) => api
+                Ok(csr) => self
+                    .requesters
+                    .csrs(signer, false)
                     .create(&post_params(), &csr)
                     .await
                     .map(drop)
@@ -1197,6 +1237,38 @@ fn now_rfc3339() -> String {
     k8s_openapi::jiff::Timestamp::now().to_string()
 }
 
+/// Clients acting as the guest's kubelet.
+struct Requesters {
+    /// `system:node:crc`: serving CSRs and renewals.
+    node: kube::Client,
+    /// The node bootstrapper: the first client CSR of a kubelet start.
+    bootstrapper: kube::Client,
+}
+
+impl Requesters {
+    fn csrs(&self, signer: &str, renewal: bool) -> Api<CertificateSigningRequest> {
+        let client = if renewal || signer.ends_with("kubelet-serving") {
+            &self.node
+        } else {
+            &self.bootstrapper
+        };
+        Api::all(client.clone())
+    }
+}
+
+/// A client of `config` that the API server takes for `user` in `groups` (the admin may
+/// impersonate anyone).
+fn impersonating(
+    config: &kube::Config,
+    user: &str,
+    groups: &[&str],
+) -> Result<kube::Client, Error> {
+    let mut config = config.clone();
+    config.auth_info.impersonate = Some(user.to_owned());
+    config.auth_info.impersonate_groups = Some(groups.iter().map(|g| (*g).to_owned()).collect());
+    kube::Client::try_from(config).map_err(|e| Error::Client(e.to_string()))
+}
+
 fn kubelet_csr(signer: &str, cn: &str) -> Result<CertificateSigningRequest, rcgen::Error> {
     let key = rcgen::KeyPair::generate()?;
     let mut params = rcgen::CertificateParams::default();
@@ -1214,7 +1286,7 @@ fn kubelet_csr(signer: &str, cn: &str) -> Result<CertificateSigningRequest, rcge
         "apiVersion": "certificates.k8s.io/v1",
         "kind": "CertificateSigningRequest",
         "metadata": {"generateName": "csr-"},
-        "spec": {"request": base64::engine::general_purpose::STANDARD.encode(pem), "signerName": signer, "usages": usages, "username": cn, "groups": ["system:nodes"]}
+        "spec": {"request": base64::engine::general_purpose::STANDARD.encode(pem), "signerName": signer, "usages": usages}
     });
     Ok(serde_json::from_value(csr).expect("static CSR shape"))
 }

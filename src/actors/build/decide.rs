@@ -2186,6 +2186,48 @@ mod tests {
     }
 
     #[test]
+    fn an_object_lost_or_replaced_in_any_later_stage_fails_that_stage() {
+        for (stage, condition) in [
+            (BuildStage::Customize, types::CUSTOMIZED),
+            (BuildStage::Seal, types::SEALED),
+            (BuildStage::Publish, types::PUBLISHED),
+            (BuildStage::Validate, types::VALIDATED),
+        ] {
+            for (temp, seen, want) in [
+                (
+                    Temp::RootDataVolume,
+                    Observation::Lost,
+                    reasons::RESOURCE_LOST,
+                ),
+                (
+                    Temp::BuildVm,
+                    Observation::Replaced {
+                        uid: "other".into(),
+                    },
+                    reasons::RESOURCE_REPLACED,
+                ),
+            ] {
+                let (b, mut observed) = later(stage, running("vmi-clone", BuildBoot::Installed));
+                observed.temps.insert(temp, Some(seen));
+                let d = decide(&b, &observed, HOUR, at(100));
+                assert_eq!(
+                    reason(&d.status, condition),
+                    ("False".to_owned(), want.to_owned()),
+                    "{stage:?} with {temp:?} gone"
+                );
+                assert!(
+                    !d.actions.iter().any(|a| matches!(
+                        a,
+                        Action::Delete { temp: t, .. } if *t == temp
+                    )),
+                    "{stage:?}: the {temp:?} that is not ours is never deleted: {:?}",
+                    d.actions
+                );
+            }
+        }
+    }
+
+    #[test]
     fn a_key_secret_of_someone_else_is_never_used() {
         let mut observed = admitted();
         observed.key_secret = Owned::NotOurs;

@@ -630,15 +630,15 @@ async fn seal(config: &Config, guest: Arc<SshGuest>) -> Result<String, Error> {
     seal::remove_build_helpers(&api, calls, rollout).await?;
     seal::remove_installer_login(&api, calls).await?;
     info!("cred-manager, chronyd mask and the installer's kubeadmin login removed");
-    seal::seal_disk(guest.as_ref(), mounted.kubeconfig.as_bytes()).await?;
+    let scrubbed = seal::seal_disk(guest.as_ref(), mounted.kubeconfig.as_bytes(), calls).await?;
     let sealed = seal::check_sealed(guest.as_ref()).await?;
     if let Some(missing) = sealed.missing() {
         return Err(seal::Error::Incomplete(missing).into());
     }
-    Ok(
-        "pull secret {} on the node, kubelet stopped and disabled, /opt/kubeconfig written, journal and logs scrubbed, free space trimmed"
-            .to_owned(),
-    )
+    Ok(format!(
+        "pull secret {{}} on the node, {} install-only images pruned (the node IP image kept), kubelet stopped and disabled, pod records of {} namespaces and every lease scrubbed from etcd, /opt/kubeconfig written, journal and logs scrubbed, free space trimmed",
+        scrubbed.images, scrubbed.pod_namespaces
+    ))
 }
 
 fn patience(deadline: Duration) -> Patience {

@@ -4,9 +4,11 @@
 //!
 //! Programs are grouped by what they touch: [`fs`] (files), [`system`] (units, clock, journal,
 //! power), [`storage`] (block devices, growpart, xfs_growfs), [`net`] (routes, NetworkManager,
-//! name resolution), [`openssl`] (certificate checks). An unknown program exits 127 and is
+//! name resolution), [`openssl`] (certificate checks), [`containers`] (podman, crictl, the
+//! pods and etcd of an installed node). An unknown program exits 127 and is
 //! reported in [`Output::unknown_commands`] so the host can log it loudly.
 
+pub mod containers;
 pub mod fs;
 pub mod installer;
 pub mod net;
@@ -56,6 +58,9 @@ pub struct Runtime {
     /// Off by default: the guest clock then follows the VM's RTC (host + offset), which is what
     /// the build's time control relies on and what a cluster without NTP egress does.
     pub ntp_reachable: bool,
+    /// The kubelet's pod sandboxes run: from its start on an installed disk until `crictl rmp`
+    /// or power-off (stopping the kubelet leaves them running).
+    pub pods_running: bool,
 }
 
 impl Runtime {
@@ -69,6 +74,7 @@ impl Runtime {
             live,
             guest_ip: MASQUERADE_GUEST_IP,
             ntp_reachable: false,
+            pods_running: false,
         }
     }
 }
@@ -95,6 +101,7 @@ impl Machine {
         if machine.unit_active("chronyd.service") {
             system::sync_clock(&mut machine);
         }
+        containers::boot(&mut machine);
         machine
     }
 
@@ -379,6 +386,8 @@ fn run_simple(
         "ip" => net::ip(ctx, args),
         "nmcli" => net::nmcli(ctx, args),
         "openssl" => openssl::openssl(ctx, args, stdin),
+        "podman" => containers::podman(ctx, args),
+        "crictl" => containers::crictl(ctx, args),
         other => {
             unknown.push(other.to_string());
             Run::fail(127, format!("bash: {other}: command not found"))

@@ -1,7 +1,7 @@
 //! System programs: `systemctl`, `journalctl`, `hostname`/`hostnamectl`, `date`, `chronyc`,
 //! power (`poweroff`, `reboot`, `shutdown`, `halt`), `id`, `uname`.
 
-use super::{Ctx, Effect, Machine, Run, net};
+use super::{Ctx, Effect, Machine, Run, containers, net};
 use crate::guest::state::Unit;
 use crate::guest::time;
 
@@ -296,10 +296,15 @@ fn change_activity(ctx: &mut Ctx<'_>, verb: &str, unit: &str) -> Run {
     Run::ok()
 }
 
-/// What a unit verifies before it runs.
-fn start_check(ctx: &Ctx<'_>, unit: &str) -> Result<(), String> {
+/// What a unit verifies before it runs (a failure may leave traces in the journal).
+fn start_check(ctx: &mut Ctx<'_>, unit: &str) -> Result<(), String> {
     match unit {
         "dnsmasq.service" => net::check_dnsmasq_config(ctx.machine()),
+        // The kubelet waits for nodeip-configuration.
+        "kubelet.service" => containers::node_ip_check(ctx.state()).map_err(|image| {
+            let now = ctx.now.0;
+            containers::node_ip_failed(ctx.state_mut(), now, &image)
+        }),
         _ => Ok(()),
     }
 }
@@ -309,6 +314,8 @@ fn after_start(ctx: &mut Ctx<'_>, unit: &str) {
     match unit {
         "NetworkManager.service" => net::write_resolv_conf(ctx.machine_mut()),
         "chronyd.service" => sync_clock(ctx.machine_mut()),
+        // Runtime only: nothing to persist.
+        "kubelet.service" => containers::kubelet_started(ctx.machine),
         _ => {}
     }
 }

@@ -255,8 +255,6 @@ impl Controllers {
         let Some(install) = &state.install else {
             return Ok(());
         };
-        let api: Api<k8s_openapi::api::certificates::v1::CertificateSigningRequest> =
-            Api::all(self.client.clone());
         for signer in KUBELET_SIGNERS {
             let Some(cert_key) = kubelet_csr_due(state, signer, now) else {
                 continue;
@@ -267,7 +265,10 @@ impl Controllers {
             }
             let csr = kubelet_csr(signer, super::KUBELET_USER)
                 .map_err(|e| Error::Client(e.to_string()))?;
-            api.create(&super::post_params(), &csr).await?;
+            self.requesters
+                .csrs(signer, true)
+                .create(&super::post_params(), &csr)
+                .await?;
             tracing::info!(signer, "guest kubelet filed a renewal CSR");
             self.renewals_requested.insert(signer, key);
         }
