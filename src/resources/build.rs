@@ -12,8 +12,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     Container, EnvVar, KeyToPath, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource,
-    PodSecurityContext, PodSpec, PodTemplateSpec, SeccompProfile, Secret, SecretVolumeSource,
-    ServiceAccount, Volume, VolumeMount,
+    PodSpec, PodTemplateSpec, Secret, SecretVolumeSource, ServiceAccount, Volume, VolumeMount,
 };
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -21,7 +20,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
 use super::bundle::{JobSettings, pvc};
-use super::common::{bundle_labels, controller_ref, job_container};
+use super::common::{
+    JobResources, bundle_labels, controller_ref, job_container, restricted_pod, tmp_volume,
+};
 use crate::api::CRCBundle;
 use crate::api::bundle::BuildSpec;
 use crate::api::labels;
@@ -231,7 +232,14 @@ pub fn installer_job(
             api_token: false,
             backoff_limit: INSTALLER_BACKOFF_LIMIT,
             deadline_seconds: INSTALLER_DEADLINE_SECONDS,
-            container: job_container("installer", &settings.image, "installer", env, mounts),
+            container: job_container(
+                "installer",
+                &settings.image,
+                "installer",
+                env,
+                mounts,
+                JobResources::INSTALLER,
+            ),
             volumes: vec![
                 secret_volume("inputs", &names.installer_secret),
                 claim_volume("work", &names.work_pvc),
@@ -277,18 +285,9 @@ fn restricted_job(
                     restart_policy: Some("Never".to_owned()),
                     service_account_name: Some(shape.service_account.to_owned()),
                     automount_service_account_token: (!shape.api_token).then_some(false),
-                    security_context: Some(PodSecurityContext {
-                        run_as_non_root: Some(true),
-                        run_as_user: Some(1001),
-                        fs_group: Some(1001),
-                        seccomp_profile: Some(SeccompProfile {
-                            type_: "RuntimeDefault".to_owned(),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    }),
+                    security_context: Some(restricted_pod()),
                     containers: vec![shape.container],
-                    volumes: Some(shape.volumes),
+                    volumes: Some(shape.volumes.into_iter().chain([tmp_volume()]).collect()),
                     node_selector: (!placement.node_selector.is_empty())
                         .then_some(placement.node_selector),
                     tolerations: (!placement.tolerations.is_empty())
@@ -680,7 +679,14 @@ pub fn helper_job(
             api_token: true,
             backoff_limit: HELPER_BACKOFF_LIMIT,
             deadline_seconds: helper_deadline_seconds(target.step),
-            container: job_container("build-helper", &settings.image, "build-helper", env, mounts),
+            container: job_container(
+                "build-helper",
+                &settings.image,
+                "build-helper",
+                env,
+                mounts,
+                JobResources::LIGHT,
+            ),
             volumes,
         },
     )
@@ -727,7 +733,14 @@ pub fn disk_job(
             api_token: false,
             backoff_limit: DISK_BACKOFF_LIMIT,
             deadline_seconds: DISK_DEADLINE_SECONDS,
-            container: job_container("disk", &settings.image, "disk", env, mounts),
+            container: job_container(
+                "disk",
+                &settings.image,
+                "disk",
+                env,
+                mounts,
+                JobResources::LIGHT,
+            ),
             volumes: vec![source, claim_volume("golden", golden_pvc)],
         },
     )

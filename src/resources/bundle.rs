@@ -15,7 +15,9 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
-use super::common::{bundle_labels, controller_ref, job_container};
+use super::common::{
+    JobResources, bundle_labels, controller_ref, job_container, restricted_pod, tmp_volume,
+};
 use crate::api::CRCBundle;
 use crate::api::common::Arch;
 use crate::contract::bundle_prep as prep;
@@ -223,16 +225,19 @@ pub fn prep_job(bundle: &CRCBundle, namespace: &str, urls: &Urls, settings: &Job
                 spec: Some(PodSpec {
                     restart_policy: Some("Never".to_owned()),
                     service_account_name: Some(settings.prep_service_account.clone()),
+                    security_context: Some(restricted_pod()),
                     containers: vec![job_container(
                         "bundle-prep",
                         &settings.image,
                         "bundle-prep",
                         env,
                         vec![mount("golden", GOLDEN_DIR), mount("scratch", SCRATCH_DIR)],
+                        JobResources::LIGHT,
                     )],
                     volumes: Some(vec![
                         volume("golden", &names.golden_pvc),
                         volume("scratch", &names.scratch_pvc),
+                        tmp_volume(),
                     ]),
                     ..Default::default()
                 }),

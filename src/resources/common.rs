@@ -2,7 +2,11 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, EnvVar, SecurityContext, VolumeMount};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, PodSecurityContext,
+    ResourceRequirements, SeccompProfile, SecurityContext, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 
@@ -43,16 +47,91 @@ pub fn controller_ref<K: Resource<DynamicType = ()>>(owner: &K) -> Option<OwnerR
     Some(reference)
 }
 
+/// Where a Job's container may write besides its volumes: an `emptyDir`, since the root
+/// filesystem is read-only. `TMPDIR` and `HOME` point here (qemu-img's and the installer's
+/// temporary files and caches).
+pub const TMP_DIR: &str = "/tmp";
+const TMP_VOLUME: &str = "tmp";
+/// The image's non-root user (see `Containerfile`).
+pub const JOB_USER: i64 = 1001;
+
+/// What a Job's container asks for and may use. No CPU limit: a throttled copy or install only
+/// takes longer, while memory past the limit is a clear `OOMKilled`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JobResources {
+    pub cpu_request: &'static str,
+    pub memory_request: &'static str,
+    pub memory_limit: &'static str,
+}
+
+impl JobResources {
+    /// The agent, the helper steps, the download and the disk copy: SSH, HTTP, hashing.
+    pub const LIGHT: Self = Self {
+        cpu_request: "100m",
+        memory_request: "128Mi",
+        memory_limit: "1Gi",
+    };
+    /// The installer: `openshift-install` and `coreos-installer` over a release payload.
+    pub const INSTALLER: Self = Self {
+        cpu_request: "500m",
+        memory_request: "1Gi",
+        memory_limit: "4Gi",
+    };
+}
+
+/// The pod-level half of Pod Security `restricted`: a non-root user, the runtime's seccomp
+/// profile, volumes group-owned by that user.
+pub fn restricted_pod() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(JOB_USER),
+        fs_group: Some(JOB_USER),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".to_owned(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The writable scratch directory every Job's pod declares (see [`TMP_DIR`]).
+pub fn tmp_volume() -> Volume {
+    Volume {
+        name: TMP_VOLUME.to_owned(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            size_limit: Some(Quantity("1Gi".to_owned())),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 /// The container of one of our Jobs: `guestcluster <subcommand>` from `image`, with the
 /// termination message the operator reads back (the file, or the log tail if the process died
-/// before writing it) and no privilege escalation.
+/// before writing it), the container half of Pod Security `restricted` (no privilege
+/// escalation, every capability dropped), a read-only root filesystem with [`TMP_DIR`] mounted
+/// writable (the pod must declare [`tmp_volume`]), and `resources`.
 pub fn job_container(
     name: &str,
     image: &str,
     subcommand: &str,
-    env: Vec<EnvVar>,
-    mounts: Vec<VolumeMount>,
+    mut env: Vec<EnvVar>,
+    mut mounts: Vec<VolumeMount>,
+    resources: JobResources,
 ) -> Container {
+    for var in ["TMPDIR", "HOME"] {
+        env.push(EnvVar {
+            name: var.to_owned(),
+            value: Some(TMP_DIR.to_owned()),
+            ..Default::default()
+        });
+    }
+    mounts.push(VolumeMount {
+        name: TMP_VOLUME.to_owned(),
+        mount_path: TMP_DIR.to_owned(),
+        ..Default::default()
+    });
+    let quantity = |q: &str| Quantity(q.to_owned());
     Container {
         name: name.to_owned(),
         image: Some(image.to_owned()),
@@ -63,6 +142,22 @@ pub fn job_container(
         termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         security_context: Some(SecurityContext {
             allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".to_owned()]),
+                add: None,
+            }),
+            read_only_root_filesystem: Some(true),
+            ..Default::default()
+        }),
+        resources: Some(ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                ("cpu".to_owned(), quantity(resources.cpu_request)),
+                ("memory".to_owned(), quantity(resources.memory_request)),
+            ])),
+            limits: Some(BTreeMap::from([(
+                "memory".to_owned(),
+                quantity(resources.memory_limit),
+            )])),
             ..Default::default()
         }),
         ..Default::default()

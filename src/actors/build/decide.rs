@@ -2274,6 +2274,39 @@ mod tests {
     }
 
     #[test]
+    fn the_deadline_fails_every_later_stage_and_the_attempt_cleans_up() {
+        for (stage, condition) in [
+            (BuildStage::Customize, types::CUSTOMIZED),
+            (BuildStage::Seal, types::SEALED),
+            (BuildStage::Publish, types::PUBLISHED),
+            (BuildStage::Validate, types::VALIDATED),
+        ] {
+            let (b, observed) = later(stage, running("vmi-clone", BuildBoot::Installed));
+            let d = decide(&b, &observed, HOUR, at(2 * 3600));
+            assert_eq!(
+                reason(&d.status, condition),
+                (
+                    "False".to_owned(),
+                    reasons::BUILD_DEADLINE_EXCEEDED.to_owned()
+                ),
+                "{stage:?}"
+            );
+            assert_eq!(d.status.phase, Some(BundlePhase::Failed), "{stage:?}");
+            // The attempt cleans up at once (a volume in use stays, protected, until its pod
+            // goes).
+            for temp in [Temp::BuildVm, Temp::ValidationVm, Temp::RootDataVolume] {
+                assert!(
+                    d.actions
+                        .iter()
+                        .any(|a| matches!(a, Action::Delete { temp: t, .. } if *t == temp)),
+                    "{stage:?}: {temp:?} not deleted: {:?}",
+                    d.actions
+                );
+            }
+        }
+    }
+
+    #[test]
     fn a_crash_between_naming_and_creating_creates_again() {
         let first = decide(&bundle(), &admitted(), HOUR, at(0));
         let mut named = bundle();

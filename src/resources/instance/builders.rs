@@ -29,7 +29,7 @@ use crate::cdi::{
 };
 use crate::contract::agent;
 use crate::kubevirt;
-use crate::resources::common::job_container;
+use crate::resources::common::{JobResources, job_container, restricted_pod, tmp_volume};
 use crate::route::{
     InsecureEdgeTerminationPolicy, Route, RoutePort, RouteSpec, RouteTargetReference, TlsConfig,
     TlsTermination,
@@ -396,6 +396,7 @@ pub fn agent_job(instance: &ClusterInstance, inputs: &AgentJobInputs) -> Job {
                 spec: Some(PodSpec {
                     restart_policy: Some("Never".to_owned()),
                     service_account_name: Some(agent_account_name(&name)),
+                    security_context: Some(restricted_pod()),
                     containers: vec![job_container(
                         AGENT_CONTAINER,
                         &inputs.image,
@@ -406,6 +407,7 @@ pub fn agent_job(instance: &ClusterInstance, inputs: &AgentJobInputs) -> Job {
                             mount("bundle-ssh-key", AGENT_SSH_DIR),
                             mount("identity", AGENT_IDENTITY_DIR),
                         ],
+                        JobResources::LIGHT,
                     )],
                     volumes: Some(vec![
                         secret_volume("pull-secret", &inputs.pull_secret_name, None),
@@ -419,6 +421,7 @@ pub fn agent_job(instance: &ClusterInstance, inputs: &AgentJobInputs) -> Job {
                             }]),
                         ),
                         secret_volume("identity", &identity_secret_name(&name), None),
+                        tmp_volume(),
                     ]),
                     ..Default::default()
                 }),

@@ -290,6 +290,9 @@ pub(super) mod tests {
                 "/etc/crc-agent/pull-secret/.dockerconfigjson",
             ),
             ("CRC_API_HOSTNAME", "api.example.com"),
+            // The writable scratch directory under a read-only root filesystem.
+            ("TMPDIR", "/tmp"),
+            ("HOME", "/tmp"),
         ]
         .map(|(k, v)| (k.to_owned(), v.to_owned()));
         assert_eq!(env, expected);
@@ -298,8 +301,9 @@ pub(super) mod tests {
                 .as_array()
                 .unwrap()
                 .iter()
-                .all(|m| m["readOnly"] == true)
+                .all(|m| m["readOnly"] == true || m["mountPath"] == "/tmp")
         );
+        assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
         assert_eq!(value["spec"]["backoffLimit"], 2);
         assert_eq!(value["spec"]["activeDeadlineSeconds"], 2700);
         assert_eq!(
