@@ -352,6 +352,7 @@ fn obj(name: &str) -> Obj {
 fn teardown_decision(c: &mut Criterion) {
     let everything = Remaining {
         jobs: vec![obj("job")],
+        role: Some(obj("role")),
         role_binding: Some(obj("rb")),
         service_account: Some(obj("sa")),
         boot_key: Some(obj("key")),

@@ -206,7 +206,6 @@ async fn drive(
     let metrics = Metrics::default();
     let guests = GuestSettings {
         route_access: RouteAccess::via_proxy(&router.url()),
-        ..GuestSettings::from_env()
     };
     let op = match &opts.operator_bin {
         None => RunningOperator::start(&client, metrics.clone(), guests).await?,

@@ -11,7 +11,6 @@ use crate::events::Events;
 use crate::guest::route::RouteAccess;
 use crate::metrics::Metrics;
 use crate::resources::bundle::JobSettings;
-use crate::resources::instance::AGENT_CLUSTER_ROLE;
 
 /// Shared, read-mostly state of the operator process.
 pub struct Context {
@@ -92,24 +91,19 @@ impl Context {
     }
 }
 
-/// How the operator reaches guest APIs and what it grants their agents.
+/// How the operator reaches guest APIs.
 #[derive(Clone, Debug)]
 pub struct GuestSettings {
     /// How Route hosts are reached for the readiness probe (`HTTPS_PROXY` is honoured).
     pub route_access: RouteAccess,
-    /// The ClusterRole every instance's agent account is bound to (`CRC_AGENT_CLUSTER_ROLE`).
-    pub agent_cluster_role: String,
 }
 
 impl GuestSettings {
-    /// From the environment: `HTTPS_PROXY`/`NO_PROXY` and `CRC_AGENT_CLUSTER_ROLE`.
+    /// From the environment: `HTTPS_PROXY`/`NO_PROXY`. (`CRC_AGENT_CLUSTER_ROLE`, upstream's
+    /// shared agent ClusterRole, is not read: each agent has its own Role.)
     pub fn from_env() -> Self {
         Self {
             route_access: RouteAccess::from_env(),
-            agent_cluster_role: std::env::var("CRC_AGENT_CLUSTER_ROLE")
-                .ok()
-                .filter(|r| !r.is_empty())
-                .unwrap_or_else(|| AGENT_CLUSTER_ROLE.to_owned()),
         }
     }
 }

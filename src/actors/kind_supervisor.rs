@@ -1063,7 +1063,6 @@ mod tests {
             Default::default(),
             crate::actors::context::GuestSettings {
                 route_access: Default::default(),
-                agent_cluster_role: "agent".into(),
             },
         );
         let args = ObjectArgs {

@@ -149,7 +149,6 @@ async fn start(with_operator: bool) -> Result<(World, (Sim, RouteProxy)), String
         .map_err(|e| format!("ingress domain: {e}"))?;
     let guests = GuestSettings {
         route_access: RouteAccess::via_proxy(&router.addr().to_string()),
-        ..GuestSettings::from_env()
     };
     let ctx = Context::build(
         client,

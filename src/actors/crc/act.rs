@@ -4,7 +4,7 @@
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PropagationPolicy};
 use kube::{Resource, ResourceExt};
@@ -69,10 +69,7 @@ impl<'a> Actor<'a> {
                 New::Service(o) => self.create(&self.scope.ns(), o.as_ref()).await,
                 New::Route(o) => self.create(&self.scope.ns(), o.as_ref()).await,
                 New::Job(o) => self.create(&self.scope.ns(), o.as_ref()).await,
-                New::ClusterRole(o) => {
-                    let roles: Api<ClusterRole> = Api::all(self.scope.ctx.client.clone());
-                    self.create(&roles, o.as_ref()).await
-                }
+                New::Role(o) => self.create(&self.scope.ns(), o.as_ref()).await,
             },
             Action::CreateIdentity { host } => {
                 let now = Timestamp::now().as_second();
@@ -107,6 +104,16 @@ impl<'a> Actor<'a> {
                         )
                         .await,
                     ),
+                    DeleteKind::RoleBinding => (
+                        "RoleBinding",
+                        write::delete_exact(
+                            &self.scope.ns::<RoleBinding>(),
+                            &target.name,
+                            &target.uid,
+                            PropagationPolicy::Background,
+                        )
+                        .await,
+                    ),
                 };
                 result.map_err(
                     self.scope
@@ -114,6 +121,12 @@ impl<'a> Actor<'a> {
                 )?;
                 tracing::info!(clusterinstance = %self.scope.name, namespace = %self.scope.namespace, "deleted {kind} {}", target.name);
                 Ok(())
+            }
+            Action::RepairRole { name, rules } => {
+                let patch = serde_json::json!({"rules": rules});
+                write::merge_patch(&self.scope.ns::<Role>(), name, &patch)
+                    .await
+                    .map_err(self.scope.err("repairing", format!("Role {name}")))
             }
             Action::RepairRoleBinding { name, subjects } => {
                 let patch = serde_json::json!({"subjects": subjects});

@@ -129,7 +129,6 @@ pub async fn reconcile(
     let mut observed = Box::pin(observe::observe(instance, status, ctx)).await?;
     let settings = plan::Settings {
         job_image: ctx.jobs.image.clone(),
-        agent_cluster_role: ctx.guests.agent_cluster_role.clone(),
     };
     let now = Time(Timestamp::now());
     let planned = loop {

@@ -11,7 +11,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
     Event, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount,
 };
-use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -54,7 +54,7 @@ pub struct Observed {
     pub bundle_key: Option<Secret>,
     /// The instance's own copy of the boot key.
     pub boot_key_copy: Option<Secret>,
-    pub agent_role: Option<ClusterRole>,
+    pub agent_role: Option<Role>,
     pub agent_account: Option<ServiceAccount>,
     pub agent_binding: Option<RoleBinding>,
     pub service: Option<Service>,
@@ -195,7 +195,7 @@ pub async fn observe(
     }
     if o.vmi.is_some() {
         o.agent_role = reader
-            .get(&reader.all(), &ctx.guests.agent_cluster_role)
+            .get(&reader.ns(), &res::agent_role_name(&name))
             .await?;
         o.agent_account = reader
             .get(&reader.ns(), &res::agent_account_name(&name))
@@ -264,10 +264,6 @@ impl<'a> Reader<'a> {
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
     {
         self.scope.ns()
-    }
-
-    fn all<K: Resource<DynamicType = ()>>(&self) -> Api<K> {
-        Api::all(self.scope.ctx.client.clone())
     }
 
     fn err(&self, what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {

@@ -19,7 +19,7 @@ use std::time::Duration;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Secret, Service, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding, Subject};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{Resource, ResourceExt};
 
@@ -60,8 +60,6 @@ pub const MANUAL_KEY_NAMES: [&str; 3] = ["id_ecdsa", "ssh-privatekey", "id_rsa"]
 pub struct Settings {
     /// Image of the crc-agent Job.
     pub job_image: String,
-    /// The ClusterRole every agent account is bound to.
-    pub agent_cluster_role: String,
 }
 
 /// Everything a plan is made from.
@@ -163,6 +161,11 @@ pub enum Action {
     CreateIdentity { host: String },
     /// Delete an object the instance controls, with its UID as precondition.
     Delete(Delete),
+    /// Bring the agent's Role to these rules.
+    RepairRole {
+        name: String,
+        rules: Vec<PolicyRule>,
+    },
     /// Put the agent's subjects back into its RoleBinding.
     RepairRoleBinding {
         name: String,
@@ -183,7 +186,7 @@ pub enum New {
     Secret(Box<Secret>),
     DataVolume(Box<DataVolume>),
     VirtualMachine(Box<VirtualMachine>),
-    ClusterRole(Box<ClusterRole>),
+    Role(Box<Role>),
     ServiceAccount(Box<ServiceAccount>),
     RoleBinding(Box<RoleBinding>),
     Service(Box<Service>),
@@ -205,6 +208,8 @@ pub enum DeleteKind {
     AgentJob,
     /// A Secret.
     Secret,
+    /// The agent's RoleBinding.
+    RoleBinding,
 }
 
 /// The next step of the CRC backing of `input.instance`.
@@ -400,7 +405,7 @@ impl<'a> Walk<'a> {
         };
         let (vmi_uid, vmi_ip) = self.running_vmi(vm, o.vmi.as_ref(), dv)?;
 
-        self.agent_access()?;
+        self.agent_access(&vmi_uid)?;
         if o.service.is_none() {
             let service = res::api_service(self.instance, &vm_name);
             self.create(New::Service(Box::new(service)));
@@ -871,22 +876,26 @@ impl<'a> Walk<'a> {
         Ok((uid, ip))
     }
 
-    /// The agent's ClusterRole (shared), ServiceAccount and RoleBinding (per instance).
-    fn agent_access(&mut self) -> Flow<()> {
+    /// The agent's Role (its VMI and that VMI's handoff, by name), ServiceAccount and
+    /// RoleBinding, all the instance's own.
+    fn agent_access(&mut self, vmi_uid: &str) -> Flow<()> {
         let o = self.o;
-        let role_name = self.settings.agent_cluster_role.clone();
+        let wanted_role = res::agent_role(self.instance, vmi_uid);
+        let role_name = res::agent_role_name(&self.name);
         match &o.agent_role {
-            None => self.create(New::ClusterRole(Box::new(res::agent_cluster_role(
-                &role_name,
-            )))),
-            Some(role) if !res::cluster_role_rules_match(role) => {
-                return Err(Stop::failed(
-                    reasons::RECONCILE_ERROR,
-                    format!(
-                        "ClusterRole {role_name} exists with rules other than the crc-agent needs; \
-                         delete it to have it recreated"
-                    ),
-                ));
+            None => self.create(New::Role(Box::new(wanted_role))),
+            Some(role) if !self.controlled(role) => return Err(self.conflict(role)),
+            Some(role)
+                if !res::rules_match(
+                    role.rules.as_deref().unwrap_or_default(),
+                    wanted_role.rules.as_deref().unwrap_or_default(),
+                ) =>
+            {
+                // A new VMI names a new handoff; anything else is put back.
+                self.actions.push(Action::RepairRole {
+                    name: role_name,
+                    rules: wanted_role.rules.unwrap_or_default(),
+                });
             }
             Some(_) => {}
         }
@@ -897,19 +906,23 @@ impl<'a> Walk<'a> {
             Some(sa) if !self.controlled(sa) => return Err(self.conflict(sa)),
             Some(_) => {}
         }
-        let wanted = res::agent_role_binding(self.instance, &role_name);
+        let wanted = res::agent_role_binding(self.instance);
         let binding_name = res::agent_binding_name(&self.name);
         match &o.agent_binding {
             None => self.create(New::RoleBinding(Box::new(wanted))),
             Some(rb) if !self.controlled(rb) => return Err(self.conflict(rb)),
             Some(rb) if rb.role_ref != wanted.role_ref => {
-                return Err(Stop::failed(
-                    reasons::RESOURCE_OWNERSHIP_CONFLICT,
-                    format!(
-                        "RoleBinding {}/{binding_name} refers to {} {}; delete it to have it recreated",
-                        self.ns, rb.role_ref.kind, rb.role_ref.name
-                    ),
-                ));
+                // Ours, bound elsewhere (an earlier version bound every agent to one
+                // ClusterRole): a roleRef cannot change, so it is made again.
+                self.actions.push(Action::Delete(Delete {
+                    kind: DeleteKind::RoleBinding,
+                    name: binding_name.clone(),
+                    uid: rb.uid().unwrap_or_default(),
+                }));
+                return Err(Stop::recorded(format!(
+                    "replacing RoleBinding {}/{binding_name}, bound to {} {}, with one to the instance's Role",
+                    self.ns, rb.role_ref.kind, rb.role_ref.name
+                )));
             }
             Some(rb) if rb.subjects != wanted.subjects => {
                 self.actions.push(Action::RepairRoleBinding {

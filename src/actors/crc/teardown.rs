@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount};
-use k8s_openapi::api::rbac::v1::RoleBinding;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, ListParams, PropagationPolicy};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -258,6 +258,10 @@ impl<'a> Teardown<'a> {
 
         Ok(Remaining {
             jobs,
+            role: self
+                .owned::<Role>(&res::agent_role_name(&self.name), &me)
+                .await?
+                .map(|k| obj(&k)),
             role_binding: self
                 .owned::<RoleBinding>(&res::agent_binding_name(&self.name), &me)
                 .await?
@@ -326,6 +330,7 @@ impl<'a> Teardown<'a> {
             Step::DeleteAgentAccess(objs) => {
                 for k in objs {
                     match k.kind {
+                        "Role" => self.delete::<Role>(&k.obj, Background).await?,
                         "RoleBinding" => self.delete::<RoleBinding>(&k.obj, Background).await?,
                         _ => self.delete::<ServiceAccount>(&k.obj, Background).await?,
                     }

@@ -30,6 +30,7 @@ pub struct Vm {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Remaining {
     pub jobs: Vec<Obj>,
+    pub role: Option<Obj>,
     pub role_binding: Option<Obj>,
     pub service_account: Option<Obj>,
     pub boot_key: Option<Obj>,
@@ -48,7 +49,7 @@ pub struct Remaining {
 pub enum Step {
     /// Delete (foreground) these Jobs, then wait for them to be gone.
     DeleteJobs(Vec<Obj>),
-    /// Delete the agent's RoleBinding and ServiceAccount.
+    /// Delete the agent's Role, RoleBinding and ServiceAccount.
     DeleteAgentAccess(Vec<Kinded>),
     DeleteBootKey(Obj),
     /// Set `runStrategy: Halted`.
@@ -79,6 +80,7 @@ pub fn next(remaining: &Remaining) -> Step {
         return Step::DeleteJobs(remaining.jobs.clone());
     }
     let access: Vec<Kinded> = [
+        ("Role", &remaining.role),
         ("RoleBinding", &remaining.role_binding),
         ("ServiceAccount", &remaining.service_account),
     ]
@@ -140,6 +142,7 @@ mod tests {
     fn everything() -> Remaining {
         Remaining {
             jobs: vec![obj("job")],
+            role: Some(obj("role")),
             role_binding: Some(obj("rb")),
             service_account: Some(obj("sa")),
             boot_key: Some(obj("key")),
@@ -162,6 +165,7 @@ mod tests {
         match step {
             Step::DeleteJobs(_) => remaining.jobs.clear(),
             Step::DeleteAgentAccess(_) => {
+                remaining.role = None;
                 remaining.role_binding = None;
                 remaining.service_account = None;
             }

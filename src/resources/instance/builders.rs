@@ -10,16 +10,16 @@ use k8s_openapi::api::core::v1::{
     EnvVar, KeyToPath, PodSpec, PodTemplateSpec, Secret, SecretVolumeSource, Service,
     ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
-use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
 use super::{
-    agent_account_name, agent_binding_name, agent_job_name, api_route_name, api_service_name,
-    boot_key_secret_name, identity_secret_name, instance_labels, kubeconfig_secret_name,
-    owned_meta, root_disk_name,
+    agent_account_name, agent_binding_name, agent_job_name, agent_role_name, api_route_name,
+    api_service_name, boot_key_secret_name, handoff_secret_name, identity_secret_name,
+    instance_labels, kubeconfig_secret_name, owned_meta, root_disk_name,
 };
 use crate::api::ClusterInstance;
 use crate::api::labels;
@@ -35,9 +35,6 @@ use crate::route::{
     TlsTermination,
 };
 
-/// Default name of the ClusterRole bound to every agent ServiceAccount
-/// (`CRC_AGENT_CLUSTER_ROLE`; the deployment sets `guestcluster-operator-crc-agent-instance-role`).
-pub const AGENT_CLUSTER_ROLE: &str = "crc-agent-instance-role";
 /// Port (and Service port name) of the guest API.
 pub const API_PORT: i32 = 6443;
 pub const API_PORT_NAME: &str = "api";
@@ -74,43 +71,48 @@ fn strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| (*s).to_owned()).collect()
 }
 
-/// The rules of the agent ClusterRole: read VMIs, read and write Secrets (the handoff).
-fn agent_rules() -> Vec<PolicyRule> {
+/// The agent's rules for the instance's VMI `vmi_uid`, by name: watch that VMI, create its
+/// handoff Secret and read and update it. Nothing else: not the identity, the key copy or any
+/// other instance's Secrets, which its pod gets as volumes or never needs. (`create` cannot be
+/// limited by name in RBAC; the handoff the operator accepts must name the instance and the VMI
+/// and be controlled by the instance, so a created Secret of another name is ignored.)
+fn agent_rules(instance: &str, vmi_uid: &str) -> Vec<PolicyRule> {
     vec![
         PolicyRule {
             api_groups: Some(strings(&[kubevirt::GROUP])),
             resources: Some(strings(&["virtualmachineinstances"])),
+            resource_names: Some(vec![instance.to_owned()]),
             verbs: strings(&["get", "list", "watch"]),
             ..Default::default()
         },
         PolicyRule {
             api_groups: Some(strings(&[""])),
             resources: Some(strings(&["secrets"])),
-            verbs: strings(&["get", "create", "update"]),
+            verbs: strings(&["create"]),
+            ..Default::default()
+        },
+        PolicyRule {
+            api_groups: Some(strings(&[""])),
+            resources: Some(strings(&["secrets"])),
+            resource_names: Some(vec![handoff_secret_name(instance, vmi_uid)]),
+            verbs: strings(&["get", "update"]),
             ..Default::default()
         },
     ]
 }
 
-/// The ClusterRole every agent ServiceAccount is bound to (created by the operator when absent).
-pub fn agent_cluster_role(name: &str) -> ClusterRole {
-    ClusterRole {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            labels: Some(BTreeMap::from([(
-                labels::MANAGED_BY.to_owned(),
-                labels::MANAGED_BY_OPERATOR.to_owned(),
-            )])),
-            ..Default::default()
-        },
-        rules: Some(agent_rules()),
-        aggregation_rule: None,
+/// The agent's Role for VMI `vmi_uid`, in the instance namespace, owned by the instance.
+pub fn agent_role(instance: &ClusterInstance, vmi_uid: &str) -> Role {
+    let name = instance.name_any();
+    Role {
+        metadata: owned_meta(instance, &agent_role_name(&name)),
+        rules: Some(agent_rules(&name, vmi_uid)),
     }
 }
 
-/// Whether an existing ClusterRole grants exactly the agent's rules (order of rules and of the
-/// entries within a rule aside). Upstream fails rather than use or rewrite a different role.
-pub fn cluster_role_rules_match(existing: &ClusterRole) -> bool {
+/// Whether two rule lists grant the same (order of rules and of the entries within a rule
+/// aside).
+pub fn rules_match(existing: &[PolicyRule], wanted: &[PolicyRule]) -> bool {
     type Normal = (
         BTreeSet<String>,
         BTreeSet<String>,
@@ -136,8 +138,7 @@ pub fn cluster_role_rules_match(existing: &ClusterRole) -> bool {
         out.sort();
         out
     }
-    existing.aggregation_rule.is_none()
-        && normal(existing.rules.as_deref().unwrap_or_default()) == normal(&agent_rules())
+    normal(existing) == normal(wanted)
 }
 
 /// The instance's agent ServiceAccount `<prefix>-crc-agent-<h12>`.
@@ -148,15 +149,15 @@ pub fn agent_service_account(instance: &ClusterInstance) -> ServiceAccount {
     }
 }
 
-/// The RoleBinding of the agent ServiceAccount to `cluster_role`, in the instance namespace.
-pub fn agent_role_binding(instance: &ClusterInstance, cluster_role: &str) -> RoleBinding {
+/// The RoleBinding of the agent ServiceAccount to its Role, in the instance namespace.
+pub fn agent_role_binding(instance: &ClusterInstance) -> RoleBinding {
     let name = instance.name_any();
     RoleBinding {
         metadata: owned_meta(instance, &agent_binding_name(&name)),
         role_ref: RoleRef {
             api_group: Some("rbac.authorization.k8s.io".to_owned()),
-            kind: "ClusterRole".to_owned(),
-            name: cluster_role.to_owned(),
+            kind: "Role".to_owned(),
+            name: agent_role_name(&name),
         },
         subjects: Some(vec![Subject {
             kind: "ServiceAccount".to_owned(),

@@ -68,7 +68,6 @@ pub(super) mod tests {
     use super::*;
     use crate::api::ClusterInstanceSpec;
     use k8s_openapi::ByteString;
-    use k8s_openapi::api::rbac::v1::PolicyRule;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use serde_json::json;
 
@@ -151,9 +150,9 @@ pub(super) mod tests {
                 .collect(),
         );
         let objects = json!([
-            agent_cluster_role(AGENT_CLUSTER_ROLE),
+            agent_role(&i, VMI_UID),
             agent_service_account(&i),
-            agent_role_binding(&i, AGENT_CLUSTER_ROLE),
+            agent_role_binding(&i),
             boot_key_copy(&i, b"-----BEGIN EC PRIVATE KEY-----\n"),
             dv,
             vm,
@@ -191,7 +190,8 @@ pub(super) mod tests {
         let i = instance();
         let metas = [
             agent_service_account(&i).metadata,
-            agent_role_binding(&i, "r").metadata,
+            agent_role(&i, VMI_UID).metadata,
+            agent_role_binding(&i).metadata,
             boot_key_copy(&i, b"k").metadata,
             identity_secret(&i, BTreeMap::new()).metadata,
             kubeconfig_secret(&i, b"k", "4.16.0").metadata,
@@ -314,49 +314,48 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn cluster_role_comparison_ignores_order_only() {
-        let role = agent_cluster_role("r");
-        assert!(cluster_role_rules_match(&role));
+    fn the_agent_role_names_its_vmi_and_handoff_and_compares_ignoring_order() {
+        let role = agent_role(&instance(), VMI_UID);
+        let rules = role.rules.clone().unwrap();
+        let named = |resource: &str, verb: &str| {
+            rules
+                .iter()
+                .filter(|r| {
+                    r.resources.as_ref().unwrap().contains(&resource.to_owned())
+                        && r.verbs.contains(&verb.to_owned())
+                })
+                .map(|r| r.resource_names.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            named("virtualmachineinstances", "watch"),
+            [Some(vec!["crc-1".to_owned()])]
+        );
+        assert_eq!(
+            named("secrets", "get"),
+            [Some(vec![handoff_secret_name("crc-1", VMI_UID)])]
+        );
+        assert_eq!(named("secrets", "update"), named("secrets", "get"));
+        assert_eq!(named("secrets", "create"), [None], "create cannot be named");
+        assert!(named("secrets", "list").is_empty());
 
-        let mut reordered = role.clone();
-        let rules = reordered.rules.as_mut().unwrap();
-        rules.reverse();
-        rules[0].verbs.reverse();
-        assert!(cluster_role_rules_match(&reordered));
-
-        let mut extra_verb = role.clone();
-        extra_verb.rules.as_mut().unwrap()[1]
-            .verbs
-            .push("delete".into());
-        assert!(!cluster_role_rules_match(&extra_verb));
-
-        let mut extra_rule = role.clone();
-        extra_rule.rules.as_mut().unwrap().push(PolicyRule {
-            api_groups: Some(vec![String::new()]),
-            resources: Some(vec!["pods".into()]),
-            verbs: vec!["get".into()],
-            ..Default::default()
-        });
-        assert!(!cluster_role_rules_match(&extra_rule));
-
-        let mut named = role.clone();
-        named.rules.as_mut().unwrap()[0].resource_names = Some(vec!["x".into()]);
-        assert!(!cluster_role_rules_match(&named));
-
-        let mut empty = role;
-        empty.rules = None;
-        assert!(!cluster_role_rules_match(&empty));
+        assert!(rules_match(&rules, &rules));
+        let mut reordered = rules.clone();
+        reordered.reverse();
+        reordered[0].verbs.reverse();
+        assert!(rules_match(&reordered, &rules));
+        let mut extra_verb = rules.clone();
+        extra_verb[1].verbs.push("delete".into());
+        assert!(!rules_match(&extra_verb, &rules));
+        let next_vmi = agent_role(&instance(), "another-vmi").rules.unwrap();
+        assert!(!rules_match(&next_vmi, &rules), "a new VMI, a new handoff");
     }
 
     #[test]
     fn role_binding_binds_the_instance_account() {
-        let binding =
-            agent_role_binding(&instance(), "guestcluster-operator-crc-agent-instance-role");
-        assert_eq!(binding.role_ref.kind, "ClusterRole");
-        assert_eq!(
-            binding.role_ref.name,
-            "guestcluster-operator-crc-agent-instance-role"
-        );
+        let binding = agent_role_binding(&instance());
+        assert_eq!(binding.role_ref.kind, "Role");
+        assert_eq!(binding.role_ref.name, agent_role_name("crc-1"));
         let subject = &binding.subjects.unwrap()[0];
         assert_eq!(subject.kind, "ServiceAccount");
         assert_eq!(subject.name, agent_account_name("crc-1"));

@@ -65,6 +65,11 @@ pub fn agent_account_name(instance: &str) -> String {
     hashed_name(instance, "-crc-agent-", &h12(instance), MAX_NAME)
 }
 
+/// The agent's Role: `<prefix>-crc-agent-role-<h12>`.
+pub fn agent_role_name(instance: &str) -> String {
+    hashed_name(instance, "-crc-agent-role-", &h12(instance), MAX_NAME)
+}
+
 /// The RoleBinding of the agent's ServiceAccount: `<prefix>-crc-agent-binding-<h12>`.
 pub fn agent_binding_name(instance: &str) -> String {
     hashed_name(instance, "-crc-agent-binding-", &h12(instance), MAX_NAME)

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
-use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
+use k8s_openapi::api::rbac::v1::{PolicyRule, RoleRef};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -165,7 +165,6 @@ impl World {
             o,
             settings: Settings {
                 job_image: "quay.io/opdev/guestcluster:test".into(),
-                agent_cluster_role: "guestcluster-crc-agent".into(),
             },
             uids: 0,
         }
@@ -232,7 +231,10 @@ impl World {
                     self.stamp(&mut o.metadata);
                     self.o.vm = Some(*o);
                 }
-                New::ClusterRole(o) => self.o.agent_role = Some(*o),
+                New::Role(mut o) => {
+                    self.stamp(&mut o.metadata);
+                    self.o.agent_role = Some(*o);
+                }
                 New::ServiceAccount(mut o) => {
                     self.stamp(&mut o.metadata);
                     self.o.agent_account = Some(*o);
@@ -275,7 +277,17 @@ impl World {
                     );
                     self.o.kubeconfig = None;
                 }
+                DeleteKind::RoleBinding => {
+                    assert_eq!(
+                        self.o.agent_binding.as_ref().unwrap().uid(),
+                        Some(d.uid.clone())
+                    );
+                    self.o.agent_binding = None;
+                }
             },
+            Action::RepairRole { rules, .. } => {
+                self.o.agent_role.as_mut().unwrap().rules = Some(rules.clone());
+            }
             Action::RepairRoleBinding { subjects, .. } => {
                 self.o.agent_binding.as_mut().unwrap().subjects = Some(subjects.clone());
             }
@@ -381,7 +393,7 @@ fn created_kinds(plan: &Plan) -> Vec<&'static str> {
             Action::Create(New::Secret(_)) => "Secret",
             Action::Create(New::DataVolume(_)) => "DataVolume",
             Action::Create(New::VirtualMachine(_)) => "VirtualMachine",
-            Action::Create(New::ClusterRole(_)) => "ClusterRole",
+            Action::Create(New::Role(_)) => "Role",
             Action::Create(New::ServiceAccount(_)) => "ServiceAccount",
             Action::Create(New::RoleBinding(_)) => "RoleBinding",
             Action::Create(New::Service(_)) => "Service",
@@ -389,7 +401,7 @@ fn created_kinds(plan: &Plan) -> Vec<&'static str> {
             Action::Create(New::Job(_)) => "Job",
             Action::CreateIdentity { .. } => "identity",
             Action::Delete(_) => "delete",
-            Action::RepairRoleBinding { .. } => "repair",
+            Action::RepairRoleBinding { .. } | Action::RepairRole { .. } => "repair",
             Action::UpdateKubeconfig(_) => "update",
             Action::Warn { .. } => "warn",
         })
@@ -483,7 +495,7 @@ fn a_turnkey_instance_walks_every_step_in_order_to_ready() {
     let p = w.pass();
     assert_eq!(
         created_kinds(&p),
-        ["ClusterRole", "ServiceAccount", "RoleBinding", "Service"]
+        ["Role", "ServiceAccount", "RoleBinding", "Service"]
     );
     assert!(
         stop(&p).message.contains("API endpoint https://api-"),
@@ -674,9 +686,23 @@ fn a_replaced_vmi_withdraws_the_handoff_and_the_guest_is_configured_again() {
     );
     assert_eq!(p.status.phase, Some(InstancePhase::Provisioning));
 
-    // The next pass starts the agent of the new VMI, keeping identity, Route and key.
+    // The next pass lets the agent's Role name the new VMI's handoff (and no longer the old
+    // one's) and starts the agent of the new VMI, keeping identity, Route and key.
     let p = w.pass();
-    assert_eq!(created_kinds(&p), ["Job"]);
+    assert_eq!(created_kinds(&p), ["repair", "Job"]);
+    let handoffs: Vec<String> =
+        w.o.agent_role
+            .as_ref()
+            .unwrap()
+            .rules
+            .iter()
+            .flatten()
+            .flat_map(|r| r.resource_names.clone().unwrap_or_default())
+            .collect();
+    assert_eq!(
+        handoffs,
+        ["crc-1", &res::handoff_secret_name("crc-1", "vmi-2")]
+    );
     assert_eq!(
         w.o.agent_job.as_ref().unwrap().name_any(),
         res::agent_job_name("crc-1", "vmi-2")
@@ -969,29 +995,45 @@ fn a_running_vmi_without_an_address_is_waited_for() {
 
 #[test]
 fn agent_access_is_repaired_or_refused() {
+    // Widened rules are put back.
     let mut w = World::ready();
-    w.o.agent_role = Some(ClusterRole {
-        metadata: ObjectMeta {
-            name: Some("guestcluster-crc-agent".into()),
-            ..Default::default()
-        },
-        rules: Some(vec![PolicyRule {
-            verbs: vec!["*".into()],
-            ..Default::default()
-        }]),
+    w.o.agent_role.as_mut().unwrap().rules = Some(vec![PolicyRule {
+        verbs: vec!["*".into()],
         ..Default::default()
-    });
+    }]);
     let p = w.pass();
-    assert_eq!(
-        (stop(&p).reason, stop(&p).failed),
-        (reasons::RECONCILE_ERROR, true)
-    );
-    assert!(stop(&p).message.contains("delete it to have it recreated"));
+    assert_eq!(created_kinds(&p), ["repair"]);
+    let Some(Action::RepairRole { rules, .. }) = p.actions.first() else {
+        panic!("{:?}", p.actions)
+    };
+    assert!(rules.iter().all(|r| !r.verbs.contains(&"*".to_owned())));
 
+    // A Role of the same name that is not the instance's is never used.
     let mut w = World::ready();
-    w.o.agent_binding.as_mut().unwrap().role_ref.name = "cluster-admin".into();
+    w.o.agent_role.as_mut().unwrap().metadata.owner_references = None;
     let p = w.pass();
     assert_eq!(stop(&p).reason, reasons::RESOURCE_OWNERSHIP_CONFLICT);
+
+    // Our binding bound elsewhere (an earlier version's shared ClusterRole) is made again.
+    let mut w = World::ready();
+    w.o.agent_binding.as_mut().unwrap().role_ref = RoleRef {
+        api_group: Some("rbac.authorization.k8s.io".into()),
+        kind: "ClusterRole".into(),
+        name: "crc-agent-instance-role".into(),
+    };
+    let p = w.pass();
+    assert!(
+        matches!(
+            p.actions.as_slice(),
+            [Action::Delete(Delete {
+                kind: DeleteKind::RoleBinding,
+                ..
+            })]
+        ),
+        "{:?}",
+        p.actions
+    );
+    assert!(!stop(&p).failed);
 
     let mut w = World::ready();
     w.o.agent_binding.as_mut().unwrap().subjects = None;
