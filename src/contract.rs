@@ -35,6 +35,11 @@ pub mod bundle_prep {
     pub const ENV_GOLDEN_DIR: &str = "GOLDEN_DIR";
     /// Where the scratch PVC is mounted.
     pub const ENV_SCRATCH_DIR: &str = "SCRATCH_DIR";
+    /// The golden PVC's size in bytes (`spec.goldenVolumeSize`): the largest virtual size the
+    /// raw disk may have.
+    pub const ENV_GOLDEN_VOLUME_BYTES: &str = "GOLDEN_VOLUME_BYTES";
+    /// `true` when `spec.allowHTTP` accepts plain-http URLs.
+    pub const ENV_ALLOW_HTTP: &str = "ALLOW_HTTP";
 
     /// Data key of the bundle's private key in the SSH Secret.
     pub const SECRET_KEY: &str = "id_ecdsa";

@@ -141,6 +141,33 @@ async fn download_urls_only_with_download_source() {
 }
 
 #[tokio::test]
+async fn plain_http_downloads_need_the_opt_in() {
+    let client = support::client().await;
+    let api = bundles(&client);
+    for (i, urls) in [
+        json!({"bundleURL": "http://mirror.local/crc_libvirt_4.16.0_amd64.crcbundle"}),
+        json!({"sha256URL": "HTTP://mirror.local/sha256sum.txt"}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let name = support::unique(&format!("http-{i}"));
+        let mut spec = json!({"version": "4.16.0"});
+        spec.as_object_mut()
+            .unwrap()
+            .extend(urls.as_object().unwrap().clone());
+        assert_rejected(
+            create(&api, &object("CRCBundle", &name, spec.clone())).await,
+            "set spec.allowHTTP: true",
+        );
+        spec["allowHTTP"] = json!(true);
+        create(&api, &object("CRCBundle", &name, spec))
+            .await
+            .expect("plain http accepted with the opt-in");
+    }
+}
+
+#[tokio::test]
 async fn golden_volume_must_hold_the_build_disk() {
     let client = support::client().await;
     let api = bundles(&client);

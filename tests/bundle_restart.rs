@@ -78,7 +78,7 @@ async fn a_restarted_operator_resumes_the_same_prep_job() {
         Fault::None,
     );
     let spec: CRCBundleSpec = serde_json::from_value(serde_json::json!({
-        "version": "4.19.0", "bundleURL": bundle_url, "sha256URL": sha_url, "goldenVolumeSize": "1Gi"
+        "version": "4.19.0", "bundleURL": bundle_url, "sha256URL": sha_url, "allowHTTP": true, "goldenVolumeSize": "1Gi"
     }))
     .unwrap();
     let api = Api::<CRCBundle>::all(client.clone());

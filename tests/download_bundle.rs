@@ -31,11 +31,20 @@ async fn create_bundle(
     flaw: Flaw,
     fault: impl Fn(u64) -> Fault,
 ) -> (String, bundles::Bundle) {
+    create_bundle_of(client, BundleSpec::new(version).with_flaw(flaw), fault).await
+}
+
+/// [`create_bundle`] of any simulated bundle (`goldenVolumeSize` 1Gi).
+async fn create_bundle_of(
+    client: &kube::Client,
+    built: BundleSpec,
+    fault: impl Fn(u64) -> Fault,
+) -> (String, bundles::Bundle) {
     let w = world();
+    let version = built.version.clone();
     let name = support::unique(&format!("crc-{version}"));
     let dir = w.root.join("served").join(&name);
-    let bundle =
-        bundles::build(&dir, &BundleSpec::new(version).with_flaw(flaw)).expect("build test bundle");
+    let bundle = bundles::build(&dir, &built).expect("build test bundle");
     let size = std::fs::metadata(&bundle.archive).expect("archive").len();
     let bundle_url = w.files.publish(
         &format!("{name}/{}", bundle.file_name),
@@ -48,7 +57,7 @@ async fn create_bundle(
         Fault::None,
     );
     let spec: CRCBundleSpec = serde_json::from_value(serde_json::json!({
-        "version": version, "bundleURL": bundle_url, "sha256URL": sha_url, "goldenVolumeSize": "1Gi"
+        "version": version, "bundleURL": bundle_url, "sha256URL": sha_url, "allowHTTP": true, "goldenVolumeSize": "1Gi"
     }))
     .unwrap();
     Api::<CRCBundle>::all(client.clone())
@@ -180,6 +189,13 @@ async fn each_bad_input_fails_with_its_reason() {
         let (name, _) = create_bundle(&client, "4.17.0", flaw, |_| fault).await;
         created.push((name, reason));
     }
+    // A disk larger than the golden volume (1Gi) fails before a byte of it is written.
+    let larger = BundleSpec {
+        disk_virtual_size: 2 << 30,
+        ..BundleSpec::new("4.17.0")
+    };
+    let (name, _) = create_bundle_of(&client, larger, |_| Fault::None).await;
+    created.push((name, "spec.goldenVolumeSize"));
     for (name, reason) in &created {
         let b = wait_for(&format!("{name} Failed"), || {
             phase(&api, name, BundlePhase::Failed)

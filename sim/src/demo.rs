@@ -949,7 +949,7 @@ impl Mirror {
             "apiVersion": guestcluster::api::API_VERSION,
             "kind": "CRCBundle",
             "metadata": {"name": name},
-            "spec": {"version": DEMO_VERSION, "bundleURL": self.bundle_url, "sha256URL": self.sha256_url, "goldenVolumeSize": "1Gi"},
+            "spec": {"version": DEMO_VERSION, "bundleURL": self.bundle_url, "sha256URL": self.sha256_url, "allowHTTP": true, "goldenVolumeSize": "1Gi"},
         });
         Api::<CRCBundle>::all(client.clone())
             .patch(

@@ -50,6 +50,8 @@ pub const DEFAULT_GOLDEN_VOLUME_SIZE: &str = "35Gi";
 #[x_kube(
     validation = Rule::new("has(self.version) != has(self.build)")
         .message("set exactly one source: spec.version (download a published CRC bundle) or spec.build (build one from an OpenShift release image)"),
+    validation = Rule::new("(has(self.allowHTTP) && self.allowHTTP) || ((!has(self.bundleURL) || !self.bundleURL.lowerAscii().startsWith('http://')) && (!has(self.sha256URL) || !self.sha256URL.lowerAscii().startsWith('http://')))")
+        .message("spec.bundleURL and spec.sha256URL must be https: a plain-http download can be altered on the way (the checksum comes over the same channel); set spec.allowHTTP: true to accept that, e.g. for a mirror inside the cluster"),
     validation = Rule::new("!has(self.build) || (!has(self.bundleURL) && !has(self.sha256URL))")
         .message("spec.bundleURL and spec.sha256URL only apply to the download source (spec.version); remove them from a bundle with spec.build"),
     validation = Rule::new("!has(self.build) || !isQuantity(self.goldenVolumeSize) || !isQuantity(self.build.vm.diskSize) || quantity(self.goldenVolumeSize).compareTo(quantity(self.build.vm.diskSize)) >= 0")
@@ -75,12 +77,24 @@ pub struct CRCBundleSpec {
     /// `https://mirror.openshift.com/pub/openshift-v4/clients/crc/bundles/openshift/<version>/crc_libvirt_<version>_<arch>.crcbundle`.
     /// The archive's top-level directory must equal the file name without `.crcbundle`.
     #[serde(default, rename = "bundleURL", skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048))]
     pub bundle_url: Option<String>,
 
     /// Download source only: URL of the `sha256sum.txt` file that lists the archive's file name
     /// with its SHA-256, overriding the default next to the default bundle URL.
     #[serde(default, rename = "sha256URL", skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048))]
     pub sha256_url: Option<String>,
+
+    /// Download source only: accept `http://` in `bundleURL` and `sha256URL`. Off by default: the
+    /// archive and its checksum would come over one unauthenticated channel. A redirect from
+    /// https to http is refused either way.
+    #[serde(
+        default,
+        rename = "allowHTTP",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub allow_http: bool,
 
     /// StorageClass of the golden PVC (and of the temporary volumes that produce it). Empty
     /// means the cluster default.

@@ -169,6 +169,10 @@ pub fn prep_job(bundle: &CRCBundle, namespace: &str, urls: &Urls, settings: &Job
     let name = bundle.name_any();
     let names = Names::of(&name);
     let labels = bundle_labels(&name);
+    // Admission guarantees a quantity; an unparsable one sets no limit rather than a wrong one.
+    let golden_bytes =
+        crate::resources::instance::parse_quantity_bytes(&bundle.spec.golden_volume_size)
+            .map_or_else(|_| u64::MAX.to_string(), |b| b.to_string());
     let env = [
         (prep::ENV_BUNDLE_URL, urls.bundle.as_str()),
         (prep::ENV_SHA256_URL, urls.sha256.as_str()),
@@ -182,6 +186,15 @@ pub fn prep_job(bundle: &CRCBundle, namespace: &str, urls: &Urls, settings: &Job
         (prep::ENV_METADATA_CONFIGMAP_NAME, names.metadata.as_str()),
         (prep::ENV_GOLDEN_DIR, GOLDEN_DIR),
         (prep::ENV_SCRATCH_DIR, SCRATCH_DIR),
+        (prep::ENV_GOLDEN_VOLUME_BYTES, golden_bytes.as_str()),
+        (
+            prep::ENV_ALLOW_HTTP,
+            if bundle.spec.allow_http {
+                "true"
+            } else {
+                "false"
+            },
+        ),
         // Where the failure reason goes, so the operator can surface it from the pod status.
         (termination::ENV_PATH, TERMINATION_MESSAGE_PATH),
     ]

@@ -81,6 +81,7 @@ pub fn bundle_for(template: &ClusterTemplate) -> Option<CRCBundle> {
         arch,
         bundle_url: None,
         sha256_url: None,
+        allow_http: false,
         storage_class_name: template
             .storage_class_name
             .clone()

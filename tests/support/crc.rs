@@ -63,7 +63,7 @@ pub async fn ready_bundle(
         Fault::None,
     );
     let spec: CRCBundleSpec = serde_json::from_value(serde_json::json!({
-        "version": version, "bundleURL": bundle_url, "sha256URL": sha_url, "goldenVolumeSize": "1Gi"
+        "version": version, "bundleURL": bundle_url, "sha256URL": sha_url, "allowHTTP": true, "goldenVolumeSize": "1Gi"
     }))
     .unwrap();
     let api = Api::<CRCBundle>::all(client.clone());

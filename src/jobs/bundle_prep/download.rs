@@ -538,9 +538,20 @@ impl Client {
                     .get(header::LOCATION)
                     .and_then(|v| v.to_str().ok());
                 if let Some(location) = location {
-                    uri = resolve(&uri, location).ok_or_else(|| {
-                        fail(format!("redirect to an unusable location {location:?}"))
+                    let next = resolve(&uri, location).ok_or_else(|| {
+                        fail(format!(
+                            "redirect to an unusable location {:?}",
+                            shown(location)
+                        ))
                     })?;
+                    // Once on TLS, never off it: a redirect cannot downgrade the transfer.
+                    if uri.scheme_str() == Some("https") && next.scheme_str() != Some("https") {
+                        return Err(fail(format!(
+                            "redirect from https to {} refused",
+                            shown(&next.to_string())
+                        )));
+                    }
+                    uri = next;
                     continue;
                 }
             }
@@ -704,6 +715,25 @@ fn tls_connector(ca_file: Option<&Path>) -> Result<tokio_rustls::TlsConnector, S
     .with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
+}
+
+/// `url` as it may be shown in status, Events and logs: without user information, query or
+/// fragment, which may carry credentials (a pre-signed mirror URL's signature, a token).
+pub fn shown(url: &str) -> String {
+    let (without_fragment, _) = url.split_once('#').unwrap_or((url, ""));
+    let (base, query) = without_fragment
+        .split_once('?')
+        .map_or((without_fragment, false), |(b, _)| (b, true));
+    let base = match base.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
+            let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+            let slash = if rest.contains('/') { "/" } else { "" };
+            format!("{scheme}://{host}{slash}{path}")
+        }
+        None => base.to_owned(),
+    };
+    if query { format!("{base}?…") } else { base }
 }
 
 /// The target of a redirect from `base`.
@@ -887,6 +917,15 @@ mod tests {
 
     /// A one-route HTTPS server (rustls) answering every request with `body`.
     async fn https_server(body: &'static str) -> (u16, tempfile::TempDir) {
+        https_server_answering(format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ))
+        .await
+    }
+
+    /// A one-route HTTPS server (rustls) answering every request with `response`.
+    async fn https_server_answering(response: String) -> (u16, tempfile::TempDir) {
         use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
         use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
@@ -919,7 +958,7 @@ mod tests {
         let port = listener.local_addr().unwrap().port();
         tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
-                let acceptor = acceptor.clone();
+                let (acceptor, response) = (acceptor.clone(), response.clone());
                 tokio::spawn(async move {
                     let Ok(mut tls) = acceptor.accept(tcp).await else {
                         return;
@@ -932,16 +971,52 @@ mod tests {
                             Ok(n) => request.extend_from_slice(&buf[..n]),
                         }
                     }
-                    let response = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                        body.len()
-                    );
                     let _ = tls.write_all(response.as_bytes()).await;
                     let _ = tls.shutdown().await;
                 });
             }
         });
         (port, dir)
+    }
+
+    #[tokio::test]
+    async fn a_redirect_from_https_to_http_is_refused_and_its_query_never_shown() {
+        let (port, dir) = https_server_answering(
+            "HTTP/1.1 302 Found\r\nLocation: http://user:pw@127.0.0.1:9/b.crcbundle?token=s3cret\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                .to_owned(),
+        )
+        .await;
+        let client = Client::new(HttpOptions {
+            ca_file: Some(dir.path().join("ca.pem")),
+            backoff: Duration::from_secs(3600),
+            ..HttpOptions::default()
+        });
+        let url = format!("https://localhost:{port}/b.crcbundle?X-Amz-Signature=abc");
+        let err = client.fetch_small(&url, 100, "MAX").await.unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("redirect from https to http"), "{text}");
+        for secret in ["s3cret", "X-Amz-Signature", "pw@"] {
+            assert!(!text.contains(secret), "{secret} shown: {text}");
+        }
+    }
+
+    #[test]
+    fn urls_are_shown_without_credentials_query_or_fragment() {
+        for (url, want) in [
+            (
+                "https://m.example/a/b.crcbundle",
+                "https://m.example/a/b.crcbundle",
+            ),
+            ("https://m.example/b?sig=1&x=2", "https://m.example/b?…"),
+            (
+                "https://u:p@m.example:8443/b#frag",
+                "https://m.example:8443/b",
+            ),
+            ("https://m.example", "https://m.example"),
+            ("not a url?x", "not a url?…"),
+        ] {
+            assert_eq!(shown(url), want, "{url}");
+        }
     }
 
     #[tokio::test]

@@ -143,8 +143,26 @@ pub fn extract(archive: &Path, dir: &str, into: &Path, limits: &Limits) -> Resul
     let decoder = ZstdFrames::new(BufReader::with_capacity(BUFFER, file));
     let mut tar = tar::Archive::new(decoder);
     let mut seen = [false; 3];
+    let (mut members, mut unpacked) = (0u64, 0u64);
     for entry in tar.entries().map_err(invalid)? {
         let mut entry = entry.map_err(invalid)?;
+        // Skipped members are decompressed too: a small archive must not unpack forever.
+        members += 1;
+        unpacked = unpacked.saturating_add(entry.size());
+        if members > limits.members {
+            return Err(PrepError::TooLarge {
+                what: "the archive's member count".into(),
+                limit: limits.members,
+                setting: "MAX_ARCHIVE_MEMBERS",
+            });
+        }
+        if unpacked > limits.unpacked {
+            return Err(PrepError::TooLarge {
+                what: "the archive's unpacked size".into(),
+                limit: limits.unpacked,
+                setting: "MAX_UNPACKED_BYTES",
+            });
+        }
         let path = entry.path_bytes().into_owned();
         let shown = String::from_utf8_lossy(&path).into_owned();
         let wanted = match decide(&path, Kind::of(entry.header().entry_type()), dir) {
@@ -449,5 +467,26 @@ mod tests {
         truncated.truncate(truncated.len() / 2);
         let err = run("truncated", truncated, Limits::default());
         assert_eq!(err.reason(), "ArchiveInvalid", "{err}");
+
+        // Members nobody extracts count too: their number and their unpacked bytes.
+        let filler: Vec<(String, Vec<u8>)> = (0..5)
+            .map(|i| (format!("{DIR}/filler-{i}"), vec![0u8; 1000]))
+            .collect();
+        let fillers: Vec<(&str, &[u8])> = filler
+            .iter()
+            .map(|(n, b)| (n.as_str(), b.as_slice()))
+            .collect();
+        let few = Limits {
+            members: 4,
+            ..Limits::default()
+        };
+        let err = run("many", zst(tar_of(&fillers)), few);
+        assert!(err.to_string().contains("MAX_ARCHIVE_MEMBERS"), "{err}");
+        let small = Limits {
+            unpacked: 4000,
+            ..Limits::default()
+        };
+        let err = run("big", zst(tar_of(&fillers)), small);
+        assert!(err.to_string().contains("MAX_UNPACKED_BYTES"), "{err}");
     }
 }

@@ -34,8 +34,9 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use crate::contract::bundle_prep::{
-    ENV_BUNDLE_NAME, ENV_BUNDLE_UID, ENV_BUNDLE_URL, ENV_GOLDEN_DIR, ENV_METADATA_CONFIGMAP_NAME,
-    ENV_NAMESPACE, ENV_SCRATCH_DIR, ENV_SHA256_URL, ENV_SSH_SECRET_NAME, exit_code_of,
+    ENV_ALLOW_HTTP, ENV_BUNDLE_NAME, ENV_BUNDLE_UID, ENV_BUNDLE_URL, ENV_GOLDEN_DIR,
+    ENV_GOLDEN_VOLUME_BYTES, ENV_METADATA_CONFIGMAP_NAME, ENV_NAMESPACE, ENV_SCRATCH_DIR,
+    ENV_SHA256_URL, ENV_SSH_SECRET_NAME, exit_code_of,
 };
 use crate::contract::termination;
 use crate::jobs::exit::{self, Failure as _};
@@ -71,17 +72,17 @@ pub enum PrepError {
     InvalidConfig(String),
     /// The server answered with an error status (after retries for 5xx/408/429), or the URL is
     /// unusable.
-    #[error("GET {url}: {message}")]
+    #[error("GET {}: {message}", download::shown(.url))]
     Http { url: String, message: String },
     /// The transfer kept failing (connect/read timeouts, cut connections, short bodies).
-    #[error("GET {url} did not complete after {attempts} attempts; last error: {last}")]
+    #[error("GET {} did not complete after {attempts} attempts; last error: {last}", download::shown(.url))]
     DownloadInterrupted {
         url: String,
         attempts: u32,
         last: String,
     },
     /// The checksum file does not list the archive (or lists it twice, differently).
-    #[error("{checksums_url} does not give one SHA-256 for {file}: {detail}")]
+    #[error("{} does not give one SHA-256 for {file}: {detail}", download::shown(.checksums_url))]
     ChecksumMissing {
         file: String,
         checksums_url: String,
@@ -191,6 +192,14 @@ pub struct Limits {
     pub key: u64,
     /// `MAX_BUNDLE_INFO_BYTES` (default 1 MiB): `crc-bundle-info.json`.
     pub info: u64,
+    /// `MAX_ARCHIVE_MEMBERS` (default 10000): members of the archive, skipped ones included.
+    pub members: u64,
+    /// `MAX_UNPACKED_BYTES` (default 256 GiB): every member's size added up, skipped ones
+    /// included (they are decompressed to be skipped).
+    pub unpacked: u64,
+    /// `GOLDEN_VOLUME_BYTES` (the bundle's `goldenVolumeSize`; unset: no limit): the disk's
+    /// virtual size, which the raw golden disk takes.
+    pub golden: u64,
 }
 
 impl Default for Limits {
@@ -201,6 +210,9 @@ impl Default for Limits {
             qcow2: 128 << 30,
             key: 64 << 10,
             info: 1 << 20,
+            members: 10_000,
+            unpacked: 256 << 30,
+            golden: u64::MAX,
         }
     }
 }
@@ -210,6 +222,8 @@ impl Default for Limits {
 pub struct Config {
     pub bundle_url: String,
     pub sha256_url: String,
+    /// `ALLOW_HTTP=true`: plain-http URLs accepted (`spec.allowHTTP`).
+    pub allow_http: bool,
     /// Namespace of the Secret and ConfigMap (the operator namespace).
     pub namespace: String,
     pub bundle_name: String,
@@ -275,6 +289,9 @@ impl Config {
             qcow2: bytes("MAX_QCOW2_BYTES", defaults.qcow2)?,
             key: bytes("MAX_KEY_BYTES", defaults.key)?,
             info: bytes("MAX_BUNDLE_INFO_BYTES", defaults.info)?,
+            members: number("MAX_ARCHIVE_MEMBERS", defaults.members)?,
+            unpacked: bytes("MAX_UNPACKED_BYTES", defaults.unpacked)?,
+            golden: bytes(ENV_GOLDEN_VOLUME_BYTES, defaults.golden)?,
         };
         let http_defaults = HttpOptions::default();
         let attempts = number("DOWNLOAD_ATTEMPTS", u64::from(http_defaults.attempts))?;
@@ -297,6 +314,7 @@ impl Config {
         };
         Ok(Config {
             bundle_url: value(ENV_BUNDLE_URL),
+            allow_http: get(ENV_ALLOW_HTTP).is_some_and(|v| v.trim() == "true"),
             sha256_url: value(ENV_SHA256_URL),
             namespace: value(ENV_NAMESPACE),
             bundle_name: value(ENV_BUNDLE_NAME),
@@ -443,6 +461,17 @@ pub fn private_key(bytes: Vec<u8>) -> Result<PrivateKey, PrepError> {
 pub async fn run(config: &Config) -> Result<Outcome, PrepError> {
     let started = Instant::now();
     let mut timings = Timings::default();
+    // Admission refuses http without the opt-in; a bundle stored before that rule still may not.
+    for url in [&config.bundle_url, &config.sha256_url] {
+        if !config.allow_http && !url.to_ascii_lowercase().starts_with("https://") {
+            return Err(PrepError::Http {
+                url: url.clone(),
+                message:
+                    "only https is accepted; set spec.allowHTTP: true to download over plain http"
+                        .into(),
+            });
+        }
+    }
     let file_name = archive_file_name(&config.bundle_url)?;
     let dir_name = archive_dir_name(&file_name).to_owned();
     for dir in [&config.scratch_dir, &config.golden_dir] {
@@ -450,7 +479,7 @@ pub async fn run(config: &Config) -> Result<Outcome, PrepError> {
             .map_err(PrepError::storage(format!("creating {}", dir.display())))?;
     }
     remove_if_present(&config.golden_dir.join(PARTIAL_DISK_FILE))?;
-    tracing::info!(bundle = %config.bundle_name, url = %config.bundle_url, "preparing bundle {file_name}");
+    tracing::info!(bundle = %config.bundle_name, url = %download::shown(&config.bundle_url), "preparing bundle {file_name}");
 
     // 1–3: checksum, archive, members.
     let client = download::Client::new(config.http.clone());
@@ -469,7 +498,7 @@ pub async fn run(config: &Config) -> Result<Outcome, PrepError> {
         })?;
     tracing::info!(
         "{} lists sha256 {expected} for {file_name}",
-        config.sha256_url
+        download::shown(&config.sha256_url)
     );
 
     let (members, downloaded) = match reuse_extraction(&config.scratch_dir, &expected)? {
@@ -500,6 +529,7 @@ pub async fn run(config: &Config) -> Result<Outcome, PrepError> {
         &members.qcow2,
         &format!("{dir_name}/{QCOW2_MEMBER}"),
         &config.golden_dir,
+        config.limits.golden,
     )
     .await?;
     timings.convert = disk.convert;
@@ -671,7 +701,12 @@ struct Disk {
 }
 
 /// Converts `qcow2` to raw `golden/disk.img` via a temporary name; hashes it before the rename.
-async fn convert(qcow2: &Path, member: &str, golden: &Path) -> Result<Disk, PrepError> {
+async fn convert(
+    qcow2: &Path,
+    member: &str,
+    golden: &Path,
+    golden_bytes: u64,
+) -> Result<Disk, PrepError> {
     let source = qemu_img::info_as(qcow2, "qcow2")
         .await
         .map_err(|e| PrepError::ConvertFailed(format!("inspecting {member}: {e}")))?;
@@ -683,6 +718,17 @@ async fn convert(qcow2: &Path, member: &str, golden: &Path) -> Result<Disk, Prep
                 "refers to other files that qemu-img would read ({})",
                 external.join(", ")
             ),
+        });
+    }
+    // The raw disk is as large as the virtual size: it must fit before a byte is written.
+    if source.virtual_size > golden_bytes {
+        return Err(PrepError::TooLarge {
+            what: format!(
+                "the virtual size of {member} ({} bytes)",
+                source.virtual_size
+            ),
+            limit: golden_bytes,
+            setting: "spec.goldenVolumeSize",
         });
     }
     tracing::info!(
@@ -874,6 +920,28 @@ mod tests {
         let env2 = env(&[("MAX_BUNDLE_BYTES", "lots")]);
         let err = Config::from_lookup(|k| env2.get(k).cloned()).unwrap_err();
         assert!(err.to_string().contains("MAX_BUNDLE_BYTES"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn plain_http_is_refused_without_the_opt_in_before_any_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let golden = dir.path().join("g").display().to_string();
+        let scratch = dir.path().join("s").display().to_string();
+        let env = env(&[
+            // Nothing listens there: a request would fail differently.
+            (
+                "BUNDLE_URL",
+                "http://127.0.0.1:9/crc_libvirt_4.16.0_amd64.crcbundle?t=secret",
+            ),
+            ("GOLDEN_DIR", &golden),
+            ("SCRATCH_DIR", &scratch),
+        ]);
+        let config = Config::from_lookup(|k| env.get(k).cloned()).unwrap();
+        assert!(!config.allow_http);
+        let err = run(&config).await.err().unwrap();
+        let text = err.to_string();
+        assert!(text.contains("set spec.allowHTTP: true"), "{text}");
+        assert!(!text.contains("secret"), "{text}");
     }
 
     #[test]
