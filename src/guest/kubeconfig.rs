@@ -32,10 +32,48 @@ pub enum Error {
 }
 
 /// A parsed kubeconfig.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct Kubeconfig(Value);
 
+// It holds a client key: `{:?}` shows the shape, never the data.
+impl std::fmt::Debug for Kubeconfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kubeconfig")
+            .field("clusters", &self.cluster_count())
+            .field("users", &self.0["users"].as_array().map_or(0, Vec::len))
+            .finish_non_exhaustive()
+    }
+}
+
+/// The cluster, user and context names of a kubeconfig the operator makes (the guest's
+/// `/opt/kubeconfig` uses the same).
+const CLUSTER: &str = "crc";
+const USER: &str = "admin";
+
 impl Kubeconfig {
+    /// The kubeconfig an instance publishes, made from nothing but the instance's identity and
+    /// its Route host: one cluster at `https://<host>:443` trusting the identity's serving
+    /// certificate, one user with the identity's client certificate, one context. Nothing the
+    /// guest wrote reaches it, so no `exec`, `auth-provider`, token or other server can.
+    pub fn for_route(host: &str, identity: &crate::identity::Identity) -> Self {
+        let b64 = |pem: &str| Value::String(BASE64.encode(pem.as_bytes()));
+        Self(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": CLUSTER, "cluster": {
+                "server": format!("https://{host}:443"),
+                CA_DATA: b64(&identity.serving_crt),
+            }}],
+            "users": [{"name": USER, "user": {
+                CERT_DATA: b64(&identity.client_crt),
+                KEY_DATA: b64(&identity.client_key),
+            }}],
+            "contexts": [{"name": USER, "context": {"cluster": CLUSTER, "user": USER}}],
+            "current-context": USER,
+            "preferences": {},
+        }))
+    }
+
     pub fn parse(text: &str) -> Result<Self, Error> {
         let value: Value = serde_saphyr::from_str(text).map_err(|e| Error::Parse(e.to_string()))?;
         if !value.is_object() {

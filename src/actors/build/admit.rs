@@ -80,12 +80,30 @@ pub struct Source {
 }
 
 /// Everything Admit reads, in the order of the spec.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct Read {
     /// The data of the pull secret Secret, or `None` when it does not exist.
     pub pull_secret: Option<BTreeMap<String, Vec<u8>>>,
     pub installation: Vec<Source>,
     pub post_install: Vec<Source>,
+}
+
+// The pull secret's bytes never reach a log through `{:?}`: its keys only. (Manifests are the
+// user's configuration, shown as read.)
+impl std::fmt::Debug for Read {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Read")
+            .field(
+                "pull_secret_keys",
+                &self
+                    .pull_secret
+                    .as_ref()
+                    .map(|d| d.keys().collect::<Vec<_>>()),
+            )
+            .field("installation", &self.installation)
+            .field("post_install", &self.post_install)
+            .finish()
+    }
 }
 
 /// One manifest file an input holds: `<source>/<key>`, as the installer Job writes it.
@@ -409,5 +427,22 @@ mod tests {
                 "case {index} leaks: {message}"
             );
         }
+    }
+
+    #[test]
+    fn debug_shows_no_pull_secret_bytes() {
+        let read = Read {
+            pull_secret: Some(BTreeMap::from([(
+                ".dockerconfigjson".to_owned(),
+                b"{\"auths\":{\"q\":{\"auth\":\"c2VjcmV0\"}}}".to_vec(),
+            )])),
+            ..Default::default()
+        };
+        let shown = format!("{read:?}");
+        assert!(shown.contains(".dockerconfigjson"), "{shown}");
+        assert!(
+            !shown.contains("c2VjcmV0") && !shown.contains("99, 50"),
+            "{shown}"
+        );
     }
 }

@@ -9,16 +9,33 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use crate::api::conditions::reasons;
-use crate::api::labels;
 
 /// How long after the Job completed a missing handoff is blamed on watch-cache lag.
 pub const HANDOFF_GRACE_SECONDS: i64 = 30;
 
-/// A valid handoff for the VMI the operator just observed.
+/// A valid handoff for the VMI the operator just observed: the agent configured the guest. Only
+/// the version is taken from it; the published kubeconfig is the operator's own.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Handoff {
-    pub kubeconfig: Vec<u8>,
     pub ocp_version: String,
+}
+
+/// An OpenShift version as a handoff may state it: `4.16.0`, `4.17.0-rc.1`, `4.18.0-0.okd-…`.
+fn is_version(text: &str) -> bool {
+    let mut parts = text.splitn(2, ['-', '+']);
+    let release = parts.next().unwrap_or_default();
+    let numbers: Vec<&str> = release.split('.').collect();
+    text.len() <= 64
+        && (2..=3).contains(&numbers.len())
+        && numbers
+            .iter()
+            .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        && parts.next().is_none_or(|rest| {
+            !rest.is_empty()
+                && rest
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-.+_".contains(&b))
+        })
 }
 
 fn data<'a>(secret: &'a Secret, key: &str) -> Option<&'a [u8]> {
@@ -29,33 +46,20 @@ fn data<'a>(secret: &'a Secret, key: &str) -> Option<&'a [u8]> {
         .map(|ByteString(b)| b.as_slice())
 }
 
-/// Accepts the handoff Secret only when it has a kubeconfig, names `vmi_uid`, and belongs to this
-/// instance (controller or plain owner reference with its UID; legacy Secrets without owners are
-/// accepted by their agent labels).
-pub fn accept_handoff(
-    secret: &Secret,
-    instance_name: &str,
-    instance_uid: &str,
-    vmi_uid: &str,
-) -> Option<Handoff> {
-    let owners = secret.owner_references();
-    let owned = if owners.is_empty() {
-        let labels = secret.labels();
-        labels.get(labels::MANAGED_BY).map(String::as_str) == Some(labels::MANAGED_BY_AGENT)
-            && labels.get(labels::CLUSTER_INSTANCE).map(String::as_str) == Some(instance_name)
-    } else {
-        owners
-            .iter()
-            .any(|o| o.kind == "ClusterInstance" && o.uid == instance_uid)
-    };
-    let kubeconfig = data(secret, "kubeconfig").filter(|k| !k.is_empty())?;
+/// Accepts the handoff Secret only when the instance controls it (controller reference with its
+/// UID: anyone may create a Secret of that name, and an agent's account may create any), it
+/// names `vmi_uid`, carries a kubeconfig and states a version that looks like one (an empty one
+/// is allowed: upstream's agent may not know it).
+pub fn accept_handoff(secret: &Secret, instance_uid: &str, vmi_uid: &str) -> Option<Handoff> {
+    let controlled = crate::resources::common::is_controlled_by(secret, instance_uid);
+    data(secret, "kubeconfig").filter(|k| !k.is_empty())?;
     let named = data(secret, "vmiUID").map(|u| String::from_utf8_lossy(u).trim().to_owned());
-    (owned && named.as_deref() == Some(vmi_uid)).then(|| Handoff {
-        kubeconfig: kubeconfig.to_vec(),
-        ocp_version: data(secret, "ocpVersion")
-            .map(|v| String::from_utf8_lossy(v).trim().to_owned())
-            .unwrap_or_default(),
-    })
+    let ocp_version = data(secret, "ocpVersion")
+        .map(|v| String::from_utf8_lossy(v).trim().to_owned())
+        .unwrap_or_default();
+    let version_ok = ocp_version.is_empty() || is_version(&ocp_version);
+    (controlled && version_ok && named.as_deref() == Some(vmi_uid))
+        .then_some(Handoff { ocp_version })
 }
 
 /// The `CRCAgent` condition while no valid handoff exists.
@@ -307,6 +311,7 @@ fn blocked(pod: &Pod) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::labels;
     use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
     use k8s_openapi::api::core::v1::{
         ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, PodStatus,
@@ -326,6 +331,7 @@ mod tests {
                     vec![OwnerReference {
                         kind: "ClusterInstance".into(),
                         uid: uid.into(),
+                        controller: Some(true),
                         ..Default::default()
                     }]
                 }),
@@ -347,23 +353,51 @@ mod tests {
     fn a_handoff_is_accepted_only_for_this_vmi_and_instance() {
         let ok = handoff(Some("inst"), "vmi-1", "apiVersion: v1");
         assert_eq!(
-            accept_handoff(&ok, "crc-1", "inst", "vmi-1").map(|h| h.ocp_version),
+            accept_handoff(&ok, "inst", "vmi-1").map(|h| h.ocp_version),
             Some("4.22.7".into())
         );
-        assert_eq!(accept_handoff(&ok, "crc-1", "inst", "vmi-2"), None);
-        assert_eq!(accept_handoff(&ok, "crc-1", "other", "vmi-1"), None);
+        assert_eq!(accept_handoff(&ok, "inst", "vmi-2"), None);
+        assert_eq!(accept_handoff(&ok, "other", "vmi-1"), None);
         assert_eq!(
-            accept_handoff(
-                &handoff(Some("inst"), "vmi-1", ""),
-                "crc-1",
-                "inst",
-                "vmi-1"
-            ),
+            accept_handoff(&handoff(Some("inst"), "vmi-1", ""), "inst", "vmi-1"),
             None
         );
-        let legacy = handoff(None, "vmi-1", "apiVersion: v1");
-        assert!(accept_handoff(&legacy, "crc-1", "inst", "vmi-1").is_some());
-        assert!(accept_handoff(&legacy, "crc-2", "inst", "vmi-1").is_none());
+        // Labels are not control: anyone may write a Secret with them.
+        let unowned = handoff(None, "vmi-1", "apiVersion: v1");
+        assert!(accept_handoff(&unowned, "inst", "vmi-1").is_none());
+        let mut plain_owner = ok.clone();
+        plain_owner.metadata.owner_references.as_mut().unwrap()[0].controller = None;
+        assert!(accept_handoff(&plain_owner, "inst", "vmi-1").is_none());
+    }
+
+    #[test]
+    fn only_a_version_is_taken_from_a_handoff() {
+        let with = |version: &str| {
+            let mut s = handoff(Some("inst"), "vmi-1", "apiVersion: v1");
+            s.data
+                .as_mut()
+                .unwrap()
+                .insert("ocpVersion".into(), ByteString(version.as_bytes().to_vec()));
+            accept_handoff(&s, "inst", "vmi-1")
+        };
+        for good in [
+            "4.16.0",
+            "4.17.0-rc.1",
+            "4.18.0-0.okd-2025-01-01-000000",
+            "4.16",
+            "",
+        ] {
+            assert!(with(good).is_some(), "{good}");
+        }
+        for bad in [
+            "4",
+            "four.16",
+            "4.16.0 <script>",
+            "4.16.0\nx",
+            &"9".repeat(70),
+        ] {
+            assert!(with(bad).is_none(), "{bad:?}");
+        }
     }
 
     fn job(condition: Option<(&str, i64)>) -> Job {

@@ -230,7 +230,7 @@ pub async fn observe(
         let accepted = o
             .handoff
             .as_ref()
-            .is_some_and(|s| agent::accept_handoff(s, &name, &reader.uid, &vmi_uid).is_some());
+            .is_some_and(|s| agent::accept_handoff(s, &reader.uid, &vmi_uid).is_some());
         o.agent_job = if recorded_vmi.as_deref() == Some(vmi_uid.as_str()) {
             o.recorded_agent_job.clone()
         } else {

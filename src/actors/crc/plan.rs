@@ -32,6 +32,7 @@ use crate::api::instance::{
     CRCBackingStatus, CRCBootKeyStatus, ClusterInstance, ClusterInstanceStatus, InstancePhase,
 };
 use crate::cdi::DataVolume;
+use crate::guest::kubeconfig::Kubeconfig;
 use crate::identity::{self, Identity};
 use crate::kubevirt::{VirtualMachine, VirtualMachineInstance, VmiPhase};
 use crate::resources::common::is_controlled_by;
@@ -406,18 +407,24 @@ impl<'a> Walk<'a> {
         let (vmi_uid, vmi_ip) = self.running_vmi(vm, o.vmi.as_ref(), dv)?;
 
         self.agent_access(&vmi_uid)?;
-        if o.service.is_none() {
-            let service = res::api_service(self.instance, &vm_name);
-            self.create(New::Service(Box::new(service)));
+        match &o.service {
+            None => {
+                let service = res::api_service(self.instance, &vm_name);
+                self.create(New::Service(Box::new(service)));
+            }
+            // A Service of that name selects pods for the Route; someone else's is not ours to
+            // point the guest API at.
+            Some(service) if !self.controlled(service) => return Err(self.conflict(service)),
+            Some(_) => {}
         }
         let host = self.ensure_route()?;
-        self.ensure_identity(&host)?;
+        let identity = self.ensure_identity(&host)?;
 
         let handoff_name = res::handoff_secret_name(&self.name, &vmi_uid);
         let handoff = o
             .handoff
             .as_ref()
-            .and_then(|s| agent::accept_handoff(s, &self.name, &self.uid, &vmi_uid));
+            .and_then(|s| agent::accept_handoff(s, &self.uid, &vmi_uid));
         let Some(handoff) = handoff else {
             let inputs = AgentJobInputs {
                 image: self.settings.job_image.clone(),
@@ -437,12 +444,20 @@ impl<'a> Walk<'a> {
             reasons::HANDOFF_RECEIVED,
             &format!("the crc-agent published {handoff_name}"),
         );
+        // The handoff says the guest is configured and which version it runs; the kubeconfig
+        // is the operator's own, from the identity and the Route.
+        let Some(identity) = identity else {
+            return Err(Stop::recorded(format!(
+                "creating identity Secret {}",
+                res::identity_secret_name(&self.name)
+            )));
+        };
+        let kubeconfig = Kubeconfig::for_route(&host, &identity)
+            .to_yaml()
+            .map_err(|e| Stop::failed(reasons::RECONCILE_ERROR, e.to_string()))?
+            .into_bytes();
         match &o.probe {
-            None => {
-                return Ok(End::Probe {
-                    kubeconfig: handoff.kubeconfig,
-                });
-            }
+            None => return Ok(End::Probe { kubeconfig }),
             Some(Err(err)) => {
                 let message = format!("the guest API is not ready through its Route: {err}");
                 self.condition(
@@ -463,7 +478,7 @@ impl<'a> Walk<'a> {
                 &format!("GET https://{host}/readyz succeeded"),
             ),
         }
-        self.publish_kubeconfig(&handoff)?;
+        self.publish_kubeconfig(&kubeconfig, &handoff.ocp_version)?;
         self.mark_ready(&handoff.ocp_version, &host);
         Ok(End::Ready)
     }
@@ -1013,20 +1028,22 @@ impl<'a> Walk<'a> {
     }
 
     /// The identity Secret: created once, then validated on every pass, never replaced.
-    fn ensure_identity(&mut self, host: &str) -> Flow<()> {
+    fn ensure_identity(&mut self, host: &str) -> Flow<Option<Identity>> {
         let name = res::identity_secret_name(&self.name);
         match &self.o.identity {
             None => {
                 self.actions.push(Action::CreateIdentity {
                     host: host.to_owned(),
                 });
-                Ok(())
+                Ok(None)
             }
             Some(secret) if !self.controlled(secret) => Err(self.conflict(secret)),
             Some(secret) => {
                 let data = secret.data.clone().unwrap_or_default();
                 Identity::from_secret_data(&data)
-                    .and_then(|i| identity::validate(&i, host, self.now.0.as_second()))
+                    .and_then(|i| {
+                        identity::validate(&i, host, self.now.0.as_second()).map(|()| Some(i))
+                    })
                     .map_err(|e| {
                         Stop::failed(
                             reasons::RECONCILE_ERROR,
@@ -1077,18 +1094,17 @@ impl<'a> Walk<'a> {
         }
     }
 
-    /// `<instance>-kubeconfig` holds the handoff's kubeconfig (rebuilt if deleted or drifted).
-    fn publish_kubeconfig(&mut self, handoff: &agent::Handoff) -> Flow<()> {
-        let wanted =
-            res::kubeconfig_secret(self.instance, &handoff.kubeconfig, &handoff.ocp_version);
+    /// `<instance>-kubeconfig` holds the operator's kubeconfig (rebuilt if deleted or drifted;
+    /// one the instance does not control is a conflict, never taken over).
+    fn publish_kubeconfig(&mut self, kubeconfig: &[u8], ocp_version: &str) -> Flow<()> {
+        let wanted = res::kubeconfig_secret(self.instance, kubeconfig, ocp_version);
         match &self.o.kubeconfig {
             None => self.create(New::Secret(Box::new(wanted))),
             Some(existing) => {
-                let owners = existing.owner_references();
-                if !owners.is_empty() && !self.controlled(existing) {
+                if !self.controlled(existing) {
                     return Err(self.conflict(existing));
                 }
-                if existing.data != wanted.data || owners.is_empty() {
+                if existing.data != wanted.data {
                     self.actions
                         .push(Action::UpdateKubeconfig(Box::new(wanted)));
                 }

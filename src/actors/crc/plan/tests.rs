@@ -328,12 +328,13 @@ impl World {
     /// The agent of VMI `vmi_uid` published its handoff.
     fn agent_published(&mut self, vmi_uid: &str, ocp_version: &str) {
         let name = res::handoff_secret_name("crc-1", vmi_uid);
-        let mut meta = owned(&name, "handoff-uid");
-        meta.owner_references.as_mut().unwrap()[0].controller = None;
+        let meta = owned(&name, "handoff-uid");
+        // What a guest could put there: none of it may reach the published kubeconfig.
+        let kubeconfig = b"apiVersion: v1\nkind: Config\nclusters:\n- name: x\n  cluster: {server: 'https://evil.example:6443'}\nusers:\n- name: x\n  user:\n    exec: {command: /bin/steal, apiVersion: client.authentication.k8s.io/v1}\n    token: t0ken\n";
         self.o.handoff = Some(secret(
             meta,
             &[
-                ("kubeconfig", b"apiVersion: v1\nkind: Config\n"),
+                ("kubeconfig", kubeconfig),
                 ("vmiUID", vmi_uid.as_bytes()),
                 ("ocpVersion", ocp_version.as_bytes()),
             ],
@@ -532,11 +533,13 @@ fn a_turnkey_instance_walks_every_step_in_order_to_ready() {
     w.agent_published("vmi-1", "4.16.0");
     w.o.agent_pods.clear();
     let p = w.plan();
-    assert_eq!(
-        p.end,
-        End::Probe {
-            kubeconfig: b"apiVersion: v1\nkind: Config\n".to_vec()
-        }
+    let End::Probe { kubeconfig } = &p.end else {
+        panic!("no probe: {:?}", p.end)
+    };
+    let text = String::from_utf8_lossy(kubeconfig);
+    assert!(
+        text.contains("server: https://api-crc-1-"),
+        "the operator's kubeconfig"
     );
 
     // The guest API does not answer yet.
@@ -613,6 +616,10 @@ fn objects_of_our_names_that_we_do_not_control_are_conflicts() {
             o.route.as_mut().unwrap().metadata = foreign("route");
         },
         |o| o.identity.as_mut().unwrap().metadata = foreign("identity"),
+        |o| o.agent_role.as_mut().unwrap().metadata = foreign("role"),
+        // Unowned: taken over by earlier versions, a conflict now.
+        |o| o.kubeconfig.as_mut().unwrap().metadata = foreign("crc-1-kubeconfig"),
+        |o| o.service.as_mut().unwrap().metadata = foreign("crc-1-crc-api"),
         |o| {
             o.kubeconfig.as_mut().unwrap().metadata = {
                 let mut m = foreign("crc-1-kubeconfig");
@@ -1180,6 +1187,44 @@ fn a_handoff_for_another_vmi_or_instance_is_not_accepted() {
     let p = w.pass();
     assert_ne!(p.end, End::Ready);
     assert!(matches!(p.end, End::Stop(_)));
+
+    // One the instance does not control (anyone may create a Secret of that name).
+    let mut w = World::ready();
+    w.o.handoff
+        .as_mut()
+        .unwrap()
+        .metadata
+        .owner_references
+        .as_mut()
+        .unwrap()[0]
+        .controller = None;
+    let p = w.pass();
+    assert_ne!(p.end, End::Ready);
+}
+
+#[test]
+fn the_published_kubeconfig_is_the_operators_never_the_guests() {
+    let w = World::ready();
+    let published = w.o.kubeconfig.as_ref().unwrap().data.as_ref().unwrap();
+    let text = String::from_utf8(published["kubeconfig"].0.clone()).unwrap();
+    for planted in ["evil.example", "exec", "/bin/steal", "t0ken"] {
+        assert!(!text.contains(planted), "{planted} published:\n{text}");
+    }
+    let value: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+    assert_eq!(value["clusters"].as_array().unwrap().len(), 1);
+    assert_eq!(value["users"].as_array().unwrap().len(), 1);
+    assert_eq!(value["contexts"].as_array().unwrap().len(), 1);
+    let server = value["clusters"][0]["cluster"]["server"].as_str().unwrap();
+    let host = w.status.api_endpoint.clone().unwrap();
+    assert_eq!(server, format!("{host}:443"), "the Route, nothing else");
+    assert_eq!(
+        value["users"][0]["user"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        ["client-certificate-data", "client-key-data"]
+    );
 }
 
 #[test]
