@@ -12,6 +12,8 @@ type Responder = Box<dyn Fn(&Command) -> Option<Output> + Send + Sync>;
 struct Expectation {
     describe: String,
     matches: Matcher,
+    /// What stdin must carry, when the expectation says.
+    input: Option<Vec<u8>>,
     reply: Result<Output, String>,
 }
 
@@ -25,6 +27,8 @@ pub struct ScriptedGuest {
     script: Mutex<VecDeque<Expectation>>,
     fallback: Mutex<Option<Responder>>,
     calls: Mutex<Vec<String>>,
+    /// What was sent on stdin, by command line, in order.
+    inputs: Mutex<Vec<(String, Vec<u8>)>>,
 }
 
 impl ScriptedGuest {
@@ -38,6 +42,23 @@ impl ScriptedGuest {
         self.push(Expectation {
             describe: line.clone(),
             matches: Box::new(move |got| got == line),
+            input: None,
+            reply: Ok(reply),
+        })
+    }
+
+    /// Expects exactly this command line next, with exactly `input` on its stdin.
+    pub fn expect_input(
+        &self,
+        line: impl Into<String>,
+        input: impl Into<Vec<u8>>,
+        reply: Output,
+    ) -> &Self {
+        let line = line.into();
+        self.push(Expectation {
+            describe: format!("{line} (with its input)"),
+            matches: Box::new(move |got| got == line),
+            input: Some(input.into()),
             reply: Ok(reply),
         })
     }
@@ -48,6 +69,7 @@ impl ScriptedGuest {
         self.push(Expectation {
             describe: format!("{prefix}…"),
             matches: Box::new(move |got| got.starts_with(&prefix)),
+            input: None,
             reply: Ok(reply),
         })
     }
@@ -58,6 +80,7 @@ impl ScriptedGuest {
         self.push(Expectation {
             describe: line.clone(),
             matches: Box::new(move |got| got == line),
+            input: None,
             reply: Err(message.into()),
         })
     }
@@ -71,6 +94,11 @@ impl ScriptedGuest {
             *slot = Some(Box::new(responder));
         }
         self
+    }
+
+    /// What each command that had input got on its stdin, in order.
+    pub fn inputs(&self) -> Vec<(String, Vec<u8>)> {
+        self.inputs.lock().map(|i| i.clone()).unwrap_or_default()
     }
 
     /// Every command line run so far, in order.
@@ -102,7 +130,7 @@ impl ScriptedGuest {
         self
     }
 
-    fn answer(&self, command: &Command) -> Result<Output, GuestError> {
+    fn answer(&self, command: &Command, input: &[u8]) -> Result<Output, GuestError> {
         let line = command.line();
         if let Ok(mut calls) = self.calls.lock() {
             calls.push(line.clone());
@@ -113,7 +141,12 @@ impl ScriptedGuest {
                 .lock()
                 .map_err(|_| GuestError::Script("script lock poisoned".into()))?;
             match script.front() {
-                Some(expectation) if (expectation.matches)(&line) => script.pop_front(),
+                Some(expectation)
+                    if (expectation.matches)(&line)
+                        && expectation.input.as_deref().is_none_or(|i| i == input) =>
+                {
+                    script.pop_front()
+                }
                 _ => None,
             }
         };
@@ -138,8 +171,13 @@ impl ScriptedGuest {
 }
 
 impl Guest for ScriptedGuest {
-    async fn run(&self, command: &Command) -> Result<Output, GuestError> {
-        self.answer(command)
+    async fn run_with_input(&self, command: &Command, input: &[u8]) -> Result<Output, GuestError> {
+        if !input.is_empty()
+            && let Ok(mut inputs) = self.inputs.lock()
+        {
+            inputs.push((command.line(), input.to_vec()));
+        }
+        self.answer(command, input)
     }
 }
 

@@ -7,7 +7,7 @@
 //! # Why guest commands are simple
 //!
 //! A [`Command`] is one program with arguments, optionally run through `sudo`, optionally piped
-//! into the next (`echo <b64> | base64 --decode | sudo tee <path>`). Nothing else is ever sent:
+//! into the next (`sudo cat <file> | sha256sum`). Nothing else is ever sent:
 //! no `;`, `&&`, `if`, redirections, `$(…)` or `sh -c` scripts. Decisions — which partition to
 //! grow, whether a certificate is still fresh, whether a unit exists — are made in Rust from
 //! command output. That keeps every step unit-testable against a scripted guest, keeps errors
@@ -15,10 +15,10 @@
 //! production sends; a shell script would need a shell interpreter in the simulation and would
 //! hide logic from tests.
 //!
-//! Files are written as upstream's crc-agent does (no sftp): `sudo install -m MODE -D /dev/null
-//! PATH` then `echo <base64> | base64 --decode | sudo tee PATH`, in chunks so that no single
-//! argument exceeds the kernel's 128 KiB per-argument limit (the guest's sshd runs the line with
-//! `sh -c`, so the whole line is one argument).
+//! Files are written without sftp: `sudo install -m MODE -D /dev/null PATH`, then `sudo tee
+//! PATH` with the contents on its stdin. Upstream's crc-agent sends them base64-encoded as an
+//! `echo` argument, which the guest's process list shows to anyone who looks: keys, kubeconfigs
+//! and pull secrets never go on a command line here.
 
 pub mod api;
 pub mod build;
@@ -120,22 +120,29 @@ pub enum GuestError {
     Script(String),
 }
 
-/// Largest file chunk sent in one command: 48 KiB raw is 64 KiB of base64, well below the
-/// kernel's 128 KiB limit for one argument (the whole line is one `sh -c` argument in the guest).
-pub const WRITE_CHUNK: usize = 48 * 1024;
-
 /// A guest we can run simple commands in.
 pub trait Guest: Send + Sync {
-    /// Runs one simple command and reports its exit status and output.
-    fn run(&self, command: &Command) -> impl Future<Output = Result<Output, GuestError>> + Send;
-
-    /// Runs a command and turns a non-zero exit into [`GuestError::Failed`].
-    fn run_checked(
+    /// Runs one simple command with `input` on its stdin (then EOF) and reports its exit status
+    /// and output.
+    fn run_with_input(
         &self,
         command: &Command,
+        input: &[u8],
+    ) -> impl Future<Output = Result<Output, GuestError>> + Send;
+
+    /// Runs one simple command with nothing on its stdin.
+    fn run(&self, command: &Command) -> impl Future<Output = Result<Output, GuestError>> + Send {
+        self.run_with_input(command, &[])
+    }
+
+    /// [`Guest::run_with_input`], a non-zero exit turned into [`GuestError::Failed`].
+    fn run_checked_with_input(
+        &self,
+        command: &Command,
+        input: &[u8],
     ) -> impl Future<Output = Result<Output, GuestError>> + Send {
         async move {
-            let output = self.run(command).await?;
+            let output = self.run_with_input(command, input).await?;
             if output.success() {
                 Ok(output)
             } else {
@@ -146,6 +153,14 @@ pub trait Guest: Send + Sync {
                 })
             }
         }
+    }
+
+    /// Runs a command and turns a non-zero exit into [`GuestError::Failed`].
+    fn run_checked(
+        &self,
+        command: &Command,
+    ) -> impl Future<Output = Result<Output, GuestError>> + Send {
+        self.run_checked_with_input(command, &[])
     }
 
     /// The bytes of a file, read as root (`sudo cat PATH`).
@@ -192,10 +207,8 @@ pub trait Guest: Send + Sync {
                 path,
             ]))
             .await?;
-            // The first chunk replaces (as upstream), later ones append in order.
-            for (i, chunk) in data.chunks(WRITE_CHUNK).enumerate() {
-                self.run_checked(&write_chunk(path, chunk, i > 0)).await?;
-            }
+            self.run_checked_with_input(&write_command(path, false), data)
+                .await?;
             Ok(())
         }
     }
@@ -207,25 +220,22 @@ pub trait Guest: Send + Sync {
         data: &[u8],
     ) -> impl Future<Output = Result<(), GuestError>> + Send {
         async move {
-            for chunk in data.chunks(WRITE_CHUNK) {
-                self.run_checked(&write_chunk(path, chunk, true)).await?;
-            }
+            self.run_checked_with_input(&write_command(path, true), data)
+                .await?;
             Ok(())
         }
     }
 }
 
-/// `echo <b64> | base64 --decode | sudo tee [-a] PATH`.
-pub fn write_chunk(path: &str, chunk: &[u8], append: bool) -> Command {
+/// `sudo tee [-a] PATH`, the data on its stdin: file contents (keys, kubeconfigs, pull secrets)
+/// never appear on a command line, where the guest's process list would show them.
+pub fn write_command(path: &str, append: bool) -> Command {
     let tee: Vec<&str> = if append {
         vec!["tee", "-a", path]
     } else {
         vec!["tee", path]
     };
-    Command::new(["echo".to_string(), BASE64.encode(chunk)])
-        .sensitive()
-        .pipe(Command::new(["base64", "--decode"]))
-        .pipe(Command::sudo(tee))
+    Command::sudo(tee)
 }
 
 /// Decodes standard base64 (RFC 4648, padded) as GNU `base64 --decode` reads what we send:
@@ -260,20 +270,15 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn write_file_installs_then_appends_chunks() {
+    async fn write_file_installs_then_sends_the_data_on_stdin_never_as_arguments() {
         let guest = ScriptedGuest::new();
         guest.expect("sudo install -m 0600 -D /dev/null /etc/x", Output::ok(""));
-        let data = vec![b'a'; WRITE_CHUNK + 10];
-        guest.expect(
-            write_chunk("/etc/x", &data[..WRITE_CHUNK], false).line(),
-            Output::ok(""),
-        );
-        guest.expect(
-            write_chunk("/etc/x", &data[WRITE_CHUNK..], true).line(),
-            Output::ok(""),
-        );
+        guest.expect("sudo tee /etc/x", Output::ok(""));
+        let data = vec![b'a'; 200 * 1024];
         guest.write_file("/etc/x", &data, 0o600).await.unwrap();
         guest.assert_done();
+        assert_eq!(guest.inputs(), [("sudo tee /etc/x".to_owned(), data)]);
+        assert!(guest.calls().iter().all(|line| line.len() < 100));
     }
 
     #[tokio::test]

@@ -195,8 +195,8 @@ impl SshGuest {
 }
 
 impl Guest for SshGuest {
-    async fn run(&self, command: &Command) -> Result<Output, GuestError> {
-        self.run_with_input(command, &[]).await
+    async fn run_with_input(&self, command: &Command, input: &[u8]) -> Result<Output, GuestError> {
+        SshGuest::run_with_input(self, command, input).await
     }
 }
 

@@ -315,7 +315,7 @@ pub async fn start_kubelet<G: Guest>(guest: &G) -> Result<(), StepError> {
 #[cfg(test)]
 mod tests {
     use super::super::fake::ScriptedGuest;
-    use super::super::{Output, write_chunk};
+    use super::super::{Output, write_command};
     use super::*;
 
     const IP: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
@@ -326,10 +326,7 @@ mod tests {
             format!("sudo install -m 0644 -D /dev/null {path}"),
             Output::ok(""),
         );
-        guest.expect(
-            write_chunk(path, data.as_bytes(), false).line(),
-            Output::ok(""),
-        );
+        guest.expect_input(write_command(path, false).line(), data, Output::ok(""));
     }
 
     #[tokio::test]
@@ -583,12 +580,10 @@ mod tests {
                 "sudo install -m 0644 -o core -g core -D /dev/null /home/core/.ssh/authorized_keys",
                 Output::ok(""),
             )
-            .expect(
-                write_chunk(AUTHORIZED_KEYS, format!("\n{KEY}\n").as_bytes(), true).line(),
-                Output::ok(""),
-            );
+            .expect(write_command(AUTHORIZED_KEYS, true).line(), Output::ok(""));
         authorize_key(&guest, KEY).await.unwrap();
         guest.assert_done();
+        assert_eq!(guest.inputs()[0].1, format!("\n{KEY}\n").into_bytes());
     }
 
     #[tokio::test]
@@ -603,10 +598,7 @@ mod tests {
                 "sudo cat /home/core/.ssh/authorized_keys",
                 Output::ok("ssh-ecdsa other\n"),
             )
-            .expect(
-                write_chunk(AUTHORIZED_KEYS, format!("\n{KEY}\n").as_bytes(), true).line(),
-                Output::ok(""),
-            );
+            .expect(write_command(AUTHORIZED_KEYS, true).line(), Output::ok(""));
         authorize_key(&guest, KEY).await.unwrap();
         guest.assert_done();
     }
