@@ -46,6 +46,8 @@ fn fast_settings() -> Settings {
     Settings {
         ssh_port: quick,
         ssh_connect_timeout: Duration::from_secs(10),
+        ssh_command_timeout: Duration::from_secs(60),
+        run_deadline: Duration::from_secs(600),
         patiences: Patiences::uniform(quick),
         bcrypt_cost: 4,
         watch_retry: Duration::from_millis(200),

@@ -33,6 +33,12 @@ pub struct Settings {
     pub ssh_port: Patience,
     /// SSH dial + authentication (upstream: 30 s).
     pub ssh_connect_timeout: Duration,
+    /// One command in the guest (upstream: no limit). Every command is also cut at the run's
+    /// deadline.
+    pub ssh_command_timeout: Duration,
+    /// How long the startup path may take in all; its commands and waits stop there and the
+    /// run fails with the step's reason, before the Job's own deadline kills the pod without one.
+    pub run_deadline: Duration,
     /// Steps 8 and 10–18.
     pub patiences: Patiences,
     /// bcrypt work factor of the htpasswd lines.
@@ -46,6 +52,9 @@ impl Default for Settings {
         Self {
             ssh_port: Patience::new(Duration::from_secs(10), Duration::from_secs(300)),
             ssh_connect_timeout: Duration::from_secs(30),
+            ssh_command_timeout: Duration::from_secs(600),
+            // The agent Job's `activeDeadlineSeconds` (2700) less a minute to report.
+            run_deadline: Duration::from_secs(2640),
             patiences: Patiences::upstream(),
             bcrypt_cost: BCRYPT_COST,
             watch_retry: Duration::from_secs(1),

@@ -271,7 +271,9 @@ pub async fn startup_path(startup: &Startup<'_>) -> Result<(String, String), Err
     let options = SshOptions {
         user: startup.user.to_owned(),
         connect_timeout: settings.ssh_connect_timeout,
-        command_timeout: None,
+        command_timeout: Some(settings.ssh_command_timeout),
+        deadline: Some(tokio::time::Instant::now() + settings.run_deadline),
+        ..SshOptions::default()
     };
 
     crate::guest::ssh::wait_for_port(addr, settings.ssh_port.interval, settings.ssh_port.deadline)
@@ -398,6 +400,47 @@ pub fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
+    /// A peer that accepts TCP and then says nothing, as a hung sshd or a black-holing proxy
+    /// does: the startup path ends with the SSH step's reason at its connect budget.
+    #[tokio::test]
+    async fn a_guest_that_accepts_and_never_answers_ends_in_the_ssh_reason() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let held = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                open.push(socket);
+            }
+        });
+        let quick = cluster::Patience::new(Duration::from_millis(50), Duration::from_secs(5));
+        let settings = Settings {
+            ssh_port: quick,
+            ssh_connect_timeout: Duration::from_millis(500),
+            patiences: Patiences::uniform(quick),
+            ..Settings::default()
+        };
+        let key = keys::generate_ed25519().unwrap();
+        let identity = identity::generate("api.example.com", now_unix()).unwrap();
+        let startup = Startup {
+            addr: addr.clone(),
+            user: "core",
+            bundle_key: &key,
+            identity: &identity,
+            pull_secret: b"{}",
+            api_hostname: "api.example.com",
+            settings: &settings,
+        };
+        // A guard against a hang, not a speed check: the connect budget is half a second.
+        let err = tokio::time::timeout(Duration::from_secs(60), startup_path(&startup))
+            .await
+            .expect("the startup path hung on a silent peer")
+            .unwrap_err();
+        held.abort();
+        assert_eq!(err.reason(), "GuestUnreachable", "{err}");
+        assert!(err.to_string().contains(&addr), "{err}");
+    }
 
     #[test]
     fn failures_map_to_reasons() {

@@ -29,6 +29,12 @@ pub trait Dial: Send + Sync + 'static {
 
 /// A kube client for `base_uri` whose connections come from `dial` and speak TLS with
 /// `server_name` as SNI and verification name.
+/// The longest a connection (the dial and the TLS handshake) may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest one request may wait for its response head: every caller polls, none watches,
+/// so an answer that does not come is a hung peer.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
 pub fn client(
     dial: Arc<dyn Dial>,
     server_name: &str,
@@ -51,6 +57,16 @@ pub fn client(
     let config = kube::Config::new(uri);
     let service = tower::ServiceBuilder::new()
         .layer(config.base_uri_layer())
+        .map_future(|answer| async move {
+            tokio::time::timeout(REQUEST_TIMEOUT, answer)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(BoxError::from(format!(
+                        "no answer within {}s",
+                        REQUEST_TIMEOUT.as_secs()
+                    )))
+                })
+        })
         .map_err(|e: hyper_util::client::legacy::Error| -> BoxError { Box::new(e) })
         .service(http);
     Ok(kube::Client::new(service, "default"))
@@ -82,11 +98,18 @@ impl tower::Service<http::Uri> for TlsConnector {
             self.server_name.clone(),
         );
         Box::pin(async move {
-            let stream = dial.dial().await?;
-            let stream = tokio_rustls::TlsConnector::from(tls)
-                .connect(name, stream)
-                .await?;
-            Ok(TlsStream(TokioIo::new(stream)))
+            let connect = async {
+                let stream = dial.dial().await?;
+                let stream = tokio_rustls::TlsConnector::from(tls)
+                    .connect(name, stream)
+                    .await?;
+                Ok::<_, BoxError>(TlsStream(TokioIo::new(stream)))
+            };
+            tokio::time::timeout(CONNECT_TIMEOUT, connect)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(format!("no connection within {}s", CONNECT_TIMEOUT.as_secs()).into())
+                })
         })
     }
 }

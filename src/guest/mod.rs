@@ -110,6 +110,8 @@ pub enum GuestError {
     NoExitStatus { command: String },
     #[error("`{command}` did not finish within {seconds}s")]
     CommandTimeout { command: String, seconds: u64 },
+    #[error("`{command}` printed more than {limit} bytes; stopped reading")]
+    OutputTooLarge { command: String, limit: usize },
     #[error("tunnel to {host}:{port} through the guest refused: {reason}")]
     Tunnel {
         host: String,

@@ -18,9 +18,19 @@ pub struct SshOptions {
     pub user: String,
     /// Budget for TCP connect + key exchange + authentication (upstream: 30 s dial timeout).
     pub connect_timeout: Duration,
-    /// Budget for one command, `None` for no limit.
+    /// Budget for one command, `None` for no limit but the deadline.
     pub command_timeout: Option<Duration>,
+    /// The step's deadline: no command runs past it, whatever its own budget.
+    pub deadline: Option<tokio::time::Instant>,
+    /// A keepalive every this long; after [`KEEPALIVE_MAX`] unanswered ones the connection is
+    /// dropped, so a guest that stops answering mid-command ends the command, not the step.
+    pub keepalive: Duration,
+    /// The most output (stdout and stderr together) one command may return.
+    pub max_output: usize,
 }
+
+/// Unanswered keepalives before a connection is given up.
+pub const KEEPALIVE_MAX: usize = 4;
 
 impl Default for SshOptions {
     fn default() -> Self {
@@ -28,6 +38,9 @@ impl Default for SshOptions {
             user: "core".to_string(),
             connect_timeout: Duration::from_secs(30),
             command_timeout: None,
+            deadline: None,
+            keepalive: Duration::from_secs(15),
+            max_output: 64 << 20,
         }
     }
 }
@@ -37,6 +50,8 @@ pub struct SshGuest {
     handle: Handle<AcceptHostKey>,
     addr: String,
     command_timeout: Option<Duration>,
+    deadline: Option<tokio::time::Instant>,
+    max_output: usize,
 }
 
 /// russh client callbacks.
@@ -66,15 +81,17 @@ impl SshGuest {
         options: &SshOptions,
     ) -> Result<Self, GuestError> {
         let seconds = options.connect_timeout.as_secs();
-        tokio::time::timeout(
-            options.connect_timeout,
-            Self::connect_inner(addr, key, options),
-        )
-        .await
-        .map_err(|_| GuestError::Timeout {
-            addr: addr.to_string(),
-            seconds,
-        })?
+        let budget = options.deadline.map_or(options.connect_timeout, |d| {
+            options
+                .connect_timeout
+                .min(d.saturating_duration_since(tokio::time::Instant::now()))
+        });
+        tokio::time::timeout(budget, Self::connect_inner(addr, key, options))
+            .await
+            .map_err(|_| GuestError::Timeout {
+                addr: addr.to_string(),
+                seconds,
+            })?
     }
 
     async fn connect_inner(
@@ -84,6 +101,8 @@ impl SshGuest {
     ) -> Result<Self, GuestError> {
         let config = Arc::new(client::Config {
             nodelay: true,
+            keepalive_interval: Some(options.keepalive),
+            keepalive_max: KEEPALIVE_MAX,
             ..Default::default()
         });
         let mut handle = client::connect(config, addr, AcceptHostKey)
@@ -106,6 +125,8 @@ impl SshGuest {
             handle,
             addr: addr.to_string(),
             command_timeout: options.command_timeout,
+            deadline: options.deadline,
+            max_output: options.max_output,
         })
     }
 
@@ -120,7 +141,14 @@ impl SshGuest {
         command: &Command,
         input: &[u8],
     ) -> Result<Output, GuestError> {
-        match self.command_timeout {
+        let left = self
+            .deadline
+            .map(|d| d.saturating_duration_since(tokio::time::Instant::now()));
+        let limit = match (self.command_timeout, left) {
+            (Some(own), Some(left)) => Some(own.min(left)),
+            (own, left) => own.or(left),
+        };
+        match limit {
             None => self.exec(command, input).await,
             Some(limit) => tokio::time::timeout(limit, self.exec(command, input))
                 .await
@@ -143,6 +171,12 @@ impl SshGuest {
         let mut output = Output::default();
         let mut status = None;
         while let Some(message) = channel.wait().await {
+            if output.stdout.len() + output.stderr.len() > self.max_output {
+                return Err(GuestError::OutputTooLarge {
+                    command: command.to_string(),
+                    limit: self.max_output,
+                });
+            }
             match message {
                 ChannelMsg::Data { data } => output.stdout.extend_from_slice(&data),
                 ChannelMsg::ExtendedData { data, ext: 1 } => output.stderr.extend_from_slice(&data),

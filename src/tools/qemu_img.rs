@@ -12,6 +12,10 @@ pub const PROGRAM: &str = "qemu-img";
 
 /// How much of a failing run's stderr an error keeps.
 const STDERR_TAIL: usize = 2000;
+/// `info` reads headers: a run this long is stuck (a hung NFS mount, a crafted image).
+pub const INFO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+/// `convert` writes the whole disk: generous, but not unbounded (the Job's deadline is 2 h).
+pub const CONVERT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(90 * 60);
 
 /// Why a `qemu-img` call failed.
 #[derive(Debug, thiserror::Error)]
@@ -26,6 +30,8 @@ pub enum QemuImgError {
     },
     #[error("{PROGRAM} info printed unexpected output: {0}")]
     BadOutput(String),
+    #[error("{PROGRAM} {command} did not finish within {seconds}s; stopped")]
+    Timeout { command: String, seconds: u64 },
 }
 
 /// What `qemu-img info --output=json` says about an image.
@@ -100,7 +106,7 @@ async fn info_with(path: &Path, format: Option<&str>) -> Result<ImageInfo, QemuI
         command.args(["-f", format]);
     }
     command.arg(path);
-    let stdout = run(command, "info").await?;
+    let stdout = run(command, "info", INFO_TIMEOUT).await?;
     parse_info(&String::from_utf8_lossy(&stdout))
 }
 
@@ -117,17 +123,27 @@ pub async fn convert(
         .args(["convert", "-f", from_format, "-O", to_format])
         .arg(from)
         .arg(to);
-    run(command, "convert").await.map(drop)
+    run(command, "convert", CONVERT_TIMEOUT).await.map(drop)
 }
 
-async fn run(mut command: tokio::process::Command, name: &str) -> Result<Vec<u8>, QemuImgError> {
-    let output = command
+/// Runs `command`; past `limit` the process is killed (`kill_on_drop`) and the run fails.
+async fn run(
+    mut command: tokio::process::Command,
+    name: &str,
+    limit: std::time::Duration,
+) -> Result<Vec<u8>, QemuImgError> {
+    let running = command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
-        .output()
+        .output();
+    let output = tokio::time::timeout(limit, running)
         .await
+        .map_err(|_| QemuImgError::Timeout {
+            command: name.to_owned(),
+            seconds: limit.as_secs(),
+        })?
         .map_err(QemuImgError::Spawn)?;
     if !output.status.success() {
         return Err(QemuImgError::Failed {
@@ -209,5 +225,18 @@ mod tests {
         let long = format!("{}\nthe reason", "x".repeat(5000));
         let kept = tail(&long);
         assert!(kept.len() <= STDERR_TAIL && kept.ends_with("; the reason"));
+    }
+
+    #[tokio::test]
+    async fn a_run_past_its_limit_is_stopped_and_says_so() {
+        let mut command = tokio::process::Command::new("sleep");
+        command.arg("30");
+        let err = run(command, "info", std::time::Duration::from_millis(100))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, QemuImgError::Timeout { command, .. } if command == "info"),
+            "{err}"
+        );
     }
 }
