@@ -122,6 +122,8 @@ impl Fixture {
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("RUST_LOG", "info")
             .env("KUBECONFIG", kubeconfig)
+            // The test server speaks plain http, as a mirror inside a cluster may.
+            .env("ALLOW_HTTP", "true")
             .env("BUNDLE_URL", self.server.url(&self.bundle_path))
             .env(
                 "SHA256_URL",

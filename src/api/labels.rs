@@ -11,6 +11,10 @@ pub const MANAGED_BY_AGENT: &str = "crc-agent";
 pub const CLUSTER_INSTANCE: &str = "opdev.io/cluster-instance";
 /// Namespace of the ClusterInstance an object belongs to (for objects in other namespaces).
 pub const CLUSTER_INSTANCE_NAMESPACE: &str = "opdev.io/cluster-instance-namespace";
+/// On an instance's crc-agent pods (value [`COMPONENT_CRC_AGENT`]): the pods its NetworkPolicy
+/// lets reach the guest's SSH port.
+pub const COMPONENT: &str = "opdev.io/component";
+pub const COMPONENT_CRC_AGENT: &str = "crc-agent";
 /// Name of the ClusterPool an instance belongs to.
 pub const POOL: &str = "opdev.io/pool";
 /// Name of the CRCBundle an object belongs to.

@@ -70,6 +70,7 @@ impl<'a> Actor<'a> {
                 New::Route(o) => self.create(&self.scope.ns(), o.as_ref()).await,
                 New::Job(o) => self.create(&self.scope.ns(), o.as_ref()).await,
                 New::Role(o) => self.create(&self.scope.ns(), o.as_ref()).await,
+                New::NetworkPolicy(o) => self.create(&self.scope.ns(), o.as_ref()).await,
             },
             Action::CreateIdentity { host } => {
                 let now = Timestamp::now().as_second();

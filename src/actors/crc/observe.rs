@@ -11,6 +11,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
     Event, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount,
 };
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Resource, ResourceExt};
@@ -55,6 +56,7 @@ pub struct Observed {
     /// The instance's own copy of the boot key.
     pub boot_key_copy: Option<Secret>,
     pub agent_role: Option<Role>,
+    pub network_policy: Option<NetworkPolicy>,
     pub agent_account: Option<ServiceAccount>,
     pub agent_binding: Option<RoleBinding>,
     pub service: Option<Service>,
@@ -205,6 +207,9 @@ pub async fn observe(
             .await?;
         o.service = reader
             .get(&reader.ns(), &res::api_service_name(&name))
+            .await?;
+        o.network_policy = reader
+            .get(&reader.ns(), &res::guest_policy_name(&name))
             .await?;
         o.route = reader
             .get(&reader.ns(), &res::api_route_name(&name))

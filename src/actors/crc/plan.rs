@@ -19,6 +19,7 @@ use std::time::Duration;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{Resource, ResourceExt};
@@ -188,6 +189,7 @@ pub enum New {
     DataVolume(Box<DataVolume>),
     VirtualMachine(Box<VirtualMachine>),
     Role(Box<Role>),
+    NetworkPolicy(Box<NetworkPolicy>),
     ServiceAccount(Box<ServiceAccount>),
     RoleBinding(Box<RoleBinding>),
     Service(Box<Service>),
@@ -415,6 +417,14 @@ impl<'a> Walk<'a> {
             // A Service of that name selects pods for the Route; someone else's is not ours to
             // point the guest API at.
             Some(service) if !self.controlled(service) => return Err(self.conflict(service)),
+            Some(_) => {}
+        }
+        match &o.network_policy {
+            None => {
+                let policy = res::guest_network_policy(self.instance, &vm_name);
+                self.create(New::NetworkPolicy(Box::new(policy)));
+            }
+            Some(policy) if !self.controlled(policy) => return Err(self.conflict(policy)),
             Some(_) => {}
         }
         let host = self.ensure_route()?;

@@ -10,16 +10,21 @@ use k8s_openapi::api::core::v1::{
     EnvVar, KeyToPath, PodSpec, PodTemplateSpec, Secret, SecretVolumeSource, Service,
     ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
+    NetworkPolicySpec,
+};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
 use super::{
     agent_account_name, agent_binding_name, agent_job_name, agent_role_name, api_route_name,
-    api_service_name, boot_key_secret_name, handoff_secret_name, identity_secret_name,
-    instance_labels, kubeconfig_secret_name, owned_meta, root_disk_name,
+    api_service_name, boot_key_secret_name, guest_policy_name, handoff_secret_name,
+    identity_secret_name, instance_labels, kubeconfig_secret_name, owned_meta, root_disk_name,
 };
 use crate::api::ClusterInstance;
 use crate::api::labels;
@@ -283,6 +288,70 @@ pub fn api_service(instance: &ClusterInstance, vm_name: &str) -> Service {
     }
 }
 
+/// The namespaces whose pods may reach a guest's API port: OpenShift labels its router's
+/// namespace so (`openshift-ingress`), and a passthrough Route is the only way in we publish.
+pub const ROUTER_NAMESPACE_LABEL: (&str, &str) = ("network.openshift.io/policy-group", "ingress");
+/// The guest's SSH port.
+pub const SSH_PORT: i32 = 22;
+
+/// The NetworkPolicy around the guest of `vm_name` (its virt-launcher pod): SSH only from the
+/// instance's own crc-agent pods, the API only from the router's namespace, nothing else.
+pub fn guest_network_policy(instance: &ClusterInstance, vm_name: &str) -> NetworkPolicy {
+    let name = instance.name_any();
+    let port = |port: i32| NetworkPolicyPort {
+        protocol: Some("TCP".to_owned()),
+        port: Some(IntOrString::Int(port)),
+        ..Default::default()
+    };
+    let agent_pods = BTreeMap::from([
+        (labels::CLUSTER_INSTANCE.to_owned(), name.clone()),
+        (
+            labels::COMPONENT.to_owned(),
+            labels::COMPONENT_CRC_AGENT.to_owned(),
+        ),
+    ]);
+    let (router_key, router_value) = ROUTER_NAMESPACE_LABEL;
+    NetworkPolicy {
+        metadata: owned_meta(instance, &guest_policy_name(&name)),
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(LabelSelector {
+                match_labels: Some(BTreeMap::from([(
+                    kubevirt::labels::VM_NAME.to_owned(),
+                    vm_name.to_owned(),
+                )])),
+                ..Default::default()
+            }),
+            policy_types: Some(vec!["Ingress".to_owned()]),
+            ingress: Some(vec![
+                NetworkPolicyIngressRule {
+                    ports: Some(vec![port(SSH_PORT)]),
+                    from: Some(vec![NetworkPolicyPeer {
+                        pod_selector: Some(LabelSelector {
+                            match_labels: Some(agent_pods),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }]),
+                },
+                NetworkPolicyIngressRule {
+                    ports: Some(vec![port(API_PORT)]),
+                    from: Some(vec![NetworkPolicyPeer {
+                        namespace_selector: Some(LabelSelector {
+                            match_labels: Some(BTreeMap::from([(
+                                router_key.to_owned(),
+                                router_value.to_owned(),
+                            )])),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }]),
+                },
+            ]),
+            ..Default::default()
+        }),
+    }
+}
+
 /// The passthrough Route `<instance>-crc-api` for `host` to the API Service. Labelled with the
 /// instance namespace as well, so a Route event can be mapped back to its instance.
 pub fn api_route(instance: &ClusterInstance, host: &str) -> Route {
@@ -383,7 +452,11 @@ pub fn agent_job(instance: &ClusterInstance, inputs: &AgentJobInputs) -> Job {
         read_only: Some(true),
         ..Default::default()
     };
-    let labels = instance_labels(&name);
+    let mut labels = instance_labels(&name);
+    labels.insert(
+        labels::COMPONENT.to_owned(),
+        labels::COMPONENT_CRC_AGENT.to_owned(),
+    );
     Job {
         metadata: owned_meta(instance, &agent_job_name(&name, &inputs.vmi_uid)),
         spec: Some(JobSpec {

@@ -157,6 +157,7 @@ pub(super) mod tests {
             dv,
             vm,
             api_service(&i, &vm_name("crc-1")),
+            guest_network_policy(&i, &vm_name("crc-1")),
             api_route(&i, &host),
             identity,
             agent_job(&i, &agent_inputs(&host)),
@@ -349,6 +350,37 @@ pub(super) mod tests {
         assert!(!rules_match(&extra_verb, &rules));
         let next_vmi = agent_role(&instance(), "another-vmi").rules.unwrap();
         assert!(!rules_match(&next_vmi, &rules), "a new VMI, a new handoff");
+    }
+
+    #[test]
+    fn the_guest_admits_ssh_from_its_own_agent_pods_and_the_api_from_the_router_only() {
+        let i = instance();
+        let policy = serde_json::to_value(guest_network_policy(&i, "crc-1")).unwrap();
+        let rules = policy["spec"]["ingress"].as_array().unwrap();
+        assert_eq!(rules.len(), 2);
+        assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress"]));
+        let ssh = &rules[0];
+        assert_eq!(ssh["ports"], json!([{"port": 22, "protocol": "TCP"}]));
+        let agent = serde_json::to_value(agent_job(&i, &agent_inputs("api.example.com"))).unwrap();
+        let pod_labels = agent["spec"]["template"]["metadata"]["labels"]
+            .as_object()
+            .unwrap();
+        for (key, value) in ssh["from"][0]["podSelector"]["matchLabels"]
+            .as_object()
+            .unwrap()
+        {
+            assert_eq!(
+                pod_labels.get(key),
+                Some(value),
+                "the agent pod carries {key}"
+            );
+        }
+        let api = &rules[1];
+        assert_eq!(api["ports"], json!([{"port": 6443, "protocol": "TCP"}]));
+        assert_eq!(
+            api["from"][0]["namespaceSelector"]["matchLabels"],
+            json!({"network.openshift.io/policy-group": "ingress"})
+        );
     }
 
     #[test]

@@ -65,6 +65,11 @@ pub fn agent_account_name(instance: &str) -> String {
     hashed_name(instance, "-crc-agent-", &h12(instance), MAX_NAME)
 }
 
+/// The NetworkPolicy around the guest: `<prefix>-crc-guest-<h12>`.
+pub fn guest_policy_name(instance: &str) -> String {
+    hashed_name(instance, "-crc-guest-", &h12(instance), MAX_NAME)
+}
+
 /// The agent's Role: `<prefix>-crc-agent-role-<h12>`.
 pub fn agent_role_name(instance: &str) -> String {
     hashed_name(instance, "-crc-agent-role-", &h12(instance), MAX_NAME)

@@ -235,6 +235,10 @@ impl World {
                     self.stamp(&mut o.metadata);
                     self.o.agent_role = Some(*o);
                 }
+                New::NetworkPolicy(mut o) => {
+                    self.stamp(&mut o.metadata);
+                    self.o.network_policy = Some(*o);
+                }
                 New::ServiceAccount(mut o) => {
                     self.stamp(&mut o.metadata);
                     self.o.agent_account = Some(*o);
@@ -395,6 +399,7 @@ fn created_kinds(plan: &Plan) -> Vec<&'static str> {
             Action::Create(New::DataVolume(_)) => "DataVolume",
             Action::Create(New::VirtualMachine(_)) => "VirtualMachine",
             Action::Create(New::Role(_)) => "Role",
+            Action::Create(New::NetworkPolicy(_)) => "NetworkPolicy",
             Action::Create(New::ServiceAccount(_)) => "ServiceAccount",
             Action::Create(New::RoleBinding(_)) => "RoleBinding",
             Action::Create(New::Service(_)) => "Service",
@@ -496,7 +501,13 @@ fn a_turnkey_instance_walks_every_step_in_order_to_ready() {
     let p = w.pass();
     assert_eq!(
         created_kinds(&p),
-        ["Role", "ServiceAccount", "RoleBinding", "Service"]
+        [
+            "Role",
+            "ServiceAccount",
+            "RoleBinding",
+            "Service",
+            "NetworkPolicy"
+        ]
     );
     assert!(
         stop(&p).message.contains("API endpoint https://api-"),
@@ -620,6 +631,7 @@ fn objects_of_our_names_that_we_do_not_control_are_conflicts() {
         // Unowned: taken over by earlier versions, a conflict now.
         |o| o.kubeconfig.as_mut().unwrap().metadata = foreign("crc-1-kubeconfig"),
         |o| o.service.as_mut().unwrap().metadata = foreign("crc-1-crc-api"),
+        |o| o.network_policy.as_mut().unwrap().metadata = foreign("policy"),
         |o| {
             o.kubeconfig.as_mut().unwrap().metadata = {
                 let mut m = foreign("crc-1-kubeconfig");
