@@ -219,6 +219,17 @@ async fn each_bad_input_fails_with_its_reason() {
                 .is_none(),
             "{name}: no key published"
         );
+        // A failed bundle keeps its Job (for its logs) but not its scratch volume: deleted (it
+        // goes once no pod holds it).
+        let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), OPERATOR_NS);
+        wait_for(&format!("{name}'s scratch PVC released"), || async {
+            pvcs.get_opt(&format!("{name}-scratch"))
+                .await
+                .ok()?
+                .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
+                .then_some(())
+        })
+        .await;
     }
 
     // Deleting the failed Job retries (and fails again, for the same reason).

@@ -169,8 +169,14 @@ pub fn decide(bundle: &CRCBundle, observed: &Observed, namespace: &str, now: Tim
                     format!("prep Job {} was deleted; retrying", names.prep_job),
                 );
             }
-            // Failed stays failed while the Job (or the namesake that failed it) exists.
-            _ => {}
+            // Failed stays failed while the Job (or the namesake that failed it) exists, for
+            // its logs; the scratch volume (up to 40Gi of a download) is released at once. A
+            // retry makes a new one.
+            _ => {
+                if let Some(uid) = &observed.scratch_pvc {
+                    actions.push(Action::DeleteScratchPvc { uid: uid.clone() });
+                }
+            }
         },
         BundlePhase::Pending | BundlePhase::Preparing | BundlePhase::Building => {
             if !observed.golden_pvc {
@@ -445,7 +451,13 @@ mod tests {
             message.contains(JOB) && message.contains("other"),
             "{message}"
         );
-        assert!(step(&mut b, &replaced).is_empty());
+        // The namesake is never touched; our own scratch volume is released.
+        assert_eq!(
+            step(&mut b, &replaced),
+            [Action::DeleteScratchPvc {
+                uid: "scratch-uid".into()
+            }]
+        );
         assert_eq!(b.status.clone().unwrap().phase, Some(BundlePhase::Failed));
         step(&mut b, &seen(Observation::Lost));
         assert_eq!(b.status.clone().unwrap().phase, Some(BundlePhase::Pending));
@@ -469,8 +481,18 @@ mod tests {
             message.contains("ChecksumMismatch") && message.contains("delete the Job to retry"),
             "{message}"
         );
-        // Failed stays failed while the Job exists...
-        assert!(step(&mut b, &failed).is_empty());
+        // Failed stays failed while the Job exists, its scratch volume released...
+        assert_eq!(
+            step(&mut b, &failed),
+            [Action::DeleteScratchPvc {
+                uid: "scratch-uid".into()
+            }]
+        );
+        let released = Observed {
+            scratch_pvc: None,
+            ..failed.clone()
+        };
+        assert!(step(&mut b, &released).is_empty());
         assert_eq!(b.status.clone().unwrap().phase, Some(BundlePhase::Failed));
         // ...and retries once it is deleted.
         step(&mut b, &seen(Observation::Lost));
