@@ -430,7 +430,11 @@ pub fn decide(bundle: &CRCBundle, observed: &Observed, deadline: Duration, now: 
     if step.build().stage == Some(BuildStage::Failed) {
         cleanup(step.status, observed, &mut actions);
     }
+    let publishing = actions
+        .iter()
+        .any(|a| matches!(a, Action::PublishMetadata | Action::PublishDataSource));
     let requeue = match step.build().stage {
+        Some(BuildStage::Ready) if publishing => Some(PUBLISH_RECHECK),
         Some(BuildStage::Failed | BuildStage::Ready) => None,
         _ => remaining.filter(|r| !r.is_zero()),
     };
@@ -1028,10 +1032,16 @@ fn validate(step: &mut Step, observed: &Observed, names: &Names, actions: &mut V
     }
 }
 
-/// Stage 7: the metadata ConfigMap and the DataSource published, `Ready=True`, then every
-/// temporary object deleted (Ready stays while they go).
+/// How soon a pass that published the metadata and the DataSource looks again: the DataSource
+/// is not watched, and `Ready=True` waits until both are seen.
+const PUBLISH_RECHECK: Duration = Duration::from_secs(2);
+
+/// Stage 7: the metadata ConfigMap and the DataSource published, and only once both are seen
+/// `Ready=True` (a consumer that sees Ready finds them), then every temporary object deleted
+/// (Ready stays while they go).
 fn ready(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Vec<Action>) {
     let bundle = crate::resources::bundle::Names::of(names.bundle());
+    let mut publishing = false;
     for (owned, action, kind, name) in [
         (
             observed.metadata,
@@ -1048,7 +1058,10 @@ fn ready(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Vec<
     ] {
         match owned {
             Owned::Ours => {}
-            Owned::Missing => actions.push(action),
+            Owned::Missing => {
+                actions.push(action);
+                publishing = true;
+            }
             Owned::NotOurs => {
                 step.fail(
                     types::VALIDATED,
@@ -1060,6 +1073,14 @@ fn ready(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Vec<
                 return;
             }
         }
+    }
+    if publishing {
+        step.build_mut().message = Some(format!(
+            "publishing ConfigMap {} and DataSource {}",
+            bundle.metadata,
+            names.bundle()
+        ));
+        return;
     }
     let now = step.now.clone();
     let status = &mut step.status;
@@ -1850,8 +1871,18 @@ mod tests {
         let (b, mut observed) = later(BuildStage::Ready, running("vmi-clone", BuildBoot::Aged));
         observed.namespace = "ops".into();
         let d = decide(&b, &observed, HOUR, at(100));
-        assert!(d.actions.contains(&Action::PublishMetadata));
-        assert!(d.actions.contains(&Action::PublishDataSource));
+        assert_eq!(
+            d.actions,
+            [Action::PublishMetadata, Action::PublishDataSource],
+            "published first; nothing is Ready or deleted before both are seen"
+        );
+        assert_ne!(reason(&d.status, types::READY).0, "True");
+        assert_eq!(d.requeue, Some(PUBLISH_RECHECK));
+
+        // Both seen: Ready, and the temporary objects go.
+        observed.metadata = Owned::Ours;
+        observed.data_source = Owned::Ours;
+        let d = decide(&b, &observed, HOUR, at(101));
         assert!(d.actions.contains(&Action::Delete {
             temp: Temp::ValidationVm,
             name: "ValidationVm".into(),
