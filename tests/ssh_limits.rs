@@ -99,7 +99,8 @@ async fn an_unanswered_command_ends_at_its_budget_or_the_step_deadline() {
     let own_budget = connect(
         &addr,
         SshOptions {
-            command_timeout: Some(Duration::from_millis(300)),
+            // Room for a quick command on a loaded machine; the hung one takes all of it.
+            command_timeout: Some(Duration::from_secs(3)),
             ..SshOptions::default()
         },
     )
@@ -116,12 +117,13 @@ async fn an_unanswered_command_ends_at_its_budget_or_the_step_deadline() {
         .unwrap_err();
     assert!(matches!(err, GuestError::CommandTimeout { .. }), "{err}");
 
-    // No budget of its own: the step's deadline still ends it.
+    // No budget of its own: the step's deadline still ends it (it also bounds the connect, so
+    // it leaves room for a key exchange on a loaded machine).
     let deadline = connect(
         &addr,
         SshOptions {
             command_timeout: None,
-            deadline: Some(tokio::time::Instant::now() + Duration::from_millis(500)),
+            deadline: Some(tokio::time::Instant::now() + Duration::from_secs(8)),
             ..SshOptions::default()
         },
     )
