@@ -35,7 +35,7 @@ use super::stage::prep_job::PrepJob;
 use crate::api::bundle::{CRCBundle, CRCBundleStatus};
 use crate::api::conditions::reasons;
 use crate::api::labels;
-use crate::cdi::DataVolume;
+use crate::cdi::{DataSource, DataVolume};
 use crate::kubevirt::{VirtualMachine, VirtualMachineInstance};
 use crate::resources;
 use crate::resources::bundle::Names;
@@ -142,6 +142,11 @@ impl ObjectActor for BundleActor {
             ),
             owner_events(
                 Api::<PartialObjectMeta<VirtualMachine>>::namespaced(client.clone(), ns),
+                "CRCBundle",
+            ),
+            // The published DataSource: seeing it lets the Ready stage say Ready.
+            owner_events(
+                Api::<PartialObjectMeta<DataSource>>::namespaced(client.clone(), ns),
                 "CRCBundle",
             ),
         ]

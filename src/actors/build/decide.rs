@@ -430,11 +430,7 @@ pub fn decide(bundle: &CRCBundle, observed: &Observed, deadline: Duration, now: 
     if step.build().stage == Some(BuildStage::Failed) {
         cleanup(step.status, observed, &mut actions);
     }
-    let publishing = actions
-        .iter()
-        .any(|a| matches!(a, Action::PublishMetadata | Action::PublishDataSource));
     let requeue = match step.build().stage {
-        Some(BuildStage::Ready) if publishing => Some(PUBLISH_RECHECK),
         Some(BuildStage::Failed | BuildStage::Ready) => None,
         _ => remaining.filter(|r| !r.is_zero()),
     };
@@ -1031,10 +1027,6 @@ fn validate(step: &mut Step, observed: &Observed, names: &Names, actions: &mut V
         }
     }
 }
-
-/// How soon a pass that published the metadata and the DataSource looks again: the DataSource
-/// is not watched, and `Ready=True` waits until both are seen.
-const PUBLISH_RECHECK: Duration = Duration::from_secs(2);
 
 /// Stage 7: the metadata ConfigMap and the DataSource published, and only once both are seen
 /// `Ready=True` (a consumer that sees Ready finds them), then every temporary object deleted
@@ -1877,7 +1869,7 @@ mod tests {
             "published first; nothing is Ready or deleted before both are seen"
         );
         assert_ne!(reason(&d.status, types::READY).0, "True");
-        assert_eq!(d.requeue, Some(PUBLISH_RECHECK));
+        assert_eq!(d.requeue, None, "their watch events wake the bundle");
 
         // Both seen: Ready, and the temporary objects go.
         observed.metadata = Owned::Ours;
