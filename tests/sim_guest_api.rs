@@ -203,7 +203,14 @@ async fn a_tunnelled_client_reaches_the_guest_api_at_guest_time() {
         .expect("a CSR in the admin's name");
     let foreign_name = foreign.metadata.name.clone().unwrap();
     let quick = Patience::new(Duration::from_millis(200), Duration::from_secs(30));
-    assert_eq!(approve_csrs(&client, "crc", quick).await.unwrap(), 2);
+    let approvals = approve_csrs(&client, "crc", quick).await.unwrap();
+    assert_eq!(approvals.approved, 2);
+    let refused: Vec<_> = approvals.refused.iter().map(|(name, _)| name).collect();
+    assert_eq!(
+        refused,
+        [&foreign_name],
+        "the foreign CSR is refused, with why"
+    );
     let issued = wait_for("certificates for the approved CSRs", || async {
         let items = csrs.list(&ListParams::default()).await.ok()?.items;
         let (theirs, kubelets): (Vec<_>, Vec<_>) = items

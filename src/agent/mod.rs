@@ -326,8 +326,12 @@ pub async fn startup_path(startup: &Startup<'_>) -> Result<(String, String), Err
     info!("step 10: guest API client ready");
     cluster::wait_api(&guest_api, patiences.api).await?;
     info!("step 11: guest API answers");
-    let approved = cluster::approve_csrs(&guest_api, HOSTNAME, patiences.calls).await?;
-    info!(approved, "step 12: kubelet CSRs approved");
+    let approvals = cluster::approve_csrs(&guest_api, HOSTNAME, patiences.calls).await?;
+    approvals.log_refusals(&mut Default::default());
+    info!(
+        approved = approvals.approved,
+        "step 12: kubelet CSRs approved"
+    );
     cluster::inject_pull_secret(&guest_api, startup.pull_secret, patiences.calls).await?;
     info!("step 13: pull secret injected");
     let password = htpasswd::kubeadmin_password().map_err(Error::Password)?;
@@ -346,13 +350,7 @@ pub async fn startup_path(startup: &Startup<'_>) -> Result<(String, String), Err
     info!("step 16: cluster operators Available");
     let version = cluster::cluster_version(&guest_api, patiences.version).await?;
     info!(%version, "step 17: cluster version read");
-    let kubeconfig = cluster::handoff_kubeconfig(
-        ssh.as_ref(),
-        startup.identity,
-        startup.api_hostname,
-        patiences.kubeconfig,
-    )
-    .await?;
+    let kubeconfig = cluster::handoff_kubeconfig(startup.identity, startup.api_hostname)?;
     info!("step 18: handoff kubeconfig built");
     ssh.close().await;
     Ok((kubeconfig, version))

@@ -639,6 +639,7 @@ pub async fn rotate_kubelet_certs(
 ) -> Result<[KubeletCert; 2], Error> {
     let deadline = tokio::time::Instant::now() + patience.deadline;
     let single = Patience::new(patience.interval, patience.interval);
+    let mut refusals_logged = std::collections::HashSet::new();
     loop {
         // One approval pass; a failing API is the next round's problem (it restarts on its own
         // certificates during this step).
@@ -648,7 +649,7 @@ pub async fn rotate_kubelet_certs(
         )
         .await
         {
-            Ok(Ok(_)) => {}
+            Ok(Ok(approvals)) => approvals.log_refusals(&mut refusals_logged),
             Ok(Err(err)) => tracing::debug!("approving CSRs: {err}"),
             Err(_) => tracing::debug!("approving CSRs: no answer"),
         }

@@ -79,7 +79,7 @@ impl Patience {
 /// The patience of each waiting step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Patiences {
-    /// Step 8 and 18: `/opt/kubeconfig` readable with a cluster.
+    /// Step 8: `/opt/kubeconfig` readable with a cluster.
     pub kubeconfig: Patience,
     /// Step 8: the client CA ConfigMap patch (the API comes up after the kubelet).
     pub ca_patch: Patience,
@@ -233,7 +233,7 @@ pub async fn guest_clock<G: Guest>(guest: &G) -> Result<Clock, Error> {
     Ok(Arc::new(move || host_now() + offset))
 }
 
-/// Steps 8 and 18: `/opt/kubeconfig` once it is YAML with at least one cluster.
+/// Step 8: `/opt/kubeconfig` once it is YAML with at least one cluster.
 pub async fn read_kubeconfig<G: Guest>(
     guest: &G,
     step: &'static str,
@@ -345,17 +345,17 @@ pub async fn approve_csrs(
     client: &kube::Client,
     node: &str,
     patience: Patience,
-) -> Result<usize, Error> {
+) -> Result<Approvals, Error> {
     let csrs: Api<CertificateSigningRequest> = Api::all(client.clone());
     retry(STEP_CSRS, patience, || async {
-        let mut approved = 0;
+        let mut approvals = Approvals::default();
         for mut csr in csrs.list(&ListParams::default()).await?.items {
             if !needs_approval(&csr) {
                 continue;
             }
             let name = csr.metadata.name.clone().unwrap_or_default();
             if let Err(refusal) = super::csr::review(&csr, node) {
-                tracing::warn!(csr = %name, "left a kubelet CSR pending: {refusal}");
+                approvals.refused.push((name, refusal));
                 continue;
             }
             let status = csr.status.get_or_insert_with(Default::default);
@@ -371,11 +371,30 @@ pub async fn approve_csrs(
             csrs.replace_subresource("approval", &name, &PostParams::default(), &csr)
                 .await?;
             tracing::info!(csr = %name, signer = %csr.spec.signer_name, "approved kubelet CSR");
-            approved += 1;
+            approvals.approved += 1;
         }
-        Ok::<_, kube::Error>(approved)
+        Ok::<_, kube::Error>(approvals)
     })
     .await
+}
+
+/// What one approval pass did: how many CSRs it approved, and which pending ones it left, with
+/// why. The caller logs the refusals, once per CSR however many passes see it.
+#[derive(Debug, Default)]
+pub struct Approvals {
+    pub approved: usize,
+    pub refused: Vec<(String, super::csr::Refusal)>,
+}
+
+impl Approvals {
+    /// Logs each refusal whose CSR is not in `logged` yet, and remembers it there.
+    pub fn log_refusals(&self, logged: &mut std::collections::HashSet<String>) {
+        for (name, refusal) in &self.refused {
+            if logged.insert(name.clone()) {
+                tracing::warn!(csr = %name, "left a kubelet CSR pending: {refusal}");
+            }
+        }
+    }
 }
 
 /// Step 13: `openshift-config/pull-secret` carries the mounted pull secret.
@@ -574,26 +593,15 @@ pub async fn cluster_version(client: &kube::Client, patience: Patience) -> Resul
     .await
 }
 
-/// Step 18: the kubeconfig to hand over — the guest's own, every cluster pointed at
-/// `https://<host>:443` trusting the identity's serving certificate, the user the identity's
-/// client certificate. The guest's file is left as step 8 wrote it: inside the guest the Route
-/// host means nothing.
-pub async fn handoff_kubeconfig<G: Guest>(
-    guest: &G,
-    identity: &Identity,
-    host: &str,
-    patience: Patience,
-) -> Result<String, Error> {
-    let step = STEP_KUBECONFIG;
-    let mut kubeconfig = read_kubeconfig(guest, step, patience).await?;
-    let wrap = |source| Error::Kubeconfig { step, source };
-    kubeconfig
-        .point_at_route(host, &identity.serving_crt)
-        .map_err(wrap)?;
-    kubeconfig
-        .set_client(&identity.client_crt, &identity.client_key)
-        .map_err(wrap)?;
-    kubeconfig.to_yaml().map_err(wrap)
+/// Step 18: the kubeconfig to hand over, rendered from the identity and the Route host as the
+/// operator renders the one it publishes — nothing the guest wrote goes into it.
+pub fn handoff_kubeconfig(identity: &Identity, host: &str) -> Result<String, Error> {
+    Kubeconfig::for_route(host, identity)
+        .to_yaml()
+        .map_err(|source| Error::Kubeconfig {
+            step: STEP_KUBECONFIG,
+            source,
+        })
 }
 
 #[cfg(test)]
@@ -651,14 +659,10 @@ mod tests {
         assert!(matches!(guest_clock(&guest).await, Err(Error::Clock(_))));
     }
 
-    #[tokio::test]
-    async fn handoff_kubeconfig_points_at_the_route() {
+    #[test]
+    fn handoff_kubeconfig_points_at_the_route() {
         let identity = crate::identity::generate("api.example.com", host_now()).unwrap();
-        let guest = ScriptedGuest::new();
-        guest.expect("sudo cat /opt/kubeconfig", Output::ok(KUBECONFIG));
-        let text = handoff_kubeconfig(&guest, &identity, "api.example.com", quick())
-            .await
-            .unwrap();
+        let text = handoff_kubeconfig(&identity, "api.example.com").unwrap();
         let kc = Kubeconfig::parse(&text).unwrap();
         assert_eq!(
             kc.value()["clusters"][0]["cluster"]["server"],
@@ -669,7 +673,6 @@ mod tests {
             kc.client_credentials().unwrap(),
             (identity.client_crt.clone(), identity.client_key.clone())
         );
-        guest.assert_done();
     }
 
     fn csr(signer: &str, status: serde_json::Value) -> CertificateSigningRequest {

@@ -7,8 +7,6 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Map, Value};
 
 const CA_DATA: &str = "certificate-authority-data";
-const CA_FILE: &str = "certificate-authority";
-const INSECURE: &str = "insecure-skip-tls-verify";
 const CERT_DATA: &str = "client-certificate-data";
 const KEY_DATA: &str = "client-key-data";
 const CERT_FILE: &str = "client-certificate";
@@ -143,27 +141,6 @@ impl Kubeconfig {
         );
         Ok(())
     }
-
-    /// Step 18: every cluster points at the Route (`https://<host>:443`) and trusts the
-    /// identity's self-signed serving certificate, with no CA file or insecure flag left over.
-    pub fn point_at_route(&mut self, host: &str, serving_crt_pem: &str) -> Result<(), Error> {
-        let clusters = self
-            .0
-            .get_mut("clusters")
-            .and_then(Value::as_array_mut)
-            .filter(|c| !c.is_empty())
-            .ok_or(Error::NoClusters)?;
-        let server = format!("https://{host}:443");
-        let ca = BASE64.encode(serving_crt_pem.as_bytes());
-        for entry in clusters {
-            let cluster = object_entry(entry, "cluster");
-            cluster.insert("server".into(), Value::String(server.clone()));
-            cluster.insert(CA_DATA.into(), Value::String(ca.clone()));
-            cluster.remove(CA_FILE);
-            cluster.remove(INSECURE);
-        }
-        Ok(())
-    }
 }
 
 /// `parent[key]` as a mapping, replacing anything else there.
@@ -241,31 +218,11 @@ mod tests {
     }
 
     #[test]
-    fn point_at_route_rewrites_every_cluster() {
-        let mut kc = Kubeconfig::parse(&sealed()).unwrap();
-        kc.point_at_route("api.example.com", "SERVING").unwrap();
-        let back = Kubeconfig::parse(&kc.to_yaml().unwrap()).unwrap();
-        for cluster in back.value()["clusters"].as_array().unwrap() {
-            let cluster = &cluster["cluster"];
-            assert_eq!(cluster["server"], "https://api.example.com:443");
-            assert_eq!(cluster[CA_DATA], b64("SERVING"));
-            assert!(cluster.get(CA_FILE).is_none());
-            assert!(cluster.get(INSECURE).is_none());
-        }
-        assert_eq!(back.value()["clusters"][1]["name"], "other");
-    }
-
-    #[test]
     fn empty_or_partial_kubeconfigs_are_errors() {
         let kc = Kubeconfig::parse("apiVersion: v1\nclusters: []\n").unwrap();
         assert_eq!(kc.cluster_count(), 0);
         assert!(matches!(kc.server_ca(), Err(Error::NoClusters)));
         assert!(matches!(kc.client_credentials(), Err(Error::NoUsers)));
-        let mut kc = kc;
-        assert!(matches!(
-            kc.point_at_route("h", "c"),
-            Err(Error::NoClusters)
-        ));
         let kc = Kubeconfig::parse("clusters:\n- cluster:\n    server: x\n").unwrap();
         assert!(matches!(kc.server_ca(), Err(Error::Missing(_))));
         assert!(Kubeconfig::parse("- a\n- b\n").is_err());
