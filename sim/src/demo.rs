@@ -439,6 +439,13 @@ impl RunningOperator {
                 prep_service_account: "default".to_owned(),
             },
             guests,
+            // The sample pool's crcVersion only: what an administrator would allow.
+            pool_bundles: guestcluster::actors::pool_bundles::PoolBundles {
+                crc_versions: guestcluster::actors::pool_bundles::VersionPatterns::parse(
+                    DEMO_VERSION,
+                ),
+                ..Default::default()
+            },
         };
         let (stop, stopped) = oneshot::channel::<()>();
         let (bound_tx, bound_rx) = oneshot::channel();
@@ -501,6 +508,7 @@ impl RunningOperator {
             .arg(format!("--metrics-bind-address={metrics}"))
             .arg(format!("--job-image={JOB_IMAGE_REPO}:demo"))
             .arg("--bundle-prep-service-account=default")
+            .arg(format!("--pool-crc-versions={DEMO_VERSION}"))
             .env("KUBECONFIG", cp.kubeconfig_path())
             .env(guestcluster::guest::route::ROUTE_PROXY_ENV, router)
             .env("RUST_LOG", "warn,kube_client::client::builder=off")

@@ -34,15 +34,13 @@ pub fn apply(state: &mut GuestState, config: &str) -> Result<Vec<String>, Igniti
             sudo: name == "core",
             ..User::default()
         });
-        for key in array(user, &["sshAuthorizedKeys"]) {
-            if let Some(key) = key.as_str()
-                && !entry.authorized_keys.iter().any(|k| k == key)
-            {
-                entry.authorized_keys.push(key.to_string());
-            }
-        }
         if let Some(hash) = user.get("passwordHash").and_then(Value::as_str) {
             entry.password_hash = Some(hash.to_string());
+        }
+        for key in array(user, &["sshAuthorizedKeys"]) {
+            if let Some(key) = key.as_str() {
+                state.provision_key(name, key);
+            }
         }
     }
     for dir in array(&config, &["storage", "directories"]) {
@@ -201,10 +199,7 @@ mod tests {
         }"#;
         let mut state = GuestState::default();
         let warnings = apply(&mut state, config).unwrap();
-        assert_eq!(
-            state.users["core"].authorized_keys,
-            vec!["ssh-ed25519 AAAA k"]
-        );
+        assert_eq!(state.provisioned_keys("core"), vec!["ssh-ed25519 AAAA k"]);
         assert!(state.users["core"].sudo);
         assert_eq!(state.file("/etc/a"), Some(&b"hello world"[..]));
         assert_eq!(state.files["/etc/a"].mode, 0o600);

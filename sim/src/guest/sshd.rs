@@ -1,5 +1,5 @@
-//! The guest's sshd: public-key auth against the guest state (the users' Ignition keys and
-//! `~/.ssh/authorized_keys`), `exec` requests run through the interpreter, `direct-tcpip`
+//! The guest's sshd: public-key auth against the guest state (`~/.ssh/authorized_keys` and the
+//! fragments in `~/.ssh/authorized_keys.d/`), `exec` requests run through the interpreter, `direct-tcpip`
 //! channels resolved inside the guest. No passwords, shells, ptys or subsystems (no sftp), as
 //! production never needs them.
 
@@ -124,28 +124,34 @@ async fn until_stopped(stopped: &mut watch::Receiver<bool>) {
     let _ = stopped.wait_for(|s| *s).await.is_ok();
 }
 
-/// Whether `key` may log in as `user`: the user's provisioned keys, or a line of its
-/// `~/.ssh/authorized_keys` (ignored when group/world-writable or foreign-owned, as OpenSSH's
-/// StrictModes does).
+/// Whether `key` may log in as `user`: a line of its `~/.ssh/authorized_keys` or of a file in
+/// `~/.ssh/authorized_keys.d/` (where RHCOS keeps Ignition's keys), each file ignored when
+/// group/world-writable or foreign-owned, as OpenSSH's StrictModes does.
 pub(super) fn authorized(machine: &Machine, user: &str, key: &PublicKey) -> bool {
-    let Some(account) = machine.state.users.get(user) else {
+    if !machine.state.users.contains_key(user) {
         return false;
-    };
-    let mut lines: Vec<String> = account.authorized_keys.clone();
-    let path = format!("{}/.ssh/authorized_keys", User::home(user));
-    if let Some(file) = machine.state.files.get(&path)
-        && file.mode & 0o022 == 0
-        && (file.owner == user || file.owner == "root")
-    {
-        lines.extend(
+    }
+    let ssh_dir = format!("{}/.ssh", User::home(user));
+    let single = format!("{ssh_dir}/authorized_keys");
+    let fragments = format!("{ssh_dir}/authorized_keys.d/");
+    machine
+        .state
+        .files
+        .iter()
+        .filter(|(path, _)| {
+            **path == single
+                || path
+                    .strip_prefix(&fragments)
+                    .is_some_and(|name| !name.is_empty() && !name.contains('/'))
+        })
+        .filter(|(_, file)| file.mode & 0o022 == 0 && (file.owner == user || file.owner == "root"))
+        .flat_map(|(_, file)| {
             String::from_utf8_lossy(&file.content.0)
                 .lines()
-                .map(str::to_string),
-        );
-    }
-    lines
-        .iter()
-        .filter_map(|line| parse_authorized_line(line))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .filter_map(|line| parse_authorized_line(&line))
         .any(|allowed| allowed.key_data() == key.key_data())
 }
 
@@ -415,7 +421,7 @@ mod tests {
     }
 
     #[test]
-    fn keys_from_state_and_authorized_keys_file() {
+    fn keys_from_authorized_keys_and_its_fragments() {
         let bundle = keys::generate_ecdsa_p256().unwrap();
         let added = keys::generate_ed25519().unwrap();
         let foreign = keys::generate_ed25519().unwrap();
@@ -437,6 +443,11 @@ mod tests {
             File::root(file, 0o666),
         );
         assert!(!authorized(&m, "core", added.public_key()));
+        // Ignition's fragment removed: the bundle key no longer opens the guest.
+        m.state
+            .files
+            .remove("/home/core/.ssh/authorized_keys.d/ignition");
+        assert!(!authorized(&m, "core", bundle.public_key()));
     }
 
     #[test]

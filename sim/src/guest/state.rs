@@ -169,9 +169,6 @@ impl Default for GuestState {
 #[serde(rename_all = "camelCase", default)]
 pub struct User {
     pub uid: u32,
-    /// Keys provisioned by Ignition/MachineConfig (RHCOS keeps them in
-    /// `~/.ssh/authorized_keys.d/ignition`); sshd also reads `~/.ssh/authorized_keys` (a file).
-    pub authorized_keys: Vec<String>,
     /// `crypt(3)` hash, `None` for a locked password (RHCOS `core`).
     pub password_hash: Option<String>,
     /// Passwordless sudo (RHCOS `core` has it).
@@ -186,6 +183,13 @@ impl User {
         } else {
             format!("/home/{name}")
         }
+    }
+
+    /// Where Ignition (and the MachineConfig daemon) keep a user's keys on RHCOS:
+    /// `~/.ssh/authorized_keys.d/ignition`. sshd reads every file of that directory besides
+    /// `~/.ssh/authorized_keys`.
+    pub fn provisioned_keys_path(name: &str) -> String {
+        format!("{}/.ssh/authorized_keys.d/ignition", Self::home(name))
     }
 }
 
@@ -384,6 +388,41 @@ impl GuestState {
             .map(|f| f.content.0.as_slice())
     }
 
+    /// Adds `key` to the user's provisioned keys ([`User::provisioned_keys_path`], `0600`,
+    /// owned by the user), as Ignition does; a key already there is not added twice.
+    pub fn provision_key(&mut self, user: &str, key: &str) {
+        let key = key.trim();
+        let path = User::provisioned_keys_path(user);
+        let mut dir = String::new();
+        for part in parent_dir(&path).split('/').filter(|p| !p.is_empty()) {
+            dir = format!("{dir}/{part}");
+            self.directories.insert(dir.clone());
+        }
+        let file = self
+            .files
+            .entry(path)
+            .or_insert_with(|| File::new(Vec::new(), 0o600, user));
+        let text = String::from_utf8_lossy(&file.content.0).into_owned();
+        if !text.lines().any(|l| l.trim() == key) {
+            file.content
+                .0
+                .extend_from_slice(format!("{key}\n").as_bytes());
+        }
+    }
+
+    /// The lines of the user's provisioned keys file (none when it is gone).
+    pub fn provisioned_keys(&self, user: &str) -> Vec<String> {
+        self.file(&User::provisioned_keys_path(user))
+            .map(|b| {
+                String::from_utf8_lossy(b)
+                    .lines()
+                    .filter(|l| !l.trim().is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// A file's bytes.
     pub fn file(&self, path: &str) -> Option<&[u8]> {
         self.files.get(path).map(|f| f.content.0.as_slice())
@@ -413,12 +452,11 @@ impl GuestState {
             "core".to_string(),
             User {
                 uid: 1000,
-                authorized_keys: vec![authorized_key.trim().to_string()],
                 password_hash: None,
                 sudo: true,
             },
         );
-        state.directories.insert("/home/core/.ssh".to_string());
+        state.provision_key("core", authorized_key);
         state
     }
 
@@ -603,7 +641,7 @@ mod tests {
         assert!(!dnsmasq.enabled);
         assert!(!state.files.keys().any(|p| p.starts_with("/etc/dnsmasq.d/")));
         assert_eq!(
-            state.users["core"].authorized_keys,
+            state.provisioned_keys("core"),
             vec!["ssh-ed25519 AAAA core"]
         );
         let cert = &state.certificates[paths::KUBELET_CLIENT_CERT];
@@ -642,5 +680,13 @@ mod tests {
         let root = RootDisk::filling(64 * GIB);
         assert_eq!(root.partition_end(), 64 * GIB - MIB);
         assert_eq!(root.filesystem_bytes, root.partition_bytes);
+    }
+}
+
+/// The directory part of an absolute path (`/` for a top-level entry).
+fn parent_dir(path: &str) -> &str {
+    match path.rfind('/') {
+        Some(0) | None => "/",
+        Some(i) => &path[..i],
     }
 }

@@ -218,7 +218,7 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    fn check_writable(&self, path: &str) -> Result<(), FsError> {
+    pub fn check_writable(&self, path: &str) -> Result<(), FsError> {
         if self.read_only(path) {
             return Err(FsError::ReadOnly);
         }
@@ -789,6 +789,44 @@ pub fn rm(ctx: &mut Ctx<'_>, args: &[String]) -> Run {
     run
 }
 
+/// `mv [-f] SOURCE DEST`: renames a file (not a directory), replacing DEST in one step, as
+/// rename(2) does: no moment without a file at DEST.
+pub fn mv(ctx: &mut Ctx<'_>, args: &[String]) -> Run {
+    let operands: Vec<&String> = args
+        .iter()
+        .filter(|a| !matches!(a.as_str(), "-f" | "--force"))
+        .collect();
+    if let Some(option) = operands.iter().find(|a| a.starts_with('-') && a.len() > 1) {
+        return Run::fail(1, format!("mv: unsupported option {option}"));
+    }
+    let [source, dest] = operands.as_slice() else {
+        return Run::fail(1, "mv: expected SOURCE DEST");
+    };
+    let (from, to) = (ctx.path(source), ctx.path(dest));
+    let Some(file) = ctx.state().files.get(&from).cloned() else {
+        let err = if ctx.is_dir(&from) {
+            FsError::IsDir
+        } else {
+            FsError::NotFound
+        };
+        return Run::fail(1, format!("mv: cannot move '{source}': {}", err.message()));
+    };
+    if let Err(err) = ctx.check_writable(&to) {
+        return Run::fail(1, format!("mv: cannot move to '{dest}': {}", err.message()));
+    }
+    let state = ctx.state_mut();
+    let certificate = state.certificates.remove(&from);
+    state.files.remove(&from);
+    if let Some(old) = state.files.insert(to.clone(), file) {
+        state.untrimmed_bytes += old.content.0.len() as u64;
+    }
+    state.certificates.remove(&to);
+    if let Some(certificate) = certificate {
+        state.certificates.insert(to, certificate);
+    }
+    Run::ok()
+}
+
 pub fn remove_tree(ctx: &mut Ctx<'_>, dir: &str) -> Result<(), FsError> {
     for entry in ctx.entries_under(dir) {
         if ctx.state().files.contains_key(&entry) {
@@ -993,6 +1031,21 @@ mod tests {
         let file = &m.state.files["/etc/dnsmasq.d/crc-dnsmasq.conf"];
         assert_eq!(file.content.0, b"domain=crc.testing\n");
         assert_eq!((file.mode, file.owner.as_str()), (0o644, "root"));
+    }
+
+    #[test]
+    fn mv_replaces_the_destination_in_one_step() {
+        let mut m = sealed();
+        assert_eq!(run(&mut m, "echo new | sudo tee /etc/a.new").code, 0);
+        assert_eq!(run(&mut m, "echo old | sudo tee /etc/a").code, 0);
+        let out = run(&mut m, "sudo mv -f /etc/a.new /etc/a");
+        assert_eq!(out.code, 0, "{}", stderr(&out));
+        assert_eq!(m.state.file("/etc/a"), Some(&b"new\n"[..]));
+        assert!(!m.state.files.contains_key("/etc/a.new"));
+        let out = run(&mut m, "sudo mv /etc/missing /etc/a");
+        assert_eq!(out.code, 1);
+        assert!(stderr(&out).contains("No such file"), "{}", stderr(&out));
+        assert_eq!(run(&mut m, "mv /etc/a /etc/b").code, 1, "not root");
     }
 
     #[test]

@@ -152,11 +152,11 @@ mod tests {
             "core".into(),
             crate::guest::state::User {
                 uid: 1000,
-                authorized_keys: vec![KEY.into()],
                 password_hash: None,
                 sudo: true,
             },
         );
+        state.provision_key("core", KEY);
         Machine::power_on(state, Runtime::new(64 * GIB, -86_400, true))
     }
 

@@ -339,6 +339,7 @@ fn run_simple(
         "ls" => fs::ls(ctx, args),
         "mkdir" => fs::mkdir(ctx, args),
         "rm" => fs::rm(ctx, args),
+        "mv" => fs::mv(ctx, args),
         "chmod" => fs::chmod(ctx, args),
         "chown" => fs::chown(ctx, args),
         "readlink" => fs::readlink(ctx, args),

@@ -86,7 +86,7 @@ fn the_installed_system_carries_the_cluster_and_the_ignition() {
     let state = installed_state(&m.state, now, 64 * GIB).unwrap();
 
     assert_eq!(state.openshift_version.as_deref(), Some("4.22.3"));
-    assert_eq!(state.users["core"].authorized_keys, vec![testing::KEY]);
+    assert_eq!(state.provisioned_keys("core"), vec![testing::KEY]);
     assert!(state.units["chronyd.service"].masked);
     assert!(state.units["kubelet.service"].enabled);
     assert!(!state.units.contains_key(BOOTKUBE));

@@ -278,6 +278,9 @@ fn secret_and_config_map_volumes_become_files() {
         }},
         { "name": "settings", "configMap": { "name": "settings" } },
         { "name": "opt", "secret": { "secretName": "nope", "optional": true } },
+        // Optional with items: an absent Secret leaves the volume empty, as the kubelet does.
+        { "name": "opt-items", "secret": { "secretName": "nope", "optional": true,
+            "items": [{ "key": "id_ecdsa", "path": "id_ecdsa" }] } },
     ]);
     let plan = plan_pod(&pod(json!({}), volumes), &inputs(), &host()).expect("plan");
     let dir = PathBuf::from("/sim/pods/ns_p_u1/volumes");
@@ -300,6 +303,13 @@ fn secret_and_config_map_volumes_become_files() {
     assert_eq!(file("settings/blob").contents, vec![0, 1, 2]);
     assert_eq!(file("settings/level").mode, 0o644);
     assert!(plan.dirs.contains(&dir.join("opt")));
+    assert!(plan.dirs.contains(&dir.join("opt-items")));
+    assert!(
+        !plan
+            .files
+            .iter()
+            .any(|f| f.path.starts_with(dir.join("opt-items")))
+    );
 }
 
 #[test]

@@ -41,8 +41,8 @@ pub(super) fn plan_volume(
             &data,
             secret.items.as_deref(),
             secret.default_mode,
-            "secret",
-            &name,
+            secret.optional == Some(true),
+            ("secret", &name),
         )?
     } else if let Some(cm) = &volume.config_map {
         let data = source_data("configmap", &cm.name, &inputs.config_maps, cm.optional)?;
@@ -50,8 +50,8 @@ pub(super) fn plan_volume(
             &data,
             cm.items.as_deref(),
             cm.default_mode,
-            "configmap",
-            &cm.name,
+            cm.optional == Some(true),
+            ("configmap", &cm.name),
         )?
     } else if let Some(downward) = &volume.downward_api {
         let items = downward.items.as_deref().unwrap_or_default();
@@ -91,13 +91,15 @@ pub(super) fn source_data(
     }
 }
 
-/// The files of a Secret or ConfigMap volume: every key, or just `items` at their paths.
+/// The files of a Secret or ConfigMap volume: every key, or just `items` at their paths. An
+/// item whose key is missing fails the pod, unless the volume is optional (as the kubelet does:
+/// an optional source's absent keys are left out).
 fn key_files(
     data: &BTreeMap<String, Vec<u8>>,
     items: Option<&[KeyToPath]>,
     default_mode: Option<i32>,
-    kind: &str,
-    name: &str,
+    optional: bool,
+    (kind, name): (&str, &str),
 ) -> Result<Vec<PlannedFile>, PlanError> {
     let mode = |item_mode: Option<i32>| file_mode(item_mode.or(default_mode));
     let Some(items) = items else {
@@ -108,6 +110,7 @@ fn key_files(
     };
     items
         .iter()
+        .filter(|item| !optional || data.contains_key(&item.key))
         .map(|item| {
             let value = data.get(&item.key).ok_or_else(|| {
                 PlanError::Missing(format!("{kind} {name:?} has no key {:?}", item.key))
@@ -155,8 +158,8 @@ fn projected_files(
                 &data,
                 items,
                 default_mode,
-                "secret",
-                &secret.name,
+                secret.optional == Some(true),
+                ("secret", &secret.name),
             )?);
         } else if let Some(cm) = &source.config_map {
             let data = source_data("configmap", &cm.name, &inputs.config_maps, cm.optional)?;
@@ -165,8 +168,8 @@ fn projected_files(
                 &data,
                 items,
                 default_mode,
-                "configmap",
-                &cm.name,
+                cm.optional == Some(true),
+                ("configmap", &cm.name),
             )?);
         } else if let Some(downward) = &source.downward_api {
             let items = downward.items.as_deref().unwrap_or_default();
