@@ -97,7 +97,11 @@ pub mod agent {
     pub const ENV_SSH_HOST: &str = "CRC_SSH_HOST";
     pub const ENV_VMI_UID: &str = "CRC_VMI_UID";
     pub const ENV_SSH_USER: &str = "CRC_SSH_USER";
+    /// The bundle's key, which a fresh clone of its disk authorizes (absent once the guest
+    /// authorizes only the instance key).
     pub const ENV_SSH_KEY_PATH: &str = "CRC_SSH_KEY_PATH";
+    /// The instance's own key, the only one the guest authorizes after the agent's step 9.
+    pub const ENV_GUEST_KEY_PATH: &str = "CRC_GUEST_KEY_PATH";
     pub const ENV_IDENTITY_PATH: &str = "CRC_IDENTITY_PATH";
     pub const ENV_PULL_SECRET_PATH: &str = "PULL_SECRET_PATH";
     pub const ENV_API_HOSTNAME: &str = "CRC_API_HOSTNAME";

@@ -107,14 +107,20 @@ async fn create_running_vmi(client: &kube::Client, namespace: &str, name: &str) 
     created.metadata.uid.unwrap()
 }
 
-/// The agent's mounted inputs: bundle key, identity, pull secret.
-fn write_inputs(dir: &Path, bundle_key: &keys::PrivateKey, identity: &Identity) {
+/// The agent's mounted inputs: bundle key, instance key, identity, pull secret.
+fn write_inputs(
+    dir: &Path,
+    bundle_key: &keys::PrivateKey,
+    guest_key: &keys::PrivateKey,
+    identity: &Identity,
+) {
     std::fs::create_dir_all(dir.join("ssh")).unwrap();
     std::fs::write(
         dir.join("ssh/id_ecdsa"),
         keys::to_openssh(bundle_key).unwrap(),
     )
     .unwrap();
+    std::fs::write(dir.join("guest-key"), keys::to_openssh(guest_key).unwrap()).unwrap();
     std::fs::create_dir_all(dir.join("identity")).unwrap();
     for (key, value) in identity.to_secret_data() {
         std::fs::write(dir.join("identity").join(key), value.0).unwrap();
@@ -141,6 +147,7 @@ fn config(
         vmi_uid: vmi_uid.into(),
         ssh_user: "core".into(),
         ssh_key_path: dir.join("ssh/id_ecdsa"),
+        guest_key_path: dir.join("guest-key"),
         identity_path: dir.join("identity"),
         pull_secret_path: dir.join("pull-secret"),
         api_hostname: host.into(),
@@ -233,7 +240,8 @@ async fn the_agent_configures_a_sealed_guest_and_publishes_the_handoff() {
         .expect("the sealed disk boots");
 
     let identity = identity::generate(host, now() - 60).unwrap();
-    write_inputs(root.path(), &bundle_key, &identity);
+    let guest_key = keys::generate_ed25519().unwrap();
+    write_inputs(root.path(), &bundle_key, &guest_key, &identity);
     let config = config(
         root.path(),
         &namespace,
@@ -293,12 +301,36 @@ async fn the_agent_configures_a_sealed_guest_and_publishes_the_handoff() {
     );
     let server_ca = guest_kubeconfig.server_ca().unwrap();
 
+    // Only the instance key opens the guest now: authorized_keys holds it alone and Ignition's
+    // fragment with the bundle key is gone.
+    let guest_line = keys::authorized_key_line(guest_key.public_key(), "crc-instance").unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(state.file("/home/core/.ssh/authorized_keys").unwrap()),
+        format!("{guest_line}\n")
+    );
+    assert_eq!(state.provisioned_keys("core"), Vec::<String>::new());
+    let refused = SshGuest::connect(
+        &format!("{ip}:22"),
+        bundle_key.clone(),
+        &SshOptions::default(),
+    )
+    .await
+    .err()
+    .expect("the bundle key is refused");
+    assert!(
+        matches!(
+            refused,
+            guestcluster::guest::GuestError::AuthRejected { .. }
+        ),
+        "{refused}"
+    );
+
     // The handoff's user works against the guest API (through a tunnel; the Route path is the
     // operator's readiness probe, tested with it).
     let ssh = Arc::new(
-        SshGuest::connect(&format!("{ip}:22"), bundle_key, &SshOptions::default())
+        SshGuest::connect(&format!("{ip}:22"), guest_key, &SshOptions::default())
             .await
-            .expect("the bundle key still logs in"),
+            .expect("the instance key logs in"),
     );
     let clock_ctx = ctx.clone();
     let clock_uid = vmi_uid.clone();
@@ -372,7 +404,9 @@ async fn the_agent_configures_a_sealed_guest_and_publishes_the_handoff() {
         json!([{"names": [host], "servingCertificate": {"name": "external-api-serving-cert"}}])
     );
 
-    // A retried Job (same VMI) finds its own handoff and leaves it valid.
+    // A retried Job (same VMI) finds its own handoff and leaves it valid; it needs no bundle
+    // key, as after the operator removed the instance's copy.
+    std::fs::remove_file(root.path().join("ssh/id_ecdsa")).unwrap();
     let again = agent::run(&config, client.clone())
         .await
         .unwrap_or_else(|e| panic!("second run failed: {} {e}", e.reason()));
@@ -396,6 +430,7 @@ async fn a_vmi_that_is_not_the_agents_ends_the_run_without_publishing() {
     write_inputs(
         root.path(),
         &bundle_key,
+        &keys::generate_ed25519().unwrap(),
         &identity::generate(host, now() - 60).unwrap(),
     );
     let secrets = Api::<Secret>::namespaced(client.clone(), &namespace);

@@ -135,7 +135,9 @@ async fn an_agent_reaches_its_own_vmi_and_handoff_and_no_other_secret() {
             res::handoff_secret_name(other, &other_vmi),
             res::identity_secret_name(other),
             res::boot_key_secret_name(other),
+            res::guest_key_secret_name(other),
             res::identity_secret_name(me),
+            res::guest_key_secret_name(me),
             res::boot_key_secret_name(me),
             res::kubeconfig_secret_name(me),
         ] {

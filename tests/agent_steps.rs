@@ -20,7 +20,7 @@ async fn run_all(ssh: &SshGuest, agent_key: &str) -> Ipv4Addr {
     steps::grow_root(ssh).await.expect("grow root");
     steps::configure_dnsmasq(ssh, ip).await.expect("dnsmasq");
     steps::configure_resolver(ssh, ip).await.expect("resolver");
-    steps::authorize_key(ssh, agent_key).await.expect("key");
+    steps::authorize_only(ssh, agent_key).await.expect("key");
     steps::start_kubelet(ssh).await.expect("kubelet");
     ip
 }
@@ -80,12 +80,9 @@ async fn agent_steps_configure_a_sealed_guest_idempotently() {
         String::from_utf8_lossy(state.file(steps::AUTHORIZED_KEYS).expect("authorized_keys"))
             .into_owned();
     assert_eq!(
-        keys_file
-            .lines()
-            .filter(|l| l.trim() == agent_line.trim())
-            .count(),
-        1,
-        "{keys_file}"
+        keys_file,
+        format!("{}\n", agent_line.trim()),
+        "the agent key alone"
     );
     let resolver =
         String::from_utf8_lossy(state.file(steps::RESOLV_CONF).expect("resolv.conf")).into_owned();

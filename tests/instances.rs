@@ -198,10 +198,6 @@ impl TeardownRecorder {
         }
         watch!(Job, "jobs", |_: &Job, how: &str| (how == "deleted")
             .then(|| "job deleted".to_owned()));
-        watch!(Secret, "secrets", |s: &Secret, how: &str| (how
-            == "deleted"
-            && s.name_any().ends_with("-crc-boot-key"))
-        .then(|| "boot key deleted".to_owned()));
         watch!(VirtualMachine, "vms", |vm: &VirtualMachine, how: &str| {
             let halted = vm.spec.run_strategy.map(|r| r.as_str()) == Some("Halted");
             (how == "applied" && halted).then(|| "vm halted".to_owned())
@@ -215,7 +211,9 @@ impl TeardownRecorder {
         Self { events, tasks }
     }
 
-    /// Jobs were gone before the key copy; the VM was halted before its disk was deleted.
+    /// The agent Jobs were deleted, and the VM was halted before its disk was deleted. (The
+    /// boot-key copy went at the handoff; the order of a teardown that still finds one — Jobs
+    /// first — is `teardown_plan`'s unit test.)
     async fn assert_ordered(self, instance: &str) {
         let first = |what: &str| {
             self.events
@@ -229,14 +227,12 @@ impl TeardownRecorder {
         let seen = wait_for("teardown events observed", || async {
             Some((
                 first("job deleted")?,
-                first("boot key deleted")?,
                 first("vm halted")?,
                 first("disk deleted")?,
             ))
         })
         .await;
-        let (job, key, halted, disk) = seen;
-        assert!(job < key, "agent Jobs are deleted before the boot-key copy");
+        let (_job, halted, disk) = seen;
         assert!(halted < disk, "the VM is halted before its disk is deleted");
         for task in self.tasks {
             task.abort();
@@ -267,8 +263,20 @@ async fn a_replaced_vmi_gets_a_new_agent_and_becomes_ready_again() {
     let first = standalone(&client, &ns, "crc-a", &bundle).await;
     eprintln!("standalone instance Ready after {:?}", started.elapsed());
     let old_uid = first.status.unwrap().crc.unwrap().vmi_uid.unwrap();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let copy_name = res::boot_key_secret_name("crc-a");
+    wait_for("the boot-key copy deleted after the handoff", || async {
+        secrets
+            .get_opt(&copy_name)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
 
-    // KubeVirt restarts a deleted VMI of a runStrategy Always VM with a new UID.
+    // KubeVirt restarts a deleted VMI of a runStrategy Always VM with a new UID. Its disk
+    // authorizes only the instance key, which the new agent logs in with.
     Api::<VirtualMachineInstance>::namespaced(client.clone(), &ns)
         .delete("crc-a", &DeleteParams::default())
         .await
@@ -303,33 +311,101 @@ async fn a_replaced_vmi_gets_a_new_agent_and_becomes_ready_again() {
             .is_none(),
         "the old VMI's agent Job was removed"
     );
+    assert!(
+        secrets.get_opt(&copy_name).await.unwrap().is_none(),
+        "recovery needed no copy of the bundle key"
+    );
     assert_configured(&client, &ns, &again).await;
 }
 
+/// Logs in to the instance's guest as `core` with `key` (the VMI's address is reachable from
+/// the test, as from an agent pod).
+async fn ssh_login(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    key: &str,
+) -> Result<(), guestcluster::guest::GuestError> {
+    let vmi = Api::<VirtualMachineInstance>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .unwrap();
+    let ip = vmi.first_ip().expect("the VMI has an address").to_owned();
+    let key = guestcluster::guest::keys::parse_private_key(key).unwrap();
+    let options = guestcluster::guest::ssh::SshOptions::default();
+    let guest =
+        guestcluster::guest::ssh::SshGuest::connect(&format!("{ip}:22"), key, &options).await?;
+    guest.close().await;
+    Ok(())
+}
+
+fn secret_text(secret: &Secret, key: &str) -> String {
+    String::from_utf8(secret.data.as_ref().unwrap()[key].0.clone()).unwrap()
+}
+
 #[tokio::test]
-async fn the_boot_key_copy_is_restored_but_never_rebound_to_a_changed_key() {
+async fn after_the_handoff_only_the_instance_key_opens_the_guest_and_the_bundle_key_copy_is_gone() {
     let client = support::client().await;
     let bundle_name = support::unique("key-bundle");
     let bundle = ready_bundle(world(), &client, &bundle_name, "4.22.7").await;
     let ns = team_namespace(&client).await;
     let ready = standalone(&client, &ns, "crc-k", &bundle_name).await;
-    let binding = ready.status.unwrap().crc.unwrap().boot_key.unwrap();
+    let crc = ready.status.clone().unwrap().crc.unwrap();
+    let binding = crc.boot_key.unwrap();
+    assert_eq!(
+        crc.instance_key_data_volume_uid, crc.data_volume_uid,
+        "the handoff recorded the keyed disk"
+    );
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    let copy_name = res::boot_key_secret_name("crc-k");
-    let original = secrets.get(&copy_name).await.unwrap();
 
-    secrets
-        .delete(&copy_name, &DeleteParams::default())
+    // The instance's own key: generated by the operator, owned by the instance.
+    let guest_key = secrets
+        .get(&res::guest_key_secret_name("crc-k"))
         .await
-        .unwrap();
-    let restored = wait_for("the boot-key copy restored", || async {
-        let s = secrets.get_opt(&copy_name).await.ok()??;
-        (s.uid() != original.uid()).then_some(s)
+        .expect("the guest key Secret");
+    assert_eq!(guest_key.type_.as_deref(), Some("kubernetes.io/ssh-auth"));
+    let owner = &guest_key.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(owner.uid, ready.uid().unwrap());
+    assert_eq!(owner.controller, Some(true));
+
+    // No copy of the bundle key is left in the tenant namespace.
+    let copy_name = res::boot_key_secret_name("crc-k");
+    wait_for("the boot-key copy deleted after the handoff", || async {
+        secrets
+            .get_opt(&copy_name)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
     })
     .await;
-    assert_eq!(restored.data, original.data, "the same key is restored");
 
-    // A deleted published kubeconfig is rebuilt from the retained handoff.
+    // The guest opens to the instance key and refuses the bundle's.
+    ssh_login(
+        &client,
+        &ns,
+        "crc-k",
+        &secret_text(&guest_key, res::GUEST_KEY_PRIVATE),
+    )
+    .await
+    .expect("the instance key logs in");
+    let key_secret = bundle.status.unwrap().ssh_key_secret_ref.unwrap().name;
+    let bundle_key = Api::<Secret>::namespaced(client.clone(), OPERATOR_NS)
+        .get(&key_secret)
+        .await
+        .unwrap();
+    let refused = ssh_login(&client, &ns, "crc-k", &secret_text(&bundle_key, "id_ecdsa"))
+        .await
+        .expect_err("the bundle key is refused");
+    assert!(
+        matches!(
+            refused,
+            guestcluster::guest::GuestError::AuthRejected { .. }
+        ),
+        "{refused}"
+    );
+
+    // A deleted published kubeconfig is rebuilt.
     let kubeconfig_name = res::kubeconfig_secret_name("crc-k");
     let published = secrets.get(&kubeconfig_name).await.unwrap();
     secrets
@@ -343,38 +419,14 @@ async fn the_boot_key_copy_is_restored_but_never_rebound_to_a_changed_key() {
     .await;
     assert_eq!(rebuilt.data, published.data);
 
-    // The bundle's key Secret is replaced (deleted: the bundle prepares itself again and
-    // publishes a new Secret). The instance must not bind to it.
-    let key_secret = bundle.status.unwrap().ssh_key_secret_ref.unwrap().name;
-    let operator_secrets: Api<Secret> = Api::namespaced(client.clone(), OPERATOR_NS);
-    let old_key_uid = operator_secrets.get(&key_secret).await.unwrap().uid();
-    operator_secrets
-        .delete(&key_secret, &DeleteParams::default())
-        .await
-        .unwrap();
-    wait_long("the bundle published a new key Secret", || async {
-        let s = operator_secrets.get_opt(&key_secret).await.ok()??;
-        (s.uid() != old_key_uid).then_some(())
-    })
-    .await;
-    secrets
-        .delete(&copy_name, &DeleteParams::default())
-        .await
-        .unwrap();
+    // The instance no longer needs the bundle's key: it stays Ready, bound as before, with no
+    // copy restored.
     let instances: Api<ClusterInstance> = Api::namespaced(client.clone(), &ns);
-    let refused = wait_for("BootKeyUnavailable", || async {
-        let i = instances.get("crc-k").await.ok()?;
-        let ready = conditions::find(&i.status.as_ref()?.conditions, types::READY)?.clone();
-        (ready.reason == reasons::BOOT_KEY_UNAVAILABLE).then_some((i, ready))
-    })
-    .await;
-    assert!(
-        refused.1.message.contains("refusing recovery"),
-        "{}",
-        refused.1.message
-    );
+    let now = instances.get("crc-k").await.unwrap();
+    let status = now.status.unwrap();
+    assert_eq!(status.phase, Some(InstancePhase::Ready));
     assert_eq!(
-        refused.0.status.unwrap().crc.unwrap().boot_key,
+        status.crc.unwrap().boot_key,
         Some(binding),
         "the binding is never rewritten"
     );

@@ -5,14 +5,15 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::contract::agent::{
-    ENV_API_HOSTNAME, ENV_IDENTITY_PATH, ENV_INSTANCE_NAME, ENV_INSTANCE_NAMESPACE,
-    ENV_INSTANCE_UID, ENV_PULL_SECRET_PATH, ENV_SSH_HOST, ENV_SSH_KEY_PATH, ENV_SSH_USER,
-    ENV_VM_NAME, ENV_VMI_UID,
+    ENV_API_HOSTNAME, ENV_GUEST_KEY_PATH, ENV_IDENTITY_PATH, ENV_INSTANCE_NAME,
+    ENV_INSTANCE_NAMESPACE, ENV_INSTANCE_UID, ENV_PULL_SECRET_PATH, ENV_SSH_HOST, ENV_SSH_KEY_PATH,
+    ENV_SSH_USER, ENV_VM_NAME, ENV_VMI_UID,
 };
 use crate::guest::cluster::{BCRYPT_COST, Patience, Patiences};
 
 pub const DEFAULT_SSH_USER: &str = "core";
 pub const DEFAULT_SSH_KEY_PATH: &str = "/etc/crc-agent/ssh/id_ecdsa";
+pub const DEFAULT_GUEST_KEY_PATH: &str = "/etc/crc-agent/guest-key/ssh-privatekey";
 pub const DEFAULT_IDENTITY_PATH: &str = "/etc/crc-agent/identity";
 pub const DEFAULT_PULL_SECRET_PATH: &str = "/etc/crc-agent/pull-secret/.dockerconfigjson";
 pub const SSH_PORT: u16 = 22;
@@ -75,7 +76,11 @@ pub struct Config {
     pub ssh_port: u16,
     pub vmi_uid: String,
     pub ssh_user: String,
+    /// The bundle key: optional, since a guest that already authorizes only the instance key
+    /// does not need it (its Secret is then not mounted).
     pub ssh_key_path: PathBuf,
+    /// The instance key: required.
+    pub guest_key_path: PathBuf,
     pub identity_path: PathBuf,
     pub pull_secret_path: PathBuf,
     /// The Route host the handoff kubeconfig points at.
@@ -108,6 +113,7 @@ impl Config {
             vmi_uid: required(ENV_VMI_UID)?,
             ssh_user: or(ENV_SSH_USER, DEFAULT_SSH_USER),
             ssh_key_path: or(ENV_SSH_KEY_PATH, DEFAULT_SSH_KEY_PATH).into(),
+            guest_key_path: or(ENV_GUEST_KEY_PATH, DEFAULT_GUEST_KEY_PATH).into(),
             identity_path: or(ENV_IDENTITY_PATH, DEFAULT_IDENTITY_PATH).into(),
             pull_secret_path: or(ENV_PULL_SECRET_PATH, DEFAULT_PULL_SECRET_PATH).into(),
             api_hostname: required(ENV_API_HOSTNAME)?,
@@ -159,6 +165,7 @@ mod tests {
         let config = Config::from_lookup(env(&REQUIRED)).unwrap();
         assert_eq!(config.ssh_user, "core");
         assert_eq!(config.ssh_key_path, PathBuf::from(DEFAULT_SSH_KEY_PATH));
+        assert_eq!(config.guest_key_path, PathBuf::from(DEFAULT_GUEST_KEY_PATH));
         assert_eq!(config.identity_path, PathBuf::from(DEFAULT_IDENTITY_PATH));
         assert_eq!(
             config.pull_secret_path,
@@ -192,6 +199,7 @@ mod tests {
             (ENV_VM_NAME, "demo-vm"),
             (ENV_SSH_USER, "admin"),
             (ENV_SSH_KEY_PATH, "/k"),
+            (ENV_GUEST_KEY_PATH, "/g"),
             (ENV_IDENTITY_PATH, "/i"),
             (ENV_PULL_SECRET_PATH, "/p"),
             (ENV_SSH_HOST, "fd00::7"),
@@ -201,6 +209,7 @@ mod tests {
         assert_eq!(config.vm_name, "demo-vm");
         assert_eq!(config.ssh_user, "admin");
         assert_eq!(config.ssh_key_path, PathBuf::from("/k"));
+        assert_eq!(config.guest_key_path, PathBuf::from("/g"));
         assert_eq!(config.identity_path, PathBuf::from("/i"));
         assert_eq!(config.pull_secret_path, PathBuf::from("/p"));
         assert_eq!(config.ssh_addr(), "[fd00::7]:22");

@@ -117,27 +117,40 @@ fn now_unix() -> i64 {
 
 /// What pre-flight loaded.
 struct Inputs {
-    bundle_key: keys::PrivateKey,
+    /// The instance key, which stays authorized.
+    guest_key: keys::PrivateKey,
+    /// The bundle key, when its Secret is mounted (a fresh clone needs it).
+    bundle_key: Option<keys::PrivateKey>,
     identity: Identity,
     pull_secret: Vec<u8>,
 }
 
-/// Pre-flight (upstream §5.1): the SSH key parses, the identity is valid for the API host, the
-/// pull secret is readable — before the guest is touched.
-fn preflight(config: &Config) -> Result<Inputs, Error> {
-    let key_path = config.ssh_key_path.display().to_string();
-    let key_text =
-        std::fs::read_to_string(&config.ssh_key_path).map_err(|source| Error::SshKey {
-            path: key_path.clone(),
+/// A private key file: `None` when absent and `optional`, an error when unreadable or invalid.
+fn read_key(path: &std::path::Path, optional: bool) -> Result<Option<keys::PrivateKey>, Error> {
+    let shown = path.display().to_string();
+    let text = match std::fs::read_to_string(path) {
+        Err(err) if optional && err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        other => other.map_err(|source| Error::SshKey {
+            path: shown.clone(),
             source: keys::KeyError::Read {
-                path: key_path.clone(),
+                path: shown.clone(),
                 source,
             },
-        })?;
-    let bundle_key = keys::parse_private_key(&key_text).map_err(|source| Error::SshKey {
-        path: key_path.clone(),
-        source,
-    })?;
+        })?,
+    };
+    keys::parse_private_key(&text)
+        .map(Some)
+        .map_err(|source| Error::SshKey {
+            path: shown,
+            source,
+        })
+}
+
+/// Pre-flight (upstream §5.1): the SSH keys parse, the identity is valid for the API host, the
+/// pull secret is readable — before the guest is touched.
+fn preflight(config: &Config) -> Result<Inputs, Error> {
+    let guest_key = read_key(&config.guest_key_path, false)?.expect("required keys are read");
+    let bundle_key = read_key(&config.ssh_key_path, true)?;
     let identity_error = |source| Error::Identity {
         path: config.identity_path.display().to_string(),
         source,
@@ -150,6 +163,7 @@ fn preflight(config: &Config) -> Result<Inputs, Error> {
             source,
         })?;
     Ok(Inputs {
+        guest_key,
         bundle_key,
         identity,
         pull_secret,
@@ -238,7 +252,8 @@ async fn guest_steps(config: &Config, inputs: &Inputs) -> Result<(String, String
     startup_path(&Startup {
         addr: config.ssh_addr(),
         user: &config.ssh_user,
-        bundle_key: &inputs.bundle_key,
+        guest_key: &inputs.guest_key,
+        bundle_key: inputs.bundle_key.as_ref(),
         identity: &inputs.identity,
         pull_secret: &inputs.pull_secret,
         api_hostname: &config.api_hostname,
@@ -252,8 +267,10 @@ pub struct Startup<'a> {
     /// The guest's sshd, `host:port`.
     pub addr: String,
     pub user: &'a str,
-    /// The bundle's key, which a fresh clone of its disk authorizes.
-    pub bundle_key: &'a keys::PrivateKey,
+    /// The key that opens the guest afterwards, and the only one: the instance's own.
+    pub guest_key: &'a keys::PrivateKey,
+    /// The bundle's key, which a fresh clone of its disk authorizes; tried after `guest_key`.
+    pub bundle_key: Option<&'a keys::PrivateKey>,
     pub identity: &'a Identity,
     pub pull_secret: &'a [u8],
     /// The host the external API certificate is for.
@@ -261,7 +278,30 @@ pub struct Startup<'a> {
     pub settings: &'a Settings,
 }
 
-/// The CRC startup path, steps 1–18 (upstream §5.3): SSH with the bundle key, DNS, the kubelet
+/// Step 1: logs in with the instance key (a guest already configured for this instance), else
+/// with the bundle key (a fresh clone); says which.
+async fn connect_with_either(
+    addr: &str,
+    startup: &Startup<'_>,
+    options: &SshOptions,
+) -> Result<(SshGuest, &'static str), Error> {
+    match SshGuest::connect(addr, startup.guest_key.clone(), options).await {
+        Ok(guest) => Ok((guest, "instance")),
+        Err(GuestError::AuthRejected { user }) => {
+            let Some(bundle_key) = startup.bundle_key else {
+                return Err(Error::Ssh(GuestError::AuthRejected { user }));
+            };
+            let guest = SshGuest::connect(addr, bundle_key.clone(), options)
+                .await
+                .map_err(Error::Ssh)?;
+            Ok((guest, "bundle"))
+        }
+        Err(err) => Err(Error::Ssh(err)),
+    }
+}
+
+/// The CRC startup path, steps 1–18 (upstream §5.3): SSH with the instance key or else the
+/// bundle key, DNS, only the instance key authorized (the bundle key revoked once it works), the kubelet
 /// and API started, CSRs, pull-secret injection, users, the external certificate, operators
 /// and version; returns the handoff kubeconfig and the OpenShift version. Instances run it
 /// through the agent Job; a build runs it on its validation clone.
@@ -279,12 +319,9 @@ pub async fn startup_path(startup: &Startup<'_>) -> Result<(String, String), Err
     crate::guest::ssh::wait_for_port(addr, settings.ssh_port.interval, settings.ssh_port.deadline)
         .await
         .map_err(Error::Ssh)?;
-    let bundle = Arc::new(
-        SshGuest::connect(addr, startup.bundle_key.clone(), &options)
-            .await
-            .map_err(Error::Ssh)?,
-    );
-    info!("step 1: connected with the bundle key");
+    let (bundle, used) = connect_with_either(addr, startup, &options).await?;
+    let bundle = Arc::new(bundle);
+    info!("step 1: connected with the {used} key");
     let ip = steps::guest_ip(bundle.as_ref()).await?;
     info!(%ip, "step 2: guest IP");
     steps::grow_root(bundle.as_ref()).await?;
@@ -293,19 +330,14 @@ pub async fn startup_path(startup: &Startup<'_>) -> Result<(String, String), Err
     info!("step 4: dnsmasq configured");
     steps::configure_resolver(bundle.as_ref(), ip).await?;
     info!("step 5: resolver configured");
-    let agent_key = keys::generate_ed25519().map_err(|source| Error::SshKey {
-        path: "generated ed25519".into(),
-        source,
-    })?;
-    let line =
-        keys::authorized_key_line(agent_key.public_key(), "crc-agent").map_err(|source| {
-            Error::SshKey {
-                path: "generated ed25519".into(),
-                source,
-            }
-        })?;
-    steps::authorize_key(bundle.as_ref(), &line).await?;
-    info!("step 6: agent key authorized");
+    let line = keys::authorized_key_line(startup.guest_key.public_key(), "crc-instance").map_err(
+        |source| Error::SshKey {
+            path: "the instance key".into(),
+            source,
+        },
+    )?;
+    steps::authorize_only(bundle.as_ref(), &line).await?;
+    info!("step 6: only the instance key in authorized_keys");
     steps::start_kubelet(bundle.as_ref()).await?;
     info!("step 7: kubelet started");
 
@@ -316,11 +348,12 @@ pub async fn startup_path(startup: &Startup<'_>) -> Result<(String, String), Err
 
     bundle.close().await;
     let ssh = Arc::new(
-        SshGuest::connect(addr, agent_key, &options)
+        SshGuest::connect(addr, startup.guest_key.clone(), &options)
             .await
             .map_err(Error::Ssh)?,
     );
-    info!("step 9: reconnected with the agent key");
+    steps::revoke_provisioned_keys(ssh.as_ref()).await?;
+    info!("step 9: reconnected with the instance key; the install-time keys revoked");
     let clock = cluster::guest_clock(ssh.as_ref()).await?;
     let guest_api = cluster::identity_client(&ssh, &server_ca, startup.identity, clock)?;
     info!("step 10: guest API client ready");
@@ -424,7 +457,8 @@ mod tests {
         let startup = Startup {
             addr: addr.clone(),
             user: "core",
-            bundle_key: &key,
+            guest_key: &key,
+            bundle_key: Some(&key),
             identity: &identity,
             pull_secret: b"{}",
             api_hostname: "api.example.com",
@@ -468,6 +502,9 @@ mod tests {
         let key = keys::generate_ecdsa_p256().unwrap();
         let key_path = dir.path().join("id_ecdsa");
         std::fs::write(&key_path, keys::to_openssh(&key).unwrap()).unwrap();
+        let guest_key_path = dir.path().join("guest-key");
+        let guest_key = keys::generate_ed25519().unwrap();
+        std::fs::write(&guest_key_path, keys::to_openssh(&guest_key).unwrap()).unwrap();
         let identity_dir = dir.path().join("identity");
         std::fs::create_dir(&identity_dir).unwrap();
         let identity = identity::generate(host, now_unix() - 60).unwrap();
@@ -486,6 +523,7 @@ mod tests {
             vmi_uid: "v".into(),
             ssh_user: "core".into(),
             ssh_key_path: key_path.clone(),
+            guest_key_path: guest_key_path.clone(),
             identity_path: identity_dir,
             pull_secret_path: pull,
             api_hostname: host.into(),
@@ -503,6 +541,15 @@ mod tests {
         let err = preflight(&config).err().unwrap();
         assert_eq!(err.reason(), "InvalidSSHKey");
         std::fs::write(&key_path, keys::to_openssh(&key).unwrap()).unwrap();
+        // The bundle key may be absent (a guest already keyed for the instance); the
+        // instance key may not.
+        std::fs::remove_file(&key_path).unwrap();
+        assert!(preflight(&config).unwrap().bundle_key.is_none());
+        std::fs::remove_file(&guest_key_path).unwrap();
+        let err = preflight(&config).err().unwrap();
+        assert_eq!(err.reason(), "InvalidSSHKey");
+        assert!(err.to_string().contains("guest-key"), "{err}");
+        std::fs::write(&guest_key_path, keys::to_openssh(&guest_key).unwrap()).unwrap();
         config.pull_secret_path = dir.path().join("missing");
         let err = preflight(&config).err().unwrap();
         assert_eq!(err.reason(), "PullSecretUnreadable");

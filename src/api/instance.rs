@@ -134,6 +134,14 @@ pub struct CRCBackingStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub data_volume_uid: Option<String>,
+    /// UID of the root DataVolume whose guest authorizes only the instance key (the crc-agent
+    /// revoked the bundle key there); the instance's copy of the bundle key is not kept for it.
+    #[serde(
+        default,
+        rename = "instanceKeyDataVolumeUID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub instance_key_data_volume_uid: Option<String>,
     /// The bundle and key this instance was bound to before any disk existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_key: Option<CRCBootKeyStatus>,

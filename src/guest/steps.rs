@@ -4,7 +4,7 @@
 
 use std::net::Ipv4Addr;
 
-use super::{Command, Guest, GuestError};
+use super::{Command, Guest, GuestError, write_command};
 
 /// Where dnsmasq reads the CRC names from.
 pub const DNSMASQ_CONF: &str = "/etc/dnsmasq.d/crc-dnsmasq.conf";
@@ -37,8 +37,10 @@ pub enum StepError {
     Dnsmasq(#[source] GuestError),
     #[error("configure resolver: {0}")]
     Resolver(#[source] GuestError),
-    #[error("authorize SSH key: {0}")]
+    #[error("authorize the instance SSH key: {0}")]
     AuthorizeKey(#[source] GuestError),
+    #[error("revoke the install-time SSH keys: {0}")]
+    RevokeKeys(#[source] GuestError),
     #[error("start kubelet: {0}")]
     Kubelet(#[source] GuestError),
 }
@@ -257,46 +259,73 @@ pub async fn configure_resolver<G: Guest>(guest: &G, ip: Ipv4Addr) -> Result<(),
     Ok(())
 }
 
-/// Step 6: appends `public_key_line` (with a leading newline) to `core`'s `authorized_keys`,
-/// creating the file 0644 if missing; nothing happens when the line is already there.
-pub async fn authorize_key<G: Guest>(guest: &G, public_key_line: &str) -> Result<(), StepError> {
+/// Where RHCOS keeps the keys Ignition and the MachineConfig daemon provisioned: a fresh clone's
+/// bundle key is there.
+pub const PROVISIONED_KEYS_DIR: &str = "/home/core/.ssh/authorized_keys.d";
+/// Written beside `authorized_keys`, then renamed over it.
+const AUTHORIZED_KEYS_NEW: &str = "/home/core/.ssh/authorized_keys.new";
+
+/// Step 6: `core`'s `authorized_keys` holds exactly `public_key_line` (the instance's key), and
+/// nothing is written when it already does. The file is written beside and renamed over, so an
+/// agent killed half-way never leaves the guest without a key; the keys provisioned at install
+/// stay until [`revoke_provisioned_keys`], after the new key has logged in.
+pub async fn authorize_only<G: Guest>(guest: &G, public_key_line: &str) -> Result<(), StepError> {
     let line = public_key_line.trim();
-    if guest
-        .exists(AUTHORIZED_KEYS)
-        .await
-        .map_err(StepError::AuthorizeKey)?
-    {
-        let current = guest
-            .read_file(AUTHORIZED_KEYS)
-            .await
-            .map_err(StepError::AuthorizeKey)?;
-        if String::from_utf8_lossy(&current)
+    let failed = StepError::AuthorizeKey;
+    if guest.exists(AUTHORIZED_KEYS).await.map_err(failed)? {
+        let current = guest.read_file(AUTHORIZED_KEYS).await.map_err(failed)?;
+        let text = String::from_utf8_lossy(&current);
+        let lines: Vec<&str> = text
             .lines()
-            .any(|l| l.trim() == line)
-        {
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        if lines == [line] {
             return Ok(());
         }
-    } else {
-        guest
-            .run_checked(&Command::sudo([
-                "install",
-                "-m",
-                "0644",
-                "-o",
-                "core",
-                "-g",
-                "core",
-                "-D",
-                "/dev/null",
-                AUTHORIZED_KEYS,
-            ]))
-            .await
-            .map_err(StepError::AuthorizeKey)?;
     }
     guest
-        .append_file(AUTHORIZED_KEYS, format!("\n{line}\n").as_bytes())
+        .run_checked(&Command::sudo([
+            "install",
+            "-m",
+            "0600",
+            "-o",
+            "core",
+            "-g",
+            "core",
+            "-D",
+            "/dev/null",
+            AUTHORIZED_KEYS_NEW,
+        ]))
         .await
-        .map_err(StepError::AuthorizeKey)
+        .map_err(failed)?;
+    guest
+        .run_checked_with_input(
+            &write_command(AUTHORIZED_KEYS_NEW, false),
+            format!("{line}\n").as_bytes(),
+        )
+        .await
+        .map_err(failed)?;
+    guest
+        .run_checked(&Command::sudo([
+            "mv",
+            "-f",
+            AUTHORIZED_KEYS_NEW,
+            AUTHORIZED_KEYS,
+        ]))
+        .await
+        .map_err(failed)?;
+    Ok(())
+}
+
+/// Step 9, once the instance key has logged in: the keys provisioned at install (the bundle's)
+/// are removed, so only the instance key opens the guest.
+pub async fn revoke_provisioned_keys<G: Guest>(guest: &G) -> Result<(), StepError> {
+    guest
+        .run_checked(&Command::sudo(["rm", "-rf", PROVISIONED_KEYS_DIR]))
+        .await
+        .map_err(StepError::RevokeKeys)?;
+    Ok(())
 }
 
 /// Step 7: reloads units and starts the kubelet (starting a running unit is a no-op).
@@ -314,8 +343,8 @@ pub async fn start_kubelet<G: Guest>(guest: &G) -> Result<(), StepError> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Output;
     use super::super::fake::ScriptedGuest;
-    use super::super::{Output, write_command};
     use super::*;
 
     const IP: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
@@ -568,26 +597,54 @@ mod tests {
         guest.assert_done();
     }
 
+    const WRITE_NEW: &str =
+        "sudo install -m 0600 -o core -g core -D /dev/null /home/core/.ssh/authorized_keys.new";
+    const RENAME: &str =
+        "sudo mv -f /home/core/.ssh/authorized_keys.new /home/core/.ssh/authorized_keys";
+
     #[tokio::test]
-    async fn key_is_appended_to_a_new_file() {
+    async fn the_instance_key_replaces_every_other_line_through_a_rename() {
+        let guest = ScriptedGuest::new();
+        guest
+            .expect(
+                "sudo test -e /home/core/.ssh/authorized_keys",
+                Output::ok(""),
+            )
+            .expect(
+                "sudo cat /home/core/.ssh/authorized_keys",
+                Output::ok(format!("ssh-ecdsa bundle\n{KEY}\n")),
+            )
+            .expect(WRITE_NEW, Output::ok(""))
+            .expect(
+                write_command("/home/core/.ssh/authorized_keys.new", false).line(),
+                Output::ok(""),
+            )
+            .expect(RENAME, Output::ok(""));
+        authorize_only(&guest, KEY).await.unwrap();
+        guest.assert_done();
+        assert_eq!(guest.inputs()[0].1, format!("{KEY}\n").into_bytes());
+    }
+
+    #[tokio::test]
+    async fn a_missing_file_is_written_the_same_way() {
         let guest = ScriptedGuest::new();
         guest
             .expect(
                 "sudo test -e /home/core/.ssh/authorized_keys",
                 Output::failed(1, ""),
             )
+            .expect(WRITE_NEW, Output::ok(""))
             .expect(
-                "sudo install -m 0644 -o core -g core -D /dev/null /home/core/.ssh/authorized_keys",
+                write_command("/home/core/.ssh/authorized_keys.new", false).line(),
                 Output::ok(""),
             )
-            .expect(write_command(AUTHORIZED_KEYS, true).line(), Output::ok(""));
-        authorize_key(&guest, KEY).await.unwrap();
+            .expect(RENAME, Output::ok(""));
+        authorize_only(&guest, KEY).await.unwrap();
         guest.assert_done();
-        assert_eq!(guest.inputs()[0].1, format!("\n{KEY}\n").into_bytes());
     }
 
     #[tokio::test]
-    async fn key_is_appended_to_an_existing_file() {
+    async fn a_file_holding_exactly_the_key_is_left_alone() {
         let guest = ScriptedGuest::new();
         guest
             .expect(
@@ -596,28 +653,22 @@ mod tests {
             )
             .expect(
                 "sudo cat /home/core/.ssh/authorized_keys",
-                Output::ok("ssh-ecdsa other\n"),
-            )
-            .expect(write_command(AUTHORIZED_KEYS, true).line(), Output::ok(""));
-        authorize_key(&guest, KEY).await.unwrap();
-        guest.assert_done();
-    }
-
-    #[tokio::test]
-    async fn key_already_present_is_not_appended_again() {
-        let guest = ScriptedGuest::new();
-        guest
-            .expect(
-                "sudo test -e /home/core/.ssh/authorized_keys",
-                Output::ok(""),
-            )
-            .expect(
-                "sudo cat /home/core/.ssh/authorized_keys",
-                Output::ok(format!("ssh-ecdsa other\n\n{KEY}\n")),
+                Output::ok(format!("\n{KEY}\n")),
             );
-        authorize_key(&guest, &format!("{KEY}\n")).await.unwrap();
+        authorize_only(&guest, &format!("{KEY}\n")).await.unwrap();
         guest.assert_done();
         assert_eq!(guest.calls().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn provisioned_keys_are_removed_with_their_directory() {
+        let guest = ScriptedGuest::new();
+        guest.expect(
+            "sudo rm -rf /home/core/.ssh/authorized_keys.d",
+            Output::failed(1, "Read-only file system"),
+        );
+        let err = revoke_provisioned_keys(&guest).await.unwrap_err();
+        assert!(matches!(err, StepError::RevokeKeys(_)), "{err}");
     }
 
     #[tokio::test]

@@ -179,11 +179,12 @@ where
 
 /// SSH into an instance's guest with the instance's own copy of the boot key.
 pub async fn guest_ssh(client: &kube::Client, ns: &str, instance: &ClusterInstance) -> SshGuest {
-    let copy = Api::<Secret>::namespaced(client.clone(), ns)
-        .get(&res::boot_key_secret_name(&instance.name_any()))
+    // After the handoff only the instance's own key opens the guest.
+    let secret = Api::<Secret>::namespaced(client.clone(), ns)
+        .get(&res::guest_key_secret_name(&instance.name_any()))
         .await
-        .expect("boot-key copy");
-    let ByteString(key) = copy.data.unwrap()["id_ecdsa"].clone();
+        .expect("the instance's guest key");
+    let ByteString(key) = secret.data.unwrap()[res::GUEST_KEY_PRIVATE].clone();
     let key = keys::parse_private_key(&String::from_utf8(key).unwrap()).expect("key parses");
     let ip = instance
         .status

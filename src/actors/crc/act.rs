@@ -16,6 +16,7 @@ use super::{Error, Scope};
 use crate::actors::Context;
 use crate::api::instance::ClusterInstance;
 use crate::events::Kind;
+use crate::guest::keys;
 use crate::identity;
 use crate::resources::instance as res;
 use crate::write;
@@ -79,6 +80,18 @@ impl<'a> Actor<'a> {
                     source,
                 })?;
                 let secret = res::identity_secret(self.instance, identity.to_secret_data());
+                self.create(&self.scope.ns(), &secret).await
+            }
+            Action::CreateGuestKey => {
+                let failed = |source| Error::GuestKey {
+                    instance: self.scope.name.clone(),
+                    source,
+                };
+                let key = keys::generate_ed25519().map_err(failed)?;
+                let private = keys::to_openssh(&key).map_err(failed)?;
+                let public =
+                    keys::authorized_key_line(key.public_key(), "crc-instance").map_err(failed)?;
+                let secret = res::guest_key_secret(self.instance, &private, &public);
                 self.create(&self.scope.ns(), &secret).await
             }
             Action::Delete(target) => {

@@ -64,6 +64,11 @@ pub enum Error {
         instance: String,
         source: Box<kube::Error>,
     },
+    #[error("generating the guest SSH key of ClusterInstance {instance}: {source}")]
+    GuestKey {
+        instance: String,
+        source: crate::guest::keys::KeyError,
+    },
     #[error("generating the identity of ClusterInstance {instance}: {source}")]
     Identity {
         instance: String,

@@ -62,6 +62,8 @@ pub struct Observed {
     pub service: Option<Service>,
     pub route: Option<Route>,
     pub identity: Option<Secret>,
+    /// The instance's own guest SSH key.
+    pub guest_key: Option<Secret>,
     /// `ingresses.config.openshift.io/cluster` `spec.domain`, while our Route does not exist.
     pub ingress_domain: Option<String>,
     /// Every Route's host in the cluster, while ours does not exist (uniqueness before create).
@@ -155,8 +157,10 @@ pub async fn observe(
         let binding = crc.boot_key.as_ref();
         // The bundle's disk and key matter for a binding still to make, a copy to restore, or
         // a disk still to clone; afterwards the instance no longer depends on them.
-        let needs_source =
-            binding.is_none() || o.boot_key_copy.is_none() || o.data_volume.is_none();
+        let needs_copy = !super::plan::instance_keyed(&crc, o.data_volume.as_ref());
+        let needs_source = binding.is_none()
+            || (needs_copy && o.boot_key_copy.is_none())
+            || o.data_volume.is_none();
         if needs_source && let Some(bundle) = &o.bundle {
             let bs = bundle.status.clone().unwrap_or_default();
             let ns = bs
@@ -216,6 +220,9 @@ pub async fn observe(
             .await?;
         o.identity = reader
             .get(&reader.ns(), &res::identity_secret_name(&name))
+            .await?;
+        o.guest_key = reader
+            .get(&reader.ns(), &res::guest_key_secret_name(&name))
             .await?;
         if o.route.is_none() {
             o.ingress_domain = reader.ingress_domain().await?;

@@ -161,6 +161,9 @@ pub enum Action {
     /// Generate the instance's client CA, client and serving certificates for `host` and create
     /// the identity Secret (key generation is not a decision, so it happens in `act`).
     CreateIdentity { host: String },
+    /// Generate the instance's ed25519 guest key and create its Secret (generation happens in
+    /// `act`, like the identity's).
+    CreateGuestKey,
     /// Delete an object the instance controls, with its UID as precondition.
     Delete(Delete),
     /// Bring the agent's Role to these rules.
@@ -213,6 +216,14 @@ pub enum DeleteKind {
     Secret,
     /// The agent's RoleBinding.
     RoleBinding,
+}
+
+/// Whether the observed root disk's guest authorizes only the instance key: the crc-agent
+/// revoked the bundle key on that very DataVolume (by UID). A replaced disk is a fresh clone
+/// again, which needs the bundle key.
+pub fn instance_keyed(crc: &CRCBackingStatus, data_volume: Option<&DataVolume>) -> bool {
+    let uid = data_volume.and_then(|dv| dv.metadata.uid.as_deref());
+    uid.is_some() && crc.instance_key_data_volume_uid.as_deref() == uid
 }
 
 /// The next step of the CRC backing of `input.instance`.
@@ -429,6 +440,7 @@ impl<'a> Walk<'a> {
         }
         let host = self.ensure_route()?;
         let identity = self.ensure_identity(&host)?;
+        self.ensure_guest_key()?;
 
         let handoff_name = res::handoff_secret_name(&self.name, &vmi_uid);
         let handoff = o
@@ -454,6 +466,12 @@ impl<'a> Walk<'a> {
             reasons::HANDOFF_RECEIVED,
             &format!("the crc-agent published {handoff_name}"),
         );
+        // The agent publishes only after revoking the bundle key: this disk's guest now opens
+        // to the instance key alone, and the next pass lets the copy of the bundle key go.
+        let dv_uid = o.data_volume.as_ref().and_then(|dv| dv.uid());
+        if dv_uid.is_some() {
+            self.crc().instance_key_data_volume_uid = dv_uid;
+        }
         // The handoff says the guest is configured and which version it runs; the kubeconfig
         // is the operator's own, from the identity and the Route.
         let Some(identity) = identity else {
@@ -694,8 +712,24 @@ impl<'a> Walk<'a> {
 
         // The instance's own copy of the key: checked when present, restored only from a source
         // provably identical to the binding.
+        let keyed = instance_keyed(
+            self.status.crc.as_ref().unwrap_or(&Default::default()),
+            self.o.data_volume.as_ref(),
+        );
         match &self.o.boot_key_copy {
+            // The guest no longer authorizes the bundle key: the copy has no use left, and a
+            // bundle key lying in a tenant namespace is one more way in.
+            Some(copy) if keyed => {
+                if self.controlled(copy) {
+                    self.actions.push(Action::Delete(Delete {
+                        kind: DeleteKind::Secret,
+                        name: copy.name_any(),
+                        uid: copy.uid().unwrap_or_default(),
+                    }));
+                }
+            }
             Some(copy) => boot_key::check_copy(copy, &self.uid, &binding).map_err(unavailable)?,
+            None if keyed => {}
             None => {
                 let bundle = self
                     .bound_bundle(&binding)
@@ -1065,6 +1099,42 @@ impl<'a> Walk<'a> {
                             ),
                         )
                     })
+            }
+        }
+    }
+
+    /// The instance's guest key Secret: created once, then checked on every pass, never
+    /// replaced (the guest authorizes only it).
+    fn ensure_guest_key(&mut self) -> Flow<()> {
+        let name = res::guest_key_secret_name(&self.name);
+        match &self.o.guest_key {
+            None => {
+                self.actions.push(Action::CreateGuestKey);
+                Ok(())
+            }
+            Some(secret) if !self.controlled(secret) => Err(self.conflict(secret)),
+            Some(secret) => {
+                let key = secret
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get(res::GUEST_KEY_PRIVATE))
+                    .map(|ByteString(b)| String::from_utf8_lossy(b).into_owned())
+                    .unwrap_or_default();
+                match crate::guest::keys::parse_private_key(&key) {
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(Stop::failed(
+                        reasons::RECONCILE_ERROR,
+                        format!(
+                            "guest key Secret {}/{name} holds no usable {}: {e}; it is never \
+                             replaced automatically because the guest authorizes only that \
+                             key (delete the Secret and the root DataVolume {} to start the \
+                             guest over)",
+                            self.ns,
+                            res::GUEST_KEY_PRIVATE,
+                            res::root_disk_name(&self.name)
+                        ),
+                    )),
+                }
             }
         }
     }

@@ -317,9 +317,29 @@ async fn connect(config: &Config) -> Result<Arc<SshGuest>, Error> {
     crate::guest::ssh::wait_for_port(&addr, Duration::from_secs(2), SSH_WAIT)
         .await
         .map_err(Error::Ssh)?;
-    let options = SshOptions {
+    let options = ssh_options(config.step);
+    let guest = SshGuest::connect(&addr, key, &options)
+        .await
+        .map_err(Error::Ssh)?;
+    info!(%addr, "connected to the guest");
+    Ok(Arc::new(guest))
+}
+
+/// How long a step's guest work may take: its Job's deadline less a minute, so that a guest that
+/// stops answering ends the step with its own reason while the pod can still report it.
+fn step_budget(step: Step) -> Duration {
+    let seconds = crate::resources::build::helper_deadline_seconds(step) - REPORT_MARGIN_SECONDS;
+    Duration::from_secs(u64::try_from(seconds).unwrap_or(0))
+}
+
+/// Left of a Job's deadline for the helper to report a hung step.
+const REPORT_MARGIN_SECONDS: i64 = 60;
+
+/// The SSH limits of a step, from now: each command's own budget, all of them within the step's.
+fn ssh_options(step: Step) -> SshOptions {
+    SshOptions {
         connect_timeout: Duration::from_secs(30),
-        command_timeout: Some(match config.step {
+        command_timeout: Some(match step {
             Step::Generator => INSTALLER_COMMAND_TIMEOUT,
             Step::Install
             | Step::Certificates
@@ -328,13 +348,9 @@ async fn connect(config: &Config) -> Result<Arc<SshGuest>, Error> {
             | Step::Validate
             | Step::Aged => COMMAND_TIMEOUT,
         }),
+        deadline: Some(tokio::time::Instant::now() + step_budget(step)),
         ..SshOptions::default()
-    };
-    let guest = SshGuest::connect(&addr, key, &options)
-        .await
-        .map_err(Error::Ssh)?;
-    info!(%addr, "connected to the guest");
-    Ok(Arc::new(guest))
+    }
 }
 
 /// The generator boot.
@@ -594,11 +610,17 @@ async fn validation(config: &Config) -> Result<String, Error> {
         .map_or(0, |d| d.as_secs() as i64);
     let identity = identity::generate(&host, now)
         .map_err(|e| Error::InvalidConfig(format!("the validation identity: {e}")))?;
-    let settings = agent::Settings::default();
+    let settings = agent::Settings {
+        run_deadline: step_budget(config.step),
+        ..agent::Settings::default()
+    };
     let (_kubeconfig, version) = agent::startup_path(&agent::Startup {
         addr: config.ssh_addr(),
         user: agent::config::DEFAULT_SSH_USER,
-        bundle_key: &key,
+        // The clone is thrown away after the aged boot, which logs in with the same key: the
+        // bundle key stays the only one authorized.
+        guest_key: &key,
+        bundle_key: None,
         identity: &identity,
         pull_secret: &pull_secret,
         api_hostname: &host,
@@ -718,6 +740,31 @@ async fn certificates(config: &Config, guest: Arc<SshGuest>) -> Result<String, E
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn every_guest_command_of_a_step_ends_before_its_jobs_deadline() {
+        for step in [
+            Step::Generator,
+            Step::Install,
+            Step::Certificates,
+            Step::Customize,
+            Step::Seal,
+            Step::Validate,
+            Step::Aged,
+        ] {
+            let before = tokio::time::Instant::now();
+            let options = ssh_options(step);
+            let job = Duration::from_secs(
+                u64::try_from(crate::resources::build::helper_deadline_seconds(step)).unwrap(),
+            );
+            let deadline = options.deadline.expect("a step deadline");
+            assert!(
+                deadline - before + Duration::from_secs(60) <= job + Duration::from_secs(1),
+                "{step:?}: the SSH deadline leaves a minute of the Job's to report"
+            );
+            assert!(options.command_timeout.unwrap() < job, "{step:?}");
+        }
+    }
 
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let map: std::collections::BTreeMap<String, String> = pairs

@@ -23,8 +23,9 @@ use kube::ResourceExt;
 
 use super::{
     agent_account_name, agent_binding_name, agent_job_name, agent_role_name, api_route_name,
-    api_service_name, boot_key_secret_name, guest_policy_name, handoff_secret_name,
-    identity_secret_name, instance_labels, kubeconfig_secret_name, owned_meta, root_disk_name,
+    api_service_name, boot_key_secret_name, guest_key_secret_name, guest_policy_name,
+    handoff_secret_name, identity_secret_name, instance_labels, kubeconfig_secret_name, owned_meta,
+    root_disk_name,
 };
 use crate::api::ClusterInstance;
 use crate::api::labels;
@@ -48,6 +49,10 @@ pub const API_ROUTE_WEIGHT: i32 = 100;
 
 /// Key of the private key in the boot-key copy (and the file name the agent reads).
 pub const BOOT_KEY_DATA_KEY: &str = "id_ecdsa";
+/// Keys of the guest key Secret (type `kubernetes.io/ssh-auth`): the OpenSSH private key and its
+/// `authorized_keys` line.
+pub const GUEST_KEY_PRIVATE: &str = "ssh-privatekey";
+pub const GUEST_KEY_PUBLIC: &str = "ssh-publickey";
 /// Keys of the identity Secret.
 pub const IDENTITY_KEYS: [&str; 5] = [
     "client-ca.crt",
@@ -71,6 +76,7 @@ pub const AGENT_CONTAINER: &str = "crc-agent";
 pub const AGENT_PULL_SECRET_DIR: &str = "/etc/crc-agent/pull-secret";
 pub const AGENT_SSH_DIR: &str = "/etc/crc-agent/ssh";
 pub const AGENT_IDENTITY_DIR: &str = "/etc/crc-agent/identity";
+pub const AGENT_GUEST_KEY_DIR: &str = "/etc/crc-agent/guest-key";
 
 fn strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| (*s).to_owned()).collect()
@@ -193,6 +199,29 @@ pub fn boot_key_copy(instance: &ClusterInstance, key: &[u8]) -> Secret {
         &boot_key_secret_name(&instance.name_any()),
         BTreeMap::from([(BOOT_KEY_DATA_KEY.to_owned(), ByteString(key.to_vec()))]),
     )
+}
+
+/// The guest key Secret `<instance>-crc-guest-key` (type `kubernetes.io/ssh-auth`): the key the
+/// crc-agent leaves as the only one the guest authorizes.
+pub fn guest_key_secret(
+    instance: &ClusterInstance,
+    private_openssh: &str,
+    public_line: &str,
+) -> Secret {
+    let data = BTreeMap::from([
+        (
+            GUEST_KEY_PRIVATE.to_owned(),
+            ByteString(private_openssh.as_bytes().to_vec()),
+        ),
+        (
+            GUEST_KEY_PUBLIC.to_owned(),
+            ByteString(public_line.as_bytes().to_vec()),
+        ),
+    ]);
+    Secret {
+        type_: Some("kubernetes.io/ssh-auth".to_owned()),
+        ..opaque_secret(instance, &guest_key_secret_name(&instance.name_any()), data)
+    }
 }
 
 /// The identity Secret `<instance>-crc-identity` (keys [`IDENTITY_KEYS`], content from
@@ -423,6 +452,10 @@ pub fn agent_job(instance: &ClusterInstance, inputs: &AgentJobInputs) -> Job {
             agent::ENV_SSH_KEY_PATH,
             &format!("{AGENT_SSH_DIR}/{BOOT_KEY_DATA_KEY}"),
         ),
+        (
+            agent::ENV_GUEST_KEY_PATH,
+            &format!("{AGENT_GUEST_KEY_DIR}/{GUEST_KEY_PRIVATE}"),
+        ),
         (agent::ENV_IDENTITY_PATH, AGENT_IDENTITY_DIR),
         (
             agent::ENV_PULL_SECRET_PATH,
@@ -446,6 +479,23 @@ pub fn agent_job(instance: &ClusterInstance, inputs: &AgentJobInputs) -> Job {
         }),
         ..Default::default()
     };
+    let only = |key: &str, path: &str| {
+        Some(vec![KeyToPath {
+            key: key.to_owned(),
+            path: path.to_owned(),
+            ..Default::default()
+        }])
+    };
+    // The bundle key is optional: once the guest authorizes only the instance key, the
+    // operator deletes the instance's copy and the agent does without it.
+    let mut bundle_key = secret_volume(
+        "bundle-ssh-key",
+        &inputs.ssh_key_secret_name,
+        only(&inputs.ssh_key_data_key, BOOT_KEY_DATA_KEY),
+    );
+    if let Some(secret) = bundle_key.secret.as_mut() {
+        secret.optional = Some(true);
+    }
     let mount = |volume: &str, path: &str| VolumeMount {
         name: volume.to_owned(),
         mount_path: path.to_owned(),
@@ -479,20 +529,18 @@ pub fn agent_job(instance: &ClusterInstance, inputs: &AgentJobInputs) -> Job {
                         vec![
                             mount("pull-secret", AGENT_PULL_SECRET_DIR),
                             mount("bundle-ssh-key", AGENT_SSH_DIR),
+                            mount("guest-key", AGENT_GUEST_KEY_DIR),
                             mount("identity", AGENT_IDENTITY_DIR),
                         ],
                         JobResources::LIGHT,
                     )],
                     volumes: Some(vec![
                         secret_volume("pull-secret", &inputs.pull_secret_name, None),
+                        bundle_key,
                         secret_volume(
-                            "bundle-ssh-key",
-                            &inputs.ssh_key_secret_name,
-                            Some(vec![KeyToPath {
-                                key: inputs.ssh_key_data_key.clone(),
-                                path: BOOT_KEY_DATA_KEY.to_owned(),
-                                ..Default::default()
-                            }]),
+                            "guest-key",
+                            &guest_key_secret_name(&name),
+                            only(GUEST_KEY_PRIVATE, GUEST_KEY_PRIVATE),
                         ),
                         secret_volume("identity", &identity_secret_name(&name), None),
                         tmp_volume(),

@@ -154,6 +154,11 @@ pub(super) mod tests {
             agent_service_account(&i),
             agent_role_binding(&i),
             boot_key_copy(&i, b"-----BEGIN EC PRIVATE KEY-----\n"),
+            guest_key_secret(
+                &i,
+                "-----BEGIN OPENSSH PRIVATE KEY-----\n",
+                "ssh-ed25519 AAAA crc-instance",
+            ),
             dv,
             vm,
             api_service(&i, &vm_name("crc-1")),
@@ -285,6 +290,10 @@ pub(super) mod tests {
             ("CRC_SSH_HOST", "10.128.0.7"),
             ("CRC_VMI_UID", VMI_UID),
             ("CRC_SSH_KEY_PATH", "/etc/crc-agent/ssh/id_ecdsa"),
+            (
+                "CRC_GUEST_KEY_PATH",
+                "/etc/crc-agent/guest-key/ssh-privatekey",
+            ),
             ("CRC_IDENTITY_PATH", "/etc/crc-agent/identity"),
             (
                 "PULL_SECRET_PATH",

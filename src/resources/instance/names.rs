@@ -30,6 +30,12 @@ pub fn boot_key_secret_name(instance: &str) -> String {
     format!("{instance}-crc-boot-key")
 }
 
+/// The instance's own guest SSH key, the only one its guest authorizes after the crc-agent's
+/// first run: `<instance>-crc-guest-key`.
+pub fn guest_key_secret_name(instance: &str) -> String {
+    format!("{instance}-crc-guest-key")
+}
+
 /// The Service exposing the guest API: `<instance>-crc-api`.
 pub fn api_service_name(instance: &str) -> String {
     format!("{instance}-crc-api")

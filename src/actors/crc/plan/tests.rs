@@ -266,6 +266,13 @@ impl World {
                 self.stamp(&mut s.metadata);
                 self.o.identity = Some(s);
             }
+            Action::CreateGuestKey => {
+                let key = crate::guest::keys::generate_ed25519().unwrap();
+                let private = crate::guest::keys::to_openssh(&key).unwrap();
+                let mut s = res::guest_key_secret(&self.instance, &private, "ssh-ed25519 AAAA");
+                self.stamp(&mut s.metadata);
+                self.o.guest_key = Some(s);
+            }
             Action::Delete(d) => match d.kind {
                 DeleteKind::AgentJob => {
                     assert_eq!(
@@ -273,6 +280,13 @@ impl World {
                         Some(d.uid.clone())
                     );
                     self.o.recorded_agent_job = None;
+                }
+                DeleteKind::Secret if d.name == res::boot_key_secret_name("crc-1") => {
+                    assert_eq!(
+                        self.o.boot_key_copy.as_ref().unwrap().uid(),
+                        Some(d.uid.clone())
+                    );
+                    self.o.boot_key_copy = None;
                 }
                 DeleteKind::Secret => {
                     assert_eq!(
@@ -406,6 +420,7 @@ fn created_kinds(plan: &Plan) -> Vec<&'static str> {
             Action::Create(New::Route(_)) => "Route",
             Action::Create(New::Job(_)) => "Job",
             Action::CreateIdentity { .. } => "identity",
+            Action::CreateGuestKey => "guest key",
             Action::Delete(_) => "delete",
             Action::RepairRoleBinding { .. } | Action::RepairRole { .. } => "repair",
             Action::UpdateKubeconfig(_) => "update",
@@ -517,9 +532,9 @@ fn a_turnkey_instance_walks_every_step_in_order_to_ready() {
     let endpoint = w.status.api_endpoint.clone().unwrap();
     assert!(endpoint.ends_with(DOMAIN));
 
-    // The Route, the identity and the agent Job of this VMI.
+    // The Route, the identity, the guest key and the agent Job of this VMI.
     let p = w.pass();
-    assert_eq!(created_kinds(&p), ["Route", "identity", "Job"]);
+    assert_eq!(created_kinds(&p), ["Route", "identity", "guest key", "Job"]);
     assert_eq!(stop(&p).reason, reasons::AGENT_POD_PENDING);
     assert_eq!(
         w.o.agent_job.as_ref().unwrap().name_any(),
@@ -562,8 +577,24 @@ fn a_turnkey_instance_walks_every_step_in_order_to_ready() {
 
     // It answers: the kubeconfig is published and the instance is Ready.
     w.o.probe = Some(Ok(()));
+    // The agent revoked the bundle key on this disk (recorded with the handoff): the instance's
+    // copy of the bundle key goes too.
+    let dv_uid = w.o.data_volume.as_ref().unwrap().uid();
+    assert_eq!(
+        w.status.crc.as_ref().unwrap().instance_key_data_volume_uid,
+        dv_uid
+    );
+    let copy_uid = w.o.boot_key_copy.as_ref().unwrap().uid().unwrap();
     let p = w.pass();
-    assert_eq!(created_kinds(&p), ["Secret"]);
+    assert_eq!(created_kinds(&p), ["delete", "Secret"]);
+    assert_eq!(
+        p.actions[0],
+        Action::Delete(Delete {
+            kind: DeleteKind::Secret,
+            name: res::boot_key_secret_name("crc-1"),
+            uid: copy_uid,
+        })
+    );
     assert_eq!(p.end, End::Ready);
     assert_eq!(w.status.phase, Some(InstancePhase::Ready));
     let (status, reason, _) = ready_condition(&w.status);
@@ -577,12 +608,30 @@ fn a_turnkey_instance_walks_every_step_in_order_to_ready() {
     let version = conditions::find(&w.status.conditions, types::VERSION_MISMATCH).unwrap();
     assert_eq!(version.reason, reasons::OCP_VERSION_MATCHES);
 
-    // A settled instance plans nothing and keeps its status.
+    // A settled instance plans nothing and keeps its status: no copy comes back.
     let before = w.status.clone();
     let p = w.pass();
     assert!(p.actions.is_empty(), "{:?}", p.actions);
     assert_eq!(p.end, End::Ready);
     assert_eq!(p.status, before);
+}
+
+#[test]
+fn a_replaced_root_disk_needs_the_bundle_key_again() {
+    let mut w = World::ready();
+    assert!(
+        w.o.boot_key_copy.is_none(),
+        "the copy went after the handoff"
+    );
+
+    // Another DataVolume under the name: a fresh clone, which authorizes the bundle key only.
+    w.o.data_volume.as_mut().unwrap().metadata.uid = Some("rootdisk-uid-2".into());
+    let p = w.pass();
+    assert!(
+        created_kinds(&p).contains(&"Secret") && w.o.boot_key_copy.is_some(),
+        "the copy is restored from the bound bundle: {:?}",
+        p.actions
+    );
 }
 
 #[test]
@@ -875,11 +924,23 @@ fn the_boot_key_is_never_bound_late_nor_restored_from_a_changed_bundle() {
     w.status.crc.as_mut().unwrap().boot_key = None;
     unavailable(&mut w);
 
-    // The instance's copy is not ours, or holds another key.
-    let mut w = World::ready();
+    // The instance's copy is not ours, or holds another key (while the guest still needs it).
+    let not_keyed = || {
+        let mut w = World::ready();
+        w.status.crc.as_mut().unwrap().instance_key_data_volume_uid = None;
+        w.pass();
+        assert!(
+            w.o.boot_key_copy.is_some(),
+            "restored for a guest not keyed yet"
+        );
+        // As before a handoff: the guest still opens to the bundle key.
+        w.status.crc.as_mut().unwrap().instance_key_data_volume_uid = None;
+        w
+    };
+    let mut w = not_keyed();
     w.o.boot_key_copy.as_mut().unwrap().metadata = foreign("crc-1-crc-boot-key");
     unavailable(&mut w);
-    let mut w = World::ready();
+    let mut w = not_keyed();
     w.o.boot_key_copy.as_mut().unwrap().data = Some(BTreeMap::from([(
         boot_key::KEY.into(),
         ByteString(b"other".to_vec()),
@@ -887,16 +948,16 @@ fn the_boot_key_is_never_bound_late_nor_restored_from_a_changed_bundle() {
     unavailable(&mut w);
 
     // The copy is gone and the bundle was recreated, or its key changed: refusing recovery.
-    let mut w = World::ready();
+    let mut w = not_keyed();
     w.o.boot_key_copy = None;
     w.o.bundle = Some(ready_bundle("recreated-uid"));
     assert!(unavailable(&mut w).contains("gone or was recreated"));
-    let mut w = World::ready();
+    let mut w = not_keyed();
     w.o.boot_key_copy = None;
     w.o.bundle_key = Some(bundle_key(b"rotated"));
     unavailable(&mut w);
     // Unchanged: the copy is restored from the bundle.
-    let mut w = World::ready();
+    let mut w = not_keyed();
     w.o.boot_key_copy = None;
     let p = w.pass();
     assert_eq!(created_kinds(&p), ["Secret"]);
