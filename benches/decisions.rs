@@ -182,6 +182,10 @@ fn pool_decisions(c: &mut Criterion) {
     for n in SIZES {
         let (instances, leases) = fleet(n);
         let size = i32::try_from(n).expect("small pool");
+        let policy = guestcluster::actors::pool_bundles::PoolBundles {
+            crc_versions: guestcluster::actors::pool_bundles::VersionPatterns::parse("*"),
+            ..Default::default()
+        };
         let observed = || pool_decide::Observed {
             namespace: NamespaceState::Enabled,
             bundle: pool_decide::BundleState::Ready,
@@ -189,6 +193,7 @@ fn pool_decisions(c: &mut Criterion) {
             leases: &leases,
             now: at(NOW),
             idle_grace: IDLE_GRACE,
+            pool_bundles: &policy,
         };
         // More available members than spares and demand: trims the newest idle one.
         let shrinking = pool(0, 4 * size, 1);

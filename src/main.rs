@@ -87,6 +87,18 @@ struct OperatorArgs {
         default_value = "bundle-prep"
     )]
     bundle_prep_service_account: String,
+    /// The `crcVersion`s a ClusterPool may have a CRCBundle created for: comma-separated
+    /// patterns, `*` matching any characters (`4.22.*,4.21.3`). Empty (the default) allows none:
+    /// pools then use bundles an administrator created (`crcBundleRef`, or one already named
+    /// after the version).
+    #[arg(long, env = "POOL_CRC_VERSIONS", default_value = "")]
+    pool_crc_versions: String,
+    /// StorageClass of the bundles created for pools; empty is the cluster's default class.
+    #[arg(long, env = "POOL_BUNDLE_STORAGE_CLASS", default_value = "")]
+    pool_bundle_storage_class: String,
+    /// Seconds a bundle created for pools stays once no pool or instance refers to it.
+    #[arg(long, default_value_t = guestcluster::actors::pool_bundles::DEFAULT_GC_GRACE.as_secs())]
+    pool_bundle_gc_grace_seconds: u64,
     /// Address of `/metrics`; `0` disables it.
     #[arg(long, default_value = "0.0.0.0:8080")]
     metrics_bind_address: String,
@@ -166,6 +178,13 @@ fn operator(args: OperatorArgs) -> Result<(), Box<dyn std::error::Error>> {
             prep_service_account: args.bundle_prep_service_account,
         },
         guests: guestcluster::actors::context::GuestSettings::from_env(),
+        pool_bundles: guestcluster::actors::pool_bundles::PoolBundles {
+            crc_versions: guestcluster::actors::pool_bundles::VersionPatterns::parse(
+                &args.pool_crc_versions,
+            ),
+            storage_class: Some(args.pool_bundle_storage_class).filter(|s| !s.is_empty()),
+            gc_grace: std::time::Duration::from_secs(args.pool_bundle_gc_grace_seconds),
+        },
     };
     tokio::runtime::Runtime::new()?.block_on(async {
         let limits = guestcluster::operator::api_limits::ApiLimits {

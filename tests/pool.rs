@@ -6,10 +6,16 @@
 
 mod support;
 
+use std::time::Duration;
+
 use guestcluster::actors::Context;
+use guestcluster::actors::context::GuestSettings;
+use guestcluster::actors::pool_bundles::{PoolBundles, VersionPatterns};
 use guestcluster::actors::root::{self, Kind, TreeConfig};
 use guestcluster::api::conditions::{self, reasons, types};
-use guestcluster::api::labels::{MANAGED_BY, MANAGED_BY_OPERATOR, NAMESPACE_ENABLED, POOL};
+use guestcluster::api::labels::{
+    CREATED_FOR, CREATED_FOR_POOLS, MANAGED_BY, MANAGED_BY_OPERATOR, NAMESPACE_ENABLED, POOL,
+};
 use guestcluster::api::{CRCBundle, ClusterInstance, ClusterPool, LocalRef};
 use guestcluster::metrics::Metrics;
 use k8s_openapi::api::core::v1::Namespace;
@@ -82,15 +88,23 @@ async fn enabled_namespace(client: &kube::Client, prefix: &str) -> String {
 async fn pools_scale_up_within_namespace_policy() {
     let client = support::client().await;
     let operator_ns = support::ensure_namespace(&client, "pool-operator").await;
-    let ctx = Context::new(
+    let ctx = Context::build(
         client.clone(),
         operator_ns,
         Metrics::default(),
         Default::default(),
+        Default::default(),
+        GuestSettings::from_env(),
+        PoolBundles {
+            crc_versions: VersionPatterns::parse("4.22.*"),
+            storage_class: Some("pool-bundles".into()),
+            gc_grace: Duration::from_secs(3),
+        },
     );
     // The instance controller stays out: these instances never get past their gates anyway.
+    // Bundles run (their prep Jobs never start here) so that unused ones are collected.
     let config = TreeConfig {
-        kinds: vec![Kind::ClusterPool, Kind::ClusterLease],
+        kinds: vec![Kind::ClusterPool, Kind::ClusterLease, Kind::CrcBundle],
         ..TreeConfig::default()
     };
     let tree = root::start(ctx, config).await.expect("tree starts");
@@ -114,10 +128,16 @@ async fn pools_scale_up_within_namespace_policy() {
         )
         .await
         .expect("create pool");
-    wait_for("CRCBundle crc-4.22.7-amd64", || async {
+    let made = wait_for("CRCBundle crc-4.22.7-amd64", || async {
         bundles.get_opt("crc-4.22.7-amd64").await.ok().flatten()
     })
     .await;
+    // Made for pools, on the operator's StorageClass.
+    assert_eq!(made.labels()[CREATED_FOR], CREATED_FOR_POOLS);
+    assert_eq!(
+        made.spec.storage_class_name.as_deref(),
+        Some("pool-bundles")
+    );
     wait_for(&format!("{name}: totalInstances 2"), || async {
         let p = pools.get(&name).await.ok()?;
         (p.status?.total_instances == Some(2)).then_some(())
@@ -176,7 +196,7 @@ async fn pools_scale_up_within_namespace_policy() {
     off_pools
         .create(
             &PostParams::default(),
-            &pool(&off, "crc", 2, 2, template(json!({"crcVersion": "4.99.1"}))),
+            &pool(&off, "crc", 2, 2, template(json!({"crcVersion": "4.22.9"}))),
         )
         .await
         .expect("create disabled pool");
@@ -191,7 +211,7 @@ async fn pools_scale_up_within_namespace_policy() {
     assert_eq!(p.status.unwrap().total_instances, Some(0));
     assert!(members(&off_instances, &off).await.is_empty());
     assert!(
-        bundles.get_opt("crc-4.99.1-amd64").await.unwrap().is_none(),
+        bundles.get_opt("crc-4.22.9-amd64").await.unwrap().is_none(),
         "no bundle from a disabled namespace"
     );
 
@@ -252,6 +272,50 @@ async fn pools_scale_up_within_namespace_policy() {
         .filter(|b| b.contains(&by_ref) || b.contains(&bundle_ref))
         .collect();
     assert!(created.is_empty(), "{created:?}");
+
+    // A crcVersion the operator does not allow: instances wait, no bundle, and a condition
+    // naming the setting.
+    let denied = support::unique("denied");
+    pools
+        .create(
+            &PostParams::default(),
+            &pool(
+                &denied,
+                "crc",
+                1,
+                1,
+                template(json!({"crcVersion": "4.99.1"})),
+            ),
+        )
+        .await
+        .expect("create pool of a version not allowed");
+    let p = support::with_condition(
+        &pools,
+        &denied,
+        types::BUNDLE_AVAILABLE,
+        "False",
+        reasons::CRC_VERSION_NOT_ALLOWED,
+    )
+    .await;
+    let status = p.status.unwrap();
+    let c = conditions::find(&status.conditions, types::BUNDLE_AVAILABLE).unwrap();
+    assert!(c.message.contains("--pool-crc-versions"), "{}", c.message);
+    assert!(
+        bundles.get_opt("crc-4.99.1-amd64").await.unwrap().is_none(),
+        "no bundle for a version not allowed"
+    );
+
+    // The pool that made crc-4.22.7-amd64 goes, and its instances with it: once nothing refers
+    // to the bundle for the grace, the operator deletes it.
+    pools
+        .delete(&name, &Default::default())
+        .await
+        .expect("delete the first pool");
+    support::wait_long("the unreferenced pool bundle deleted", || async {
+        let b = bundles.get_opt("crc-4.22.7-amd64").await.ok()?;
+        b.is_none_or(|b| b.uid() != made.uid()).then_some(())
+    })
+    .await;
 
     tree.stop(None);
 }

@@ -73,7 +73,7 @@ fn a_bundle_has_the_upstream_layout_and_a_sealed_disk() {
     let line =
         guestcluster::guest::keys::authorized_key_line(key.public_key(), "crc-bundle").unwrap();
     assert!(
-        state.users["core"].authorized_keys.contains(&line),
+        state.provisioned_keys("core").contains(&line),
         "core authorizes the bundle key"
     );
 }

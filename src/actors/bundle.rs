@@ -14,6 +14,7 @@ use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, ServiceAccount};
@@ -25,6 +26,7 @@ use super::kind_supervisor::{
     Next, ObjectActor, OwnerEvents, ReconcileError, Related, RelatedEvents, owner_events,
     related_events_selected,
 };
+use super::pool_bundles::{self, Collect};
 use super::stage::Stage;
 use super::stage::build_vm::{BuildVmStage, ValidationClone};
 use super::stage::children::Children;
@@ -35,6 +37,7 @@ use super::stage::prep_job::PrepJob;
 use crate::api::bundle::{CRCBundle, CRCBundleStatus};
 use crate::api::conditions::reasons;
 use crate::api::labels;
+use crate::api::{ClusterInstance, ClusterPool};
 use crate::cdi::{DataSource, DataVolume};
 use crate::kubevirt::{VirtualMachine, VirtualMachineInstance};
 use crate::resources;
@@ -59,6 +62,8 @@ pub enum Error {
         action: Action,
         source: kube::Error,
     },
+    #[error("deleting the unreferenced CRCBundle {name}: {source}")]
+    Collect { name: String, source: kube::Error },
     #[error(transparent)]
     Build(Box<super::build::Error>),
 }
@@ -102,9 +107,7 @@ impl ObjectActor for BundleActor {
                 .await
                 .map_err(|e| Error::Build(Box::new(e)));
         }
-        download_pass(bundle, ctx, children)
-            .await
-            .map(|()| Next::Done)
+        download_pass(bundle, ctx, children).await
     }
 
     /// The PVCs and what the prep Job publishes live in the operator namespace and are owned by
@@ -191,12 +194,12 @@ async fn download_pass(
     cached: &CRCBundle,
     ctx: &Arc<Context>,
     children: &mut Children,
-) -> Result<(), Error> {
+) -> Result<Next, Error> {
     // `status.prepJob` is written ahead of the Job and the status is applied whole: never
     // decide on a cache that may not show our last write.
     let Some(bundle) = current(ctx, cached).await? else {
         // Deleted: the supervisor stops us.
-        return Ok(());
+        return Ok(Next::Done);
     };
     let bundle = bundle.as_ref();
     let observed = observe(ctx, bundle, children).await?;
@@ -207,6 +210,23 @@ async fn download_pass(
             download::record_created(&mut status, uid);
         }
     }
+    let collect = if created_for_pools(bundle) {
+        let referenced = referenced(ctx, bundle).await?;
+        let collect = pool_bundles::collect(
+            status.unreferenced_since.as_ref(),
+            referenced,
+            Timestamp::now(),
+            ctx.pool_bundles.gc_grace,
+        );
+        match &collect {
+            Collect::Keep => status.unreferenced_since = None,
+            Collect::Since(at) => status.unreferenced_since = Some(at.clone()),
+            Collect::Wait(_) | Collect::Delete => {}
+        }
+        Some(collect)
+    } else {
+        None
+    };
     write_status(ctx, bundle, &status).await?;
     // Only now, with the identity recorded, does a child follow it.
     let owner = bundle.uid().unwrap_or_default();
@@ -214,6 +234,73 @@ async fn download_pass(
         Some(recorded) => children.ensure::<PrepJob>(ctx, &owner, recorded).await,
         None => children.stop(PrepJob::KIND),
     }
+    let grace = ctx.pool_bundles.gc_grace;
+    Ok(match collect {
+        None => Next::Done,
+        // Nothing wakes a bundle when the last pool referring to it goes: look again after
+        // the grace, so an unused bundle goes within twice the grace.
+        Some(Collect::Keep | Collect::Since(_)) => Next::Requeue(grace),
+        Some(Collect::Wait(left)) => Next::Requeue(left),
+        Some(Collect::Delete) => {
+            collect_bundle(ctx, bundle, grace).await?;
+            Next::Done
+        }
+    })
+}
+
+/// Whether the operator made this bundle for pools (the only bundles it removes on its own).
+fn created_for_pools(bundle: &CRCBundle) -> bool {
+    bundle.metadata.deletion_timestamp.is_none()
+        && bundle.labels().get(labels::CREATED_FOR).map(String::as_str)
+            == Some(labels::CREATED_FOR_POOLS)
+}
+
+/// Whether any pool or instance, in any namespace, still refers to the bundle.
+async fn referenced(ctx: &Context, bundle: &CRCBundle) -> Result<bool, Error> {
+    let err = |what: &str| {
+        let (name, what) = (bundle.name_any(), what.to_owned());
+        move |source| Error::Observe { name, what, source }
+    };
+    let pools = Api::<ClusterPool>::all(ctx.client.clone())
+        .list(&Default::default())
+        .await
+        .map_err(err("the ClusterPools referring to it"))?;
+    let instances = Api::<ClusterInstance>::all(ctx.client.clone())
+        .list(&Default::default())
+        .await
+        .map_err(err("the ClusterInstances referring to it"))?;
+    Ok(pool_bundles::referenced(
+        &bundle.name_any(),
+        &bundle.uid().unwrap_or_default(),
+        &pools.items,
+        &instances.items,
+    ))
+}
+
+/// Deletes an unused pool-created bundle (by UID: a bundle made again under the name stays),
+/// with an Event saying why.
+async fn collect_bundle(ctx: &Context, bundle: &CRCBundle, grace: Duration) -> Result<(), Error> {
+    let name = bundle.name_any();
+    ctx.events
+        .publish(
+            bundle,
+            crate::events::Kind::Normal,
+            reasons::BUNDLE_UNREFERENCED,
+            &format!(
+                "no ClusterPool or ClusterInstance has referred to CRCBundle {name} for {}s; deleting it and its golden disk",
+                grace.as_secs()
+            ),
+        )
+        .await;
+    write::delete_exact(
+        &Api::<CRCBundle>::all(ctx.client.clone()),
+        &name,
+        &bundle.uid().unwrap_or_default(),
+        PropagationPolicy::Background,
+    )
+    .await
+    .map_err(|source| Error::Collect { name, source })?;
+    tracing::info!(crcbundle = %bundle.name_any(), "unreferenced pool-created bundle deleted");
     Ok(())
 }
 

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::own_writes::OwnWrites;
+use super::pool_bundles::PoolBundles;
 use super::user_secrets::UserSecrets;
 use super::views::Views;
 use crate::events::Events;
@@ -35,6 +36,8 @@ pub struct Context {
     pub own_writes: OwnWrites,
     /// The user Secrets instances read by name, read once per change.
     pub user_secrets: UserSecrets,
+    /// Which bundles pools may have created, where, and how long unused ones stay.
+    pub pool_bundles: PoolBundles,
 }
 
 impl Context {
@@ -62,6 +65,7 @@ impl Context {
             jobs,
             tuning,
             GuestSettings::from_env(),
+            PoolBundles::default(),
         )
     }
 
@@ -73,6 +77,7 @@ impl Context {
         jobs: JobSettings,
         tuning: Tuning,
         guests: GuestSettings,
+        pool_bundles: PoolBundles,
     ) -> Arc<Self> {
         metrics.count_live_actors_with(super::names::live_actor_counts);
         Arc::new(Self {
@@ -87,6 +92,7 @@ impl Context {
             views: Views::default(),
             own_writes: OwnWrites::default(),
             user_secrets: UserSecrets::default(),
+            pool_bundles,
         })
     }
 }

@@ -1064,6 +1064,7 @@ mod tests {
             crate::actors::context::GuestSettings {
                 route_access: Default::default(),
             },
+            Default::default(),
         );
         let args = ObjectArgs {
             key: ObjectRef::from_obj(&object),

@@ -37,6 +37,7 @@ pub mod lease_decide;
 pub mod names;
 pub mod own_writes;
 pub mod pool;
+pub mod pool_bundles;
 pub mod pool_decide;
 pub mod resolve;
 pub mod root;

@@ -234,6 +234,7 @@ async fn reconcile(pool: &ClusterPool, ctx: &Context) -> Result<Next, Error> {
             leases: &leases,
             now: Timestamp::now(),
             idle_grace: ctx.tuning.pool_idle_grace,
+            pool_bundles: &ctx.pool_bundles,
         },
     );
     if let Some(bundle) = &decision.bundle {

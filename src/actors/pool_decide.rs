@@ -12,6 +12,7 @@ use kube::ResourceExt;
 
 use super::instance_gates::{HCP_MESSAGE, NamespaceState};
 use super::lease_decide::{claimed, is_pending};
+use super::pool_bundles::PoolBundles;
 use crate::api::CRCBundle;
 use crate::api::common::ClusterType;
 use crate::api::conditions::{self, reasons, types};
@@ -216,6 +217,8 @@ pub struct Observed<'a> {
     pub now: Timestamp,
     /// How long an instance must be idle before scale-down may delete it.
     pub idle_grace: Duration,
+    /// Which `crcVersion`s may have a bundle created, and on which StorageClass.
+    pub pool_bundles: &'a PoolBundles,
 }
 
 /// The next status of a pool that is not being deleted, and the one change to make.
@@ -301,7 +304,7 @@ pub fn decide(pool: &ClusterPool, observed: Observed<'_>) -> Decision {
         )
     };
     conditions::set(&mut status.conditions, capacity);
-    if let Some(bundle) = bundle_condition(spec, observed.bundle, &cond) {
+    if let Some(bundle) = bundle_condition(spec, observed.bundle, observed.pool_bundles, &cond) {
         conditions::set(&mut status.conditions, bundle);
     }
     decision.status = status;
@@ -310,7 +313,7 @@ pub fn decide(pool: &ClusterPool, observed: Observed<'_>) -> Decision {
         // Status only: no bundle, no creation, no trimming.
         return decision;
     }
-    decision.bundle = bundle_for(&spec.template);
+    decision.bundle = bundle_for(&spec.template, observed.pool_bundles);
     if size.need > 0 {
         if size.room > 0 {
             let instance_name = instance_name(&name, observed.instances);
@@ -345,6 +348,7 @@ pub fn decide(pool: &ClusterPool, observed: Observed<'_>) -> Decision {
 fn bundle_condition(
     spec: &ClusterPoolSpec,
     state: BundleState,
+    policy: &PoolBundles,
     cond: &impl Fn(&str, bool, &str, &str) -> Condition,
 ) -> Option<Condition> {
     let name = crate::actors::resolve::bundle_name(&spec.template)?;
@@ -371,6 +375,16 @@ fn bundle_condition(
             reasons::BUNDLE_NOT_FOUND,
             &format!(
                 "CRCBundle {name} does not exist; crcBundleRef names a bundle the pool never creates: create it"
+            ),
+        ),
+        BundleState::Missing if bundle_for(&spec.template, policy).is_none() => cond(
+            types::BUNDLE_AVAILABLE,
+            false,
+            reasons::CRC_VERSION_NOT_ALLOWED,
+            &format!(
+                "CRCBundle {name} does not exist, and the operator creates bundles for pools only for the crcVersions it allows ({}): ask its administrator to allow crcVersion {} (--pool-crc-versions), or create a CRCBundle and name it in crcBundleRef",
+                policy.crc_versions,
+                spec.template.crc_version().unwrap_or_default()
             ),
         ),
         BundleState::Missing => cond(
@@ -526,8 +540,14 @@ mod tests {
             leases,
             now: at(NOW),
             idle_grace: GRACE,
+            pool_bundles: &ALLOW_ALL,
         }
     }
+
+    static ALLOW_ALL: std::sync::LazyLock<PoolBundles> = std::sync::LazyLock::new(|| PoolBundles {
+        crc_versions: crate::actors::pool_bundles::VersionPatterns::parse("*"),
+        ..Default::default()
+    });
 
     fn run(p: &ClusterPool, instances: &[ClusterInstance], leases: &[ClusterLease]) -> Decision {
         decide(p, observed(instances, leases))
@@ -885,7 +905,10 @@ mod tests {
         assert_eq!(b.name_any(), "crc-4.22.7-arm64");
         assert_eq!(b.spec.version.as_deref(), Some("4.22.7"));
         assert_eq!(b.spec.arch, Arch::Arm64);
-        assert_eq!(b.spec.storage_class_name.as_deref(), Some("fast"));
+        assert_eq!(
+            b.spec.storage_class_name, None,
+            "the operator's StorageClass, not the first tenant's"
+        );
         assert!(b.metadata.owner_references.is_none());
 
         let d = run(&crc_pool(1, 1, 0), &[], &[]);
@@ -909,10 +932,10 @@ mod tests {
         assert!(d.create.is_some(), "instances are still created");
         let mut both = p.spec.template.clone();
         both.crc_version = Some("4.22.7".into());
-        assert!(bundle_for(&both).is_none());
+        assert!(bundle_for(&both, &ALLOW_ALL).is_none());
         let mut empty = crc_pool(1, 1, 0).spec.template;
         empty.crc_version = Some(String::new());
-        assert!(bundle_for(&empty).is_none(), "empty crcVersion");
+        assert!(bundle_for(&empty, &ALLOW_ALL).is_none(), "empty crcVersion");
     }
 
     #[test]
@@ -1001,6 +1024,40 @@ mod tests {
             ("False", reasons::BUNDLE_NOT_FOUND)
         );
         assert!(message.contains("the pool creates it"), "{message}");
+
+        // A version the operator does not allow: no bundle, and a condition naming the fix.
+        let allow_4_21 = PoolBundles {
+            crc_versions: crate::actors::pool_bundles::VersionPatterns::parse("4.21.*"),
+            ..Default::default()
+        };
+        let d = decide(
+            &by_version,
+            Observed {
+                bundle: BundleState::Missing,
+                pool_bundles: &allow_4_21,
+                ..observed(&[], &[])
+            },
+        );
+        assert!(d.bundle.is_none());
+        assert!(d.create.is_some(), "instances are still created; they wait");
+        let c = conditions::find(&d.status.conditions, types::BUNDLE_AVAILABLE).unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", reasons::CRC_VERSION_NOT_ALLOWED)
+        );
+        assert!(c.message.contains("(4.21.*)"), "{}", c.message);
+        assert!(c.message.contains("--pool-crc-versions"), "{}", c.message);
+        // The same version's bundle made by an administrator serves the pool.
+        let d = decide(
+            &by_version,
+            Observed {
+                bundle: BundleState::Ready,
+                pool_bundles: &allow_4_21,
+                ..observed(&[], &[])
+            },
+        );
+        let c = conditions::find(&d.status.conditions, types::BUNDLE_AVAILABLE).unwrap();
+        assert_eq!(c.reason, reasons::BUNDLE_READY);
         let by_ref = pool(
             "crc",
             1,

@@ -347,6 +347,11 @@ pub struct CRCBundleStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 
+    /// A bundle the operator created for pools: since when no pool or instance refers to it.
+    /// It is deleted once that lasted the operator's grace (`--pool-bundle-gc-grace-seconds`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unreferenced_since: Option<Time>,
+
     /// `Ready`, plus one condition per build stage: Prepared, Installed, Customized, Sealed,
     /// Published, Validated.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -45,6 +45,10 @@ pub mod reasons {
     /// ClusterPool `BundleAvailable=False`.
     pub const BUNDLE_NOT_READY: &str = "BundleNotReady";
     pub const BUNDLE_NOT_FOUND: &str = "BundleNotFound";
+    /// The operator's configuration does not let pools have a bundle made for this crcVersion.
+    pub const CRC_VERSION_NOT_ALLOWED: &str = "CRCVersionNotAllowed";
+    /// Event: a bundle made for pools is deleted after its grace with no pool or instance.
+    pub const BUNDLE_UNREFERENCED: &str = "BundleUnreferenced";
     pub const REPROVISIONING: &str = "Reprovisioning";
     // ClusterInstance (upstream §3.9) and topology.
     pub const TOPOLOGY_UNSUPPORTED: &str = "TopologyUnsupported";

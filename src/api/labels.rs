@@ -19,6 +19,10 @@ pub const COMPONENT_CRC_AGENT: &str = "crc-agent";
 pub const POOL: &str = "opdev.io/pool";
 /// Name of the CRCBundle an object belongs to.
 pub const CRC_BUNDLE: &str = "opdev.io/crc-bundle";
+/// On a CRCBundle the operator created for ClusterPools (value [`CREATED_FOR_POOLS`]): it is
+/// removed once no pool or instance refers to it for the grace the operator is configured with.
+pub const CREATED_FOR: &str = "guestcluster.opdev.io/created-for";
+pub const CREATED_FOR_POOLS: &str = "clusterpools";
 /// Attempt id of the bundle build that created a temporary object.
 pub const BUILD_ATTEMPT: &str = "guestcluster.opdev.io/build-attempt";
 

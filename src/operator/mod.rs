@@ -44,8 +44,10 @@ pub struct Options {
     pub tree: TreeConfig,
     /// Image and service accounts of the Jobs the operator creates.
     pub jobs: crate::resources::bundle::JobSettings,
-    /// How guest APIs are reached (Route proxy) and the agents' ClusterRole.
+    /// How guest APIs are reached (Route proxy).
     pub guests: crate::actors::context::GuestSettings,
+    /// Which bundles pools may have created, where, and how long unused ones stay.
+    pub pool_bundles: crate::actors::pool_bundles::PoolBundles,
 }
 
 /// Addresses the HTTP listeners actually bound (port 0 resolves to a free port).
@@ -71,6 +73,7 @@ pub async fn run(
         options.jobs.clone(),
         Default::default(),
         options.guests.clone(),
+        options.pool_bundles.clone(),
     );
     let leading = Arc::new(AtomicBool::new(!options.leader_elect));
     let mut servers = Vec::new();

@@ -7,10 +7,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
 use super::bundle::published_bundle_name;
+use crate::actors::pool_bundles::PoolBundles;
 use crate::api::bundle::DEFAULT_GOLDEN_VOLUME_SIZE;
 use crate::api::common::LocalRef;
 use crate::api::instance::{ClusterInstance, ClusterInstanceSpec};
-use crate::api::labels::{MANAGED_BY, MANAGED_BY_OPERATOR, POOL};
+use crate::api::labels::{CREATED_FOR, CREATED_FOR_POOLS, MANAGED_BY, MANAGED_BY_OPERATOR, POOL};
 use crate::api::pool::ClusterPool;
 use crate::api::template::ClusterTemplate;
 use crate::api::{CRCBundle, CRCBundleSpec};
@@ -68,13 +69,18 @@ pub fn new_instance(pool: &ClusterPool, name: &str) -> ClusterInstance {
     }
 }
 
-/// The CRCBundle a pool with this template ensures: only for `crcVersion` (non-empty), never
-/// with `crcBundleRef`. Cluster-scoped, shared, no owner reference.
-pub fn bundle_for(template: &ClusterTemplate) -> Option<CRCBundle> {
+/// The CRCBundle a pool with this template ensures: only for `crcVersion` (non-empty) that the
+/// operator's policy allows, never with `crcBundleRef`. Cluster-scoped, shared, no owner
+/// reference; labelled as made for pools, on the policy's StorageClass (never the template's:
+/// the first tenant to ask must not choose where everyone's bundle lives).
+pub fn bundle_for(template: &ClusterTemplate, policy: &PoolBundles) -> Option<CRCBundle> {
     if template.crc_bundle_ref().is_some() {
         return None;
     }
     let version = template.crc_version()?;
+    if !policy.crc_versions.allows(version) {
+        return None;
+    }
     let arch = template.arch();
     let spec = CRCBundleSpec {
         version: Some(version.to_owned()),
@@ -82,14 +88,16 @@ pub fn bundle_for(template: &ClusterTemplate) -> Option<CRCBundle> {
         bundle_url: None,
         sha256_url: None,
         allow_http: false,
-        storage_class_name: template
-            .storage_class_name
-            .clone()
-            .filter(|s| !s.is_empty()),
+        storage_class_name: policy.storage_class.clone(),
         golden_volume_size: DEFAULT_GOLDEN_VOLUME_SIZE.to_owned(),
         build: None,
     };
-    Some(CRCBundle::new(&published_bundle_name(version, arch), spec))
+    let mut bundle = CRCBundle::new(&published_bundle_name(version, arch), spec);
+    bundle.metadata.labels = Some(BTreeMap::from([(
+        CREATED_FOR.to_owned(),
+        CREATED_FOR_POOLS.to_owned(),
+    )]));
+    Some(bundle)
 }
 
 #[cfg(test)]
@@ -154,10 +162,33 @@ mod tests {
         assert_eq!(instance_name("p", &[]), "p-0");
     }
 
+    fn allow_all() -> PoolBundles {
+        PoolBundles {
+            crc_versions: crate::actors::pool_bundles::VersionPatterns::parse("*"),
+            storage_class: Some("shared-ceph".into()),
+            ..Default::default()
+        }
+    }
+
     #[test]
-    fn the_bundle_of_a_crc_version_only() {
-        let p = crc_pool();
-        let bundle = bundle_for(&p.spec.template).expect("a bundle for crcVersion");
+    fn the_bundle_of_an_allowed_crc_version_only_on_the_operators_storage_class() {
+        let mut p = crc_pool();
+        p.spec.template.storage_class_name = Some("tenant-choice".into());
+        let bundle = bundle_for(&p.spec.template, &allow_all()).expect("a bundle for crcVersion");
+        assert_eq!(
+            bundle.spec.storage_class_name.as_deref(),
+            Some("shared-ceph")
+        );
+        assert_eq!(bundle.labels()[CREATED_FOR], CREATED_FOR_POOLS);
+        assert!(
+            bundle_for(&p.spec.template, &PoolBundles::default()).is_none(),
+            "no version is allowed by default"
+        );
+        let only_4_21 = PoolBundles {
+            crc_versions: crate::actors::pool_bundles::VersionPatterns::parse("4.21.*"),
+            ..Default::default()
+        };
+        assert!(bundle_for(&p.spec.template, &only_4_21).is_none());
         assert_eq!(
             bundle.name_any(),
             published_bundle_name("4.22.7", Arch::Amd64)
@@ -166,9 +197,12 @@ mod tests {
         assert!(bundle.owner_references().is_empty(), "shared, no owner");
         let mut both = p.spec.template.clone();
         both.crc_bundle_ref = Some(LocalRef::new("custom"));
-        assert!(bundle_for(&both).is_none());
+        assert!(bundle_for(&both, &allow_all()).is_none());
         let mut empty = p.spec.template;
         empty.crc_version = Some(String::new());
-        assert!(bundle_for(&empty).is_none(), "empty crcVersion");
+        assert!(
+            bundle_for(&empty, &allow_all()).is_none(),
+            "empty crcVersion"
+        );
     }
 }

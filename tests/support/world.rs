@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 
 use guestcluster::actors::Context;
 use guestcluster::actors::context::GuestSettings;
+use guestcluster::actors::pool_bundles::{PoolBundles, VersionPatterns};
 use guestcluster::actors::root::{self, TreeConfig};
 use guestcluster::guest::route::{ROUTE_PROXY_ENV, RouteAccess};
 use guestcluster::metrics::Metrics;
@@ -67,6 +68,8 @@ pub async fn operator_process(name: &str) -> super::Operator {
             IMAGE,
             "--bundle-prep-service-account",
             "default",
+            "--pool-crc-versions",
+            "*",
         ],
         &[(ROUTE_PROXY_ENV, router.as_str())],
     )
@@ -157,6 +160,11 @@ async fn start(with_operator: bool) -> Result<(World, (Sim, RouteProxy)), String
         jobs,
         Default::default(),
         guests,
+        PoolBundles {
+            // Scenario pools ask for the versions their tests serve.
+            crc_versions: VersionPatterns::parse("*"),
+            ..Default::default()
+        },
     );
     let config = TreeConfig {
         backoff: guestcluster::actors::backoff::Backoff {
