@@ -2,7 +2,8 @@
 //! are being provisioned and a new process takes over. Every instance still becomes Ready, and
 //! there is exactly one DataVolume, one VirtualMachine and one agent Job per VMI for each — the
 //! write-ahead status and create-if-missing steps make the restart converge without duplicates.
-//! Also prints the run time and the operator's peak memory.
+//! No secret of the run shows in statuses, Events, termination messages or logs. Also prints the
+//! run time and the operator's peak memory.
 // Tests act as users and other controllers: they write directly, not through the operator's write path.
 #![allow(clippy::disallowed_methods)]
 
@@ -20,7 +21,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
 use support::crc::{ready_bundle, team_namespace, template};
 use support::wait_long;
-use support::world::{bare_world, operator_process};
+use support::world::{OPERATOR_NS, bare_world, operator_process};
 
 /// Objects of `K` in `ns` per `opdev.io/cluster-instance` label.
 async fn per_instance<K>(client: &kube::Client, ns: &str) -> BTreeMap<String, Vec<String>>
@@ -121,4 +122,30 @@ async fn instances_become_ready_without_duplicates_when_the_operator_is_killed_m
             "{name}: exactly one agent Job, for the running VMI"
         );
     }
+
+    // No secret of the scenario (pull secret, bundle key, guest keys, identities, kubeconfigs)
+    // is in a status, an Event, a termination message, the operators' logs or a Job's log.
+    let namespaces = [ns.as_str(), OPERATOR_NS];
+    let needles = support::leaks::needles(&client, &namespaces).await;
+    for secret in [
+        "pull-secret",
+        "-crc-guest-key",
+        "-crc-identity",
+        "-ssh-key",
+        "-kubeconfig",
+    ] {
+        assert!(
+            needles.iter().any(|(name, _)| name.contains(secret)),
+            "no needle from a {secret} Secret: {needles:?}"
+        );
+    }
+    let logs = [first.log_path().to_owned(), second.log_path().to_owned()];
+    let haystack = support::leaks::haystack(&client, &namespaces, &[&world.root], &logs).await;
+    for log in ["crc-agent.log", "bundle-prep.log", "operator.log"] {
+        assert!(
+            haystack.iter().any(|(place, _)| place.ends_with(log)),
+            "no {log} among the logs searched"
+        );
+    }
+    support::leaks::assert_none(&needles, &haystack);
 }

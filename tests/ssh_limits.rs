@@ -1,18 +1,26 @@
 //! The SSH client's limits against a server that misbehaves on purpose (a russh server in the
 //! test): a command that is accepted and never answered ends at its own budget or at the step's
 //! deadline, whichever comes first; a command that prints without end is stopped at the output
-//! limit. The simulated guest always answers, so these peers are written here.
+//! limit; the crc-agent's whole startup path against a guest that never answers ends at its
+//! deadline. The simulated guest always answers, so these peers are written here.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use guestcluster::agent::{Settings, Startup, startup_path};
+use guestcluster::guest::cluster::{Patience, Patiences};
 use guestcluster::guest::ssh::{SshGuest, SshOptions};
 use guestcluster::guest::{Command, GuestError, keys};
+use guestcluster::identity;
 use russh::server::{self, Auth, ChannelOpenHandle, Msg, Session, VerifiedPublicKey};
 use russh::{Channel, ChannelId};
 
-/// Accepts any key; `hang` never answers a command, `flood` prints 4 MiB, anything else exits 0.
-struct Misbehaving;
+/// Accepts any key; `hang` never answers a command, `flood` prints 4 MiB, anything else exits 0
+/// — unless `mute`, when no command is ever answered (a guest whose sshd accepts and then hangs).
+#[derive(Clone, Copy)]
+struct Misbehaving {
+    mute: bool,
+}
 
 impl server::Handler for Misbehaving {
     type Error = russh::Error;
@@ -43,6 +51,7 @@ impl server::Handler for Misbehaving {
     ) -> Result<(), Self::Error> {
         session.channel_success(channel)?;
         match data {
+            _ if self.mute => {}
             b"hang" => {}
             b"flood" => {
                 for _ in 0..64 {
@@ -61,6 +70,10 @@ impl server::Handler for Misbehaving {
 }
 
 async fn server() -> String {
+    serve(Misbehaving { mute: false }).await
+}
+
+async fn serve(handler: Misbehaving) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let config = Arc::new(server::Config {
@@ -73,7 +86,7 @@ async fn server() -> String {
         while let Ok((socket, _)) = listener.accept().await {
             let config = config.clone();
             tokio::spawn(async move {
-                if let Ok(session) = server::run_stream(config, socket, Misbehaving).await {
+                if let Ok(session) = server::run_stream(config, socket, handler).await {
                     let _ = session.await;
                 }
             });
@@ -154,4 +167,38 @@ async fn output_past_the_limit_stops_the_command() {
         matches!(err, GuestError::OutputTooLarge { limit, .. } if limit == 1 << 20),
         "{err}"
     );
+}
+
+/// The crc-agent's startup path against a guest that accepts SSH and then never answers: it ends
+/// with the step's reason at the run's deadline, even with a long budget per command.
+#[tokio::test]
+async fn a_guest_that_never_answers_ends_the_agent_at_its_deadline() {
+    let addr = serve(Misbehaving { mute: true }).await;
+    let quick = Patience::new(Duration::from_millis(50), Duration::from_secs(5));
+    let settings = Settings {
+        ssh_port: quick,
+        ssh_connect_timeout: Duration::from_secs(5),
+        ssh_command_timeout: Duration::from_secs(600),
+        run_deadline: Duration::from_secs(8),
+        patiences: Patiences::uniform(quick),
+        ..Settings::default()
+    };
+    let key = keys::generate_ed25519().unwrap();
+    let identity = identity::generate("api.example.com", 1_700_000_000).unwrap();
+    let startup = Startup {
+        addr,
+        user: "core",
+        guest_key: &key,
+        bundle_key: None,
+        identity: &identity,
+        pull_secret: b"{}",
+        api_hostname: "api.example.com",
+        settings: &settings,
+    };
+    let err = tokio::time::timeout(HANG_GUARD, startup_path(&startup))
+        .await
+        .expect("the agent hung past its run deadline")
+        .unwrap_err();
+    assert_eq!(err.reason(), "GuestStepFailed", "{err}");
+    assert!(err.to_string().contains("did not finish within"), "{err}");
 }

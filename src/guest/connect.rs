@@ -147,3 +147,106 @@ impl hyper::rt::Write for TlsStream {
         Pin::new(&mut self.0).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::Namespace;
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use tokio::io::AsyncReadExt as _;
+
+    use super::*;
+
+    const HOST: &str = "api.example.com";
+
+    /// Each dial is an in-memory pipe to a peer that `serve` plays.
+    struct Pipe(Arc<dyn Fn(tokio::io::DuplexStream) + Send + Sync>);
+
+    impl Dial for Pipe {
+        fn dial(&self) -> DialFuture {
+            let (ours, theirs) = tokio::io::duplex(64 << 10);
+            (self.0)(theirs);
+            Box::pin(async move { Ok(Box::new(ours) as Box<dyn Io>) })
+        }
+    }
+
+    fn client_for(identity: &crate::identity::Identity, serve: Pipe) -> kube::Client {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        // The Route client's verifier: the self-signed serving certificate, pinned.
+        let verifier = super::super::route::PinnedVerifier {
+            pinned: vec![CertificateDer::from_pem_slice(identity.serving_crt.as_bytes()).unwrap()],
+            provider: provider.clone(),
+        };
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(verifier))
+            .with_no_client_auth();
+        client(Arc::new(serve), HOST, &format!("https://{HOST}"), tls).unwrap()
+    }
+
+    /// The error of one GET, with its whole chain of causes.
+    async fn request(client: &kube::Client) -> String {
+        let err = Api::<Namespace>::all(client.clone())
+            .get("default")
+            .await
+            .unwrap_err();
+        let mut text = err.to_string();
+        let mut source = std::error::Error::source(&err);
+        while let Some(cause) = source {
+            text.push_str(&format!(": {cause}"));
+            source = cause.source();
+        }
+        text
+    }
+
+    use kube::Api;
+
+    // Paused time: the runtime skips ahead whenever everything waits, so the timeouts elapse at
+    // once and exactly.
+    #[tokio::test(start_paused = true)]
+    async fn a_peer_that_never_finishes_tls_ends_at_the_connect_timeout() {
+        let identity = crate::identity::generate(HOST, 1_700_000_000).unwrap();
+        let silent = Pipe(Arc::new(|peer| {
+            tokio::spawn(async move {
+                let _held = peer;
+                std::future::pending::<()>().await;
+            });
+        }));
+        let started = tokio::time::Instant::now();
+        let err = request(&client_for(&identity, silent)).await;
+        assert!(err.contains("no connection within 30s"), "{err}");
+        assert_eq!(started.elapsed(), CONNECT_TIMEOUT);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_that_is_never_answered_ends_at_the_request_timeout() {
+        let identity = crate::identity::generate(HOST, 1_700_000_000).unwrap();
+        let key = PrivateKeyDer::from_pem_slice(identity.serving_key.as_bytes()).unwrap();
+        let cert = CertificateDer::from_pem_slice(identity.serving_crt.as_bytes()).unwrap();
+        let server = Arc::new(
+            rustls::ServerConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert], key)
+            .unwrap(),
+        );
+        // Completes TLS, reads the request, never answers.
+        let mute = Pipe(Arc::new(move |peer| {
+            let acceptor = tokio_rustls::TlsAcceptor::from(server.clone());
+            tokio::spawn(async move {
+                let mut stream = acceptor.accept(peer).await.expect("TLS handshake");
+                let mut buf = [0u8; 4096];
+                while stream.read(&mut buf).await.is_ok_and(|n| n > 0) {}
+            });
+        }));
+        let started = tokio::time::Instant::now();
+        let err = request(&client_for(&identity, mute)).await;
+        assert!(err.contains("no answer within 60s"), "{err}");
+        assert_eq!(started.elapsed(), REQUEST_TIMEOUT);
+    }
+}

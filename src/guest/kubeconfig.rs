@@ -73,7 +73,10 @@ impl Kubeconfig {
     }
 
     pub fn parse(text: &str) -> Result<Self, Error> {
-        let value: Value = serde_saphyr::from_str(text).map_err(|e| Error::Parse(e.to_string()))?;
+        // The parser's message and position, never its snippet of the input: that would quote
+        // the client key or a token into a log or a condition.
+        let value: Value = serde_saphyr::from_str(text)
+            .map_err(|e| Error::Parse(e.without_snippet().to_string()))?;
         if !value.is_object() {
             return Err(Error::Parse("the document is not a mapping".into()));
         }
@@ -215,6 +218,22 @@ mod tests {
         assert_eq!(back.value()["users"][0]["name"], "admin");
         assert_eq!(back.server_ca().unwrap(), "SERVER CA", "clusters untouched");
         assert_eq!(back.value()["current-context"], "admin");
+    }
+
+    #[test]
+    fn a_parse_error_never_quotes_the_kubeconfig() {
+        let secret = "client-key-data: c2VjcmV0LWtleS1tYXRlcmlhbA==";
+        for broken in [
+            format!("users:\n- user:\n    {secret}\n  \t- [unclosed"),
+            format!("{secret}\n: : :\n\"unterminated"),
+            format!("- {secret}\n"),
+        ] {
+            let err = Kubeconfig::parse(&broken).unwrap_err().to_string();
+            assert!(
+                !err.contains("c2VjcmV0"),
+                "the error quotes its input: {err}"
+            );
+        }
     }
 
     #[test]

@@ -251,9 +251,9 @@ impl Target {
 
 /// Accepts exactly the pinned certificates, for the right name and only while valid.
 #[derive(Debug)]
-struct PinnedVerifier {
-    pinned: Vec<CertificateDer<'static>>,
-    provider: Arc<CryptoProvider>,
+pub(super) struct PinnedVerifier {
+    pub(super) pinned: Vec<CertificateDer<'static>>,
+    pub(super) provider: Arc<CryptoProvider>,
 }
 
 impl ServerCertVerifier for PinnedVerifier {
