@@ -265,15 +265,7 @@ async fn a_replaced_vmi_gets_a_new_agent_and_becomes_ready_again() {
     let old_uid = first.status.unwrap().crc.unwrap().vmi_uid.unwrap();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
     let copy_name = res::boot_key_secret_name("crc-a");
-    wait_for("the boot-key copy deleted after the handoff", || async {
-        secrets
-            .get_opt(&copy_name)
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    copy_deleted(&secrets, &copy_name).await;
 
     // KubeVirt restarts a deleted VMI of a runStrategy Always VM with a new UID. Its disk
     // authorizes only the instance key, which the new agent logs in with.
@@ -316,6 +308,19 @@ async fn a_replaced_vmi_gets_a_new_agent_and_becomes_ready_again() {
         "recovery needed no copy of the bundle key"
     );
     assert_configured(&client, &ns, &again).await;
+}
+
+/// Waits until the instance's copy of the bundle key is gone (after the handoff).
+async fn copy_deleted(secrets: &Api<Secret>, copy_name: &str) {
+    wait_for("the boot-key copy deleted after the handoff", || async {
+        secrets
+            .get_opt(copy_name)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
 }
 
 /// Logs in to the instance's guest as `core` with `key` (the VMI's address is reachable from
@@ -370,15 +375,7 @@ async fn after_the_handoff_only_the_instance_key_opens_the_guest_and_the_bundle_
 
     // No copy of the bundle key is left in the tenant namespace.
     let copy_name = res::boot_key_secret_name("crc-k");
-    wait_for("the boot-key copy deleted after the handoff", || async {
-        secrets
-            .get_opt(&copy_name)
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    copy_deleted(&secrets, &copy_name).await;
 
     // The guest opens to the instance key and refuses the bundle's.
     ssh_login(

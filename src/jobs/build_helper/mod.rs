@@ -743,15 +743,7 @@ mod tests {
 
     #[tokio::test]
     async fn every_guest_command_of_a_step_ends_before_its_jobs_deadline() {
-        for step in [
-            Step::Generator,
-            Step::Install,
-            Step::Certificates,
-            Step::Customize,
-            Step::Seal,
-            Step::Validate,
-            Step::Aged,
-        ] {
+        for step in Step::ALL {
             let before = tokio::time::Instant::now();
             let options = ssh_options(step);
             let job = Duration::from_secs(
