@@ -163,3 +163,33 @@ pub fn job_container(
         ..Default::default()
     }
 }
+
+#[cfg(test)]
+mod containerfile_tests {
+    /// The image the Jobs run: what the pods' settings assume of it.
+    const CONTAINERFILE: &str = include_str!("../../Containerfile");
+
+    #[test]
+    fn the_image_runs_as_the_job_user_with_the_tools_the_jobs_call() {
+        let lines: Vec<&str> = CONTAINERFILE.lines().map(str::trim).collect();
+        let user = super::JOB_USER;
+        assert!(
+            lines.contains(&format!("USER {user}:{user}").as_str()),
+            "the image's user is the pods' runAsUser {user}"
+        );
+        // Job containers give only args (`agent`, `bundle-prep`, …): the entrypoint is the binary.
+        assert!(lines.contains(&r#"ENTRYPOINT ["/usr/local/bin/guestcluster"]"#));
+        for needed in [
+            "qemu-utils",        // qemu-img: the prep and disk Jobs
+            "ca-certificates",   // https downloads and registry pulls
+            "/usr/local/bin oc", // the installer Job's `oc adm release`
+            "/usr/local/bin/coreos-installer",
+            "/usr/local/bin/guestcluster",
+        ] {
+            assert!(
+                CONTAINERFILE.contains(needed),
+                "the image provides {needed}"
+            );
+        }
+    }
+}
