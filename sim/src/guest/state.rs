@@ -614,6 +614,14 @@ fn sealed_kubeconfig(pki: &crate::openshift::GuestPki) -> String {
     )
 }
 
+/// The directory part of an absolute path (`/` for a top-level entry).
+fn parent_dir(path: &str) -> &str {
+    match path.rfind('/') {
+        Some(0) | None => "/",
+        Some(i) => &path[..i],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -680,13 +688,5 @@ mod tests {
         let root = RootDisk::filling(64 * GIB);
         assert_eq!(root.partition_end(), 64 * GIB - MIB);
         assert_eq!(root.filesystem_bytes, root.partition_bytes);
-    }
-}
-
-/// The directory part of an absolute path (`/` for a top-level entry).
-fn parent_dir(path: &str) -> &str {
-    match path.rfind('/') {
-        Some(0) | None => "/",
-        Some(i) => &path[..i],
     }
 }
