@@ -139,7 +139,14 @@ fn init_logging(args: &LogArgs) {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     match args.log_format {
         LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
+        // One object per line; a line logged for an object carries its actor's span (`kind`,
+        // `namespace`, `name`, `actor`) under `span`.
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
     }
 }
 

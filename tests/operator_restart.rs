@@ -148,4 +148,35 @@ async fn instances_become_ready_without_duplicates_when_the_operator_is_killed_m
         );
     }
     support::leaks::assert_none(&needles, &haystack);
+
+    // `--log-format json`: one JSON object per line, and what an object's actor logs names the
+    // object and the actor.
+    let mut spans = BTreeMap::<String, usize>::new();
+    let logs = format!("{}\n{}", first.log(), second.log());
+    for line in logs.lines().filter(|l| !l.trim().is_empty()) {
+        let entry: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+        assert!(
+            entry["level"].is_string() && entry["message"].is_string(),
+            "{line}"
+        );
+        let Some(span) = entry.get("span") else {
+            continue;
+        };
+        for field in ["kind", "name", "actor"] {
+            assert!(
+                span[field].as_str().is_some_and(|v| !v.is_empty()),
+                "{field} missing: {line}"
+            );
+        }
+        *spans
+            .entry(span["kind"].as_str().unwrap().to_owned())
+            .or_default() += 1;
+    }
+    for kind in ["clusterinstance", "clusterpool"] {
+        assert!(
+            spans.contains_key(kind),
+            "no line from a {kind} actor: {spans:?}"
+        );
+    }
 }

@@ -17,6 +17,7 @@ use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use serde::de::DeserializeOwned;
 use tokio::sync::{Semaphore, broadcast};
 use tokio::task::JoinHandle;
+use tracing::Instrument as _;
 
 use super::backoff::{Backoff, Failures};
 use super::context::Context;
@@ -255,24 +256,30 @@ impl<A: ObjectActor> Actor for ObjectWorker<A> {
         msg: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        match msg {
-            ObjectMsg::Reconcile => reconcile(myself, state).await,
-            ObjectMsg::Request(request) => {
-                if let Some(object) = state.object() {
-                    A::request(&object, &state.args.ctx, request).await;
+        // Every line logged while handling a message names the object and this actor.
+        let span = object_span(A::KIND, &state.args.key, myself.get_name());
+        async move {
+            match msg {
+                ObjectMsg::Reconcile => reconcile(myself, state).await,
+                ObjectMsg::Request(request) => {
+                    if let Some(object) = state.object() {
+                        A::request(&object, &state.args.ctx, request).await;
+                    }
                 }
-            }
-            ObjectMsg::Child(ChildMsg::Report(report)) => {
-                if state.children.receive(report) {
+                ObjectMsg::Child(ChildMsg::Report(report)) => {
+                    if state.children.receive(report) {
+                        reconcile(myself, state).await;
+                    }
+                }
+                ObjectMsg::Child(ChildMsg::Restart(kind)) => {
+                    state.children.restart_due(kind);
                     reconcile(myself, state).await;
                 }
             }
-            ObjectMsg::Child(ChildMsg::Restart(kind)) => {
-                state.children.restart_due(kind);
-                reconcile(myself, state).await;
-            }
+            Ok(())
         }
-        Ok(())
+        .instrument(span)
+        .await
     }
 
     /// A stage child that died is restarted (after a backoff, by the next reconcile, from the
@@ -291,6 +298,21 @@ impl<A: ObjectActor> Actor for ObjectWorker<A> {
             .exited(cell.get_id(), &why, &state.args.ctx.metrics);
         Ok(())
     }
+}
+
+/// The span of an object's actor: its kind, namespace and name, and the actor's name.
+pub(super) fn object_span<K: Resource>(
+    kind: &str,
+    key: &ObjectRef<K>,
+    actor: Option<String>,
+) -> tracing::Span {
+    tracing::info_span!(
+        "object",
+        kind,
+        namespace = key.namespace.as_deref().unwrap_or_default(),
+        name = %key.name,
+        actor = actor.as_deref().unwrap_or_default(),
+    )
 }
 
 async fn reconcile<A: ObjectActor>(

@@ -70,6 +70,8 @@ pub async fn operator_process(name: &str) -> super::Operator {
             "default",
             "--pool-crc-versions",
             "*",
+            "--log-format",
+            "json",
         ],
         &[(ROUTE_PROXY_ENV, router.as_str())],
     )

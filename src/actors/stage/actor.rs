@@ -10,6 +10,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::task::JoinHandle;
+use tracing::Instrument as _;
 
 use super::{Observation, Report, Stage, judge};
 use crate::actors::context::Context;
@@ -96,29 +97,39 @@ impl<S: Stage> Actor for StageActor<S> {
 
     async fn handle(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         Seen(object): Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let args = &state.args;
-        let observation = match judge(&args.recorded, &args.owner_uid, object.as_ref()) {
-            Some(verdict) => verdict,
-            // `judge` saw an object of ours. An error here fails the child; its parent starts
-            // it again after a backoff, and the new child reads afresh.
-            None => match &object {
-                Some(object) => S::observe(object, &args.ctx).await?,
-                None => Observation::Lost,
-            },
-        };
-        if state.reported.as_ref() != Some(&observation) {
-            tracing::debug!(kind = S::KIND, object = %args.recorded.name, ?observation, "reporting");
-            (args.report)(Report {
-                kind: S::KIND,
-                uid: args.recorded.uid.clone(),
-                observation: observation.clone(),
-            });
-            state.reported = Some(observation);
+        let span = tracing::info_span!(
+            "stage",
+            kind = S::KIND,
+            name = %state.args.recorded.name,
+            actor = myself.get_name().unwrap_or_default(),
+        );
+        async move {
+            let args = &state.args;
+            let observation = match judge(&args.recorded, &args.owner_uid, object.as_ref()) {
+                Some(verdict) => verdict,
+                // `judge` saw an object of ours. An error here fails the child; its parent starts
+                // it again after a backoff, and the new child reads afresh.
+                None => match &object {
+                    Some(object) => S::observe(object, &args.ctx).await?,
+                    None => Observation::Lost,
+                },
+            };
+            if state.reported.as_ref() != Some(&observation) {
+                tracing::debug!(kind = S::KIND, object = %args.recorded.name, ?observation, "reporting");
+                (args.report)(Report {
+                    kind: S::KIND,
+                    uid: args.recorded.uid.clone(),
+                    observation: observation.clone(),
+                });
+                state.reported = Some(observation);
+            }
+            Ok(())
         }
-        Ok(())
+        .instrument(span)
+        .await
     }
 }
