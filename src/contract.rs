@@ -40,6 +40,12 @@ pub mod bundle_prep {
     pub const ENV_GOLDEN_VOLUME_BYTES: &str = "GOLDEN_VOLUME_BYTES";
     /// `true` when `spec.allowHTTP` accepts plain-http URLs.
     pub const ENV_ALLOW_HTTP: &str = "ALLOW_HTTP";
+    /// Which part of the preparation a container runs: `fetch` (download, check, unpack and
+    /// convert, with no API token), `publish` (the Secret and ConfigMap, with the token), or
+    /// both when unset (a Job of an earlier operator version).
+    pub const ENV_STAGE: &str = "PREP_STAGE";
+    pub const STAGE_FETCH: &str = "fetch";
+    pub const STAGE_PUBLISH: &str = "publish";
 
     /// Data key of the bundle's private key in the SSH Secret.
     pub const SECRET_KEY: &str = "id_ecdsa";

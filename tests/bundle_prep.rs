@@ -322,6 +322,30 @@ async fn prepares_the_golden_disk_and_publishes_key_and_metadata() {
     assert_eq!(fx.server.requests(&fx.bundle_path), 1);
 }
 
+/// The prep Job's two containers: `fetch` (no API token) leaves the disk, the key and the facts,
+/// and publishes nothing; `publish` makes the Secret and ConfigMap from them and cleans scratch.
+#[tokio::test]
+async fn fetch_and_publish_run_as_separate_stages() {
+    let fx = Fixture::new(BundleSpec::new(VERSION), Fault::None).await;
+    let fetched = fx.run(&[("PREP_STAGE", "fetch")]).await;
+    assert_eq!(fetched.code, Some(0), "fetch failed:\n{}", fetched.stderr);
+    assert!(fx.golden().join("disk.img").exists());
+    assert!(fx.secret().await.is_none(), "fetch writes no Secret");
+    assert!(fx.config_map().await.is_none(), "fetch writes no ConfigMap");
+    let key = fx.scratch().join("prepared-key");
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&key).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600, "the key is the pod user's alone");
+
+    let published = fx.run(&[("PREP_STAGE", "publish")]).await;
+    fx.assert_prepared(&published).await;
+    assert_eq!(
+        fx.server.requests(&fx.bundle_path),
+        1,
+        "publish downloads nothing"
+    );
+}
+
 #[tokio::test]
 async fn resumes_a_cut_download_and_converges_when_run_again() {
     let fx = Fixture::padded(BundleSpec::new(VERSION), Fault::None, 8 << 20).await;

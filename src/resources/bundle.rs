@@ -16,7 +16,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
 use super::common::{
-    JobResources, bundle_labels, controller_ref, job_container, restricted_pod, tmp_volume,
+    JobResources, api_access_mount, api_access_volume, bundle_labels, controller_ref,
+    job_container, restricted_pod, tmp_volume,
 };
 use crate::api::CRCBundle;
 use crate::api::common::Arch;
@@ -173,7 +174,7 @@ pub fn prep_job(bundle: &CRCBundle, namespace: &str, urls: &Urls, settings: &Job
     let golden_bytes =
         crate::resources::instance::parse_quantity_bytes(&bundle.spec.golden_volume_size)
             .map_or_else(|_| u64::MAX.to_string(), |b| b.to_string());
-    let env = [
+    let env: Vec<EnvVar> = [
         (prep::ENV_BUNDLE_URL, urls.bundle.as_str()),
         (prep::ENV_SHA256_URL, urls.sha256.as_str()),
         (prep::ENV_NAMESPACE, namespace),
@@ -205,6 +206,15 @@ pub fn prep_job(bundle: &CRCBundle, namespace: &str, urls: &Urls, settings: &Job
         ..Default::default()
     })
     .collect();
+    let staged = |stage: &str| {
+        let mut env = env.clone();
+        env.push(EnvVar {
+            name: prep::ENV_STAGE.to_owned(),
+            value: Some(stage.to_owned()),
+            ..Default::default()
+        });
+        env
+    };
     let volume = |volume: &str, claim: &str| Volume {
         name: volume.to_owned(),
         persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
@@ -238,19 +248,31 @@ pub fn prep_job(bundle: &CRCBundle, namespace: &str, urls: &Urls, settings: &Job
                 spec: Some(PodSpec {
                     restart_policy: Some("Never".to_owned()),
                     service_account_name: Some(settings.prep_service_account.clone()),
+                    // Only the publishing container gets the token (mounted explicitly): the
+                    // one unpacking and converting downloaded data cannot write Secrets.
+                    automount_service_account_token: Some(false),
                     security_context: Some(restricted_pod()),
-                    containers: vec![job_container(
-                        "bundle-prep",
+                    init_containers: Some(vec![job_container(
+                        PREP_FETCH_CONTAINER,
                         &settings.image,
                         "bundle-prep",
-                        env,
+                        staged(prep::STAGE_FETCH),
                         vec![mount("golden", GOLDEN_DIR), mount("scratch", SCRATCH_DIR)],
+                        JobResources::LIGHT,
+                    )]),
+                    containers: vec![job_container(
+                        PREP_PUBLISH_CONTAINER,
+                        &settings.image,
+                        "bundle-prep",
+                        staged(prep::STAGE_PUBLISH),
+                        vec![mount("scratch", SCRATCH_DIR), api_access_mount()],
                         JobResources::LIGHT,
                     )],
                     volumes: Some(vec![
                         volume("golden", &names.golden_pvc),
                         volume("scratch", &names.scratch_pvc),
                         tmp_volume(),
+                        api_access_volume(),
                     ]),
                     ..Default::default()
                 }),
@@ -260,6 +282,11 @@ pub fn prep_job(bundle: &CRCBundle, namespace: &str, urls: &Urls, settings: &Job
         ..Default::default()
     }
 }
+
+/// The prep Job's init container: download, checks, unpacking and `qemu-img`, without a token.
+pub const PREP_FETCH_CONTAINER: &str = "fetch";
+/// The prep Job's container: the Secret and ConfigMap, with the token.
+pub const PREP_PUBLISH_CONTAINER: &str = "bundle-prep";
 
 /// Bad input (a checksum mismatch, an unsafe archive, …) fails the Job at once; only failures a
 /// retry can fix (network, storage) use the backoff limit.
@@ -272,8 +299,9 @@ fn permanent_failures() -> PodFailurePolicy {
     PodFailurePolicy {
         rules: vec![PodFailurePolicyRule {
             action: "FailJob".to_owned(),
+            // Either container: both report the same reasons and exit codes.
             on_exit_codes: Some(PodFailurePolicyOnExitCodesRequirement {
-                container_name: Some("bundle-prep".to_owned()),
+                container_name: None,
                 operator: "In".to_owned(),
                 values: codes,
             }),
@@ -286,6 +314,7 @@ fn permanent_failures() -> PodFailurePolicy {
 mod tests {
     use super::*;
     use crate::api::CRCBundleSpec;
+    use crate::resources::common::API_ACCESS_DIR;
 
     fn bundle(spec: serde_json::Value) -> CRCBundle {
         let spec: CRCBundleSpec = serde_json::from_value(spec).unwrap();
@@ -318,6 +347,48 @@ mod tests {
         .unwrap();
         assert_eq!(mirrored.bundle, "http://m/b.crcbundle");
         assert!(mirrored.sha256.ends_with("/4.16.0/sha256sum.txt"));
+    }
+
+    #[test]
+    fn only_the_publishing_container_of_the_prep_job_holds_the_token() {
+        let b = bundle(serde_json::json!({"version": "4.16.0"}));
+        let job = prep_job(&b, "guestcluster-system", &urls(&b).unwrap(), &settings());
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        assert_eq!(pod.automount_service_account_token, Some(false));
+        let mounts = |c: &k8s_openapi::api::core::v1::Container| -> Vec<String> {
+            c.volume_mounts
+                .iter()
+                .flatten()
+                .map(|m| m.mount_path.clone())
+                .collect()
+        };
+        let stage = |c: &k8s_openapi::api::core::v1::Container| {
+            c.env
+                .iter()
+                .flatten()
+                .find(|e| e.name == prep::ENV_STAGE)
+                .and_then(|e| e.value.clone())
+        };
+        let init = pod.init_containers.unwrap();
+        let [fetch] = init.as_slice() else {
+            panic!("one init container: {init:?}")
+        };
+        assert_eq!(fetch.name, PREP_FETCH_CONTAINER);
+        assert_eq!(stage(fetch).as_deref(), Some(prep::STAGE_FETCH));
+        assert!(
+            !mounts(fetch).contains(&API_ACCESS_DIR.to_owned()),
+            "fetch has no token"
+        );
+        assert!(mounts(fetch).contains(&GOLDEN_DIR.to_owned()));
+        let [publish] = pod.containers.as_slice() else {
+            panic!("one container")
+        };
+        assert_eq!(stage(publish).as_deref(), Some(prep::STAGE_PUBLISH));
+        assert!(mounts(publish).contains(&API_ACCESS_DIR.to_owned()));
+        assert!(
+            !mounts(publish).contains(&GOLDEN_DIR.to_owned()),
+            "publishing needs no disk"
+        );
     }
 
     #[test]

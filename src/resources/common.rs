@@ -3,8 +3,10 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvVar, PodSecurityContext,
-    ResourceRequirements, SeccompProfile, SecurityContext, Volume, VolumeMount,
+    Capabilities, ConfigMapProjection, Container, DownwardAPIProjection, DownwardAPIVolumeFile,
+    EmptyDirVolumeSource, EnvVar, KeyToPath, ObjectFieldSelector, PodSecurityContext,
+    ProjectedVolumeSource, ResourceRequirements, SeccompProfile, SecurityContext,
+    ServiceAccountTokenProjection, Volume, VolumeMount, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -95,6 +97,67 @@ pub fn restricted_pod() -> PodSecurityContext {
 }
 
 /// The writable scratch directory every Job's pod declares (see [`TMP_DIR`]).
+/// The service account credentials as a volume, for a pod with
+/// `automountServiceAccountToken: false` to mount in the one container that talks to the API:
+/// what the kubelet would otherwise mount in every container (token, cluster CA, namespace).
+pub const API_ACCESS_VOLUME: &str = "kube-api-access";
+pub const API_ACCESS_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+pub fn api_access_volume() -> Volume {
+    Volume {
+        name: API_ACCESS_VOLUME.to_owned(),
+        projected: Some(ProjectedVolumeSource {
+            default_mode: Some(0o444),
+            sources: Some(vec![
+                VolumeProjection {
+                    service_account_token: Some(ServiceAccountTokenProjection {
+                        path: "token".to_owned(),
+                        expiration_seconds: Some(3607),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                VolumeProjection {
+                    config_map: Some(ConfigMapProjection {
+                        name: "kube-root-ca.crt".to_owned(),
+                        items: Some(vec![KeyToPath {
+                            key: "ca.crt".to_owned(),
+                            path: "ca.crt".to_owned(),
+                            ..Default::default()
+                        }]),
+                        optional: None,
+                    }),
+                    ..Default::default()
+                },
+                VolumeProjection {
+                    downward_api: Some(DownwardAPIProjection {
+                        items: Some(vec![DownwardAPIVolumeFile {
+                            path: "namespace".to_owned(),
+                            field_ref: Some(ObjectFieldSelector {
+                                api_version: Some("v1".to_owned()),
+                                field_path: "metadata.namespace".to_owned(),
+                            }),
+                            ..Default::default()
+                        }]),
+                    }),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+pub fn api_access_mount() -> VolumeMount {
+    VolumeMount {
+        name: API_ACCESS_VOLUME.to_owned(),
+        mount_path: API_ACCESS_DIR.to_owned(),
+        read_only: Some(true),
+        ..Default::default()
+    }
+}
+
 pub fn tmp_volume() -> Volume {
     Volume {
         name: TMP_VOLUME.to_owned(),

@@ -109,6 +109,8 @@ pub struct ProcessPlan {
 pub struct PodPlan {
     pub dirs: Vec<PathBuf>,
     pub files: Vec<FileToWrite>,
+    /// The init containers, run one after another to completion before `processes` start.
+    pub init_processes: Vec<ProcessPlan>,
     pub processes: Vec<ProcessPlan>,
 }
 
@@ -199,23 +201,21 @@ pub fn references(pod: &Pod) -> References {
 /// Plans the whole pod: sandbox directories, volume files, one process per container.
 pub fn plan_pod(pod: &Pod, inputs: &Inputs, host: &Host) -> Result<PodPlan, PlanError> {
     let spec = spec(pod)?;
-    if !spec
-        .init_containers
-        .as_deref()
-        .unwrap_or_default()
-        .is_empty()
-    {
-        return Err(PlanError::Unsupported("init containers".into()));
-    }
     let mut plan = PodPlan {
         dirs: vec![host.sandbox.join("home"), host.sandbox.join("tmp")],
         files: Vec::new(),
+        init_processes: Vec::new(),
         processes: Vec::new(),
     };
     let mut volume_dirs = BTreeMap::new();
     for volume in volumes(spec) {
         let dir = plan_volume(pod, volume, inputs, host, &mut plan)?;
         volume_dirs.insert(volume.name.clone(), dir);
+    }
+    for container in spec.init_containers.as_deref().unwrap_or_default() {
+        let mounts = mounts(container, &volume_dirs, inputs, spec, &mut plan)?;
+        plan.init_processes
+            .push(plan_process(pod, container, &mounts, inputs, host)?);
     }
     for container in &spec.containers {
         let mounts = mounts(container, &volume_dirs, inputs, spec, &mut plan)?;

@@ -58,6 +58,14 @@ fn containers(pod: &Pod) -> Vec<(String, String)> {
         .collect()
 }
 
+fn init_containers(pod: &Pod) -> Vec<(String, String)> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.init_containers.iter().flatten())
+        .map(|c| (c.name.clone(), c.image.clone().unwrap_or_default()))
+        .collect()
+}
+
 fn uid(pod: &Pod) -> String {
     pod.metadata.uid.clone().unwrap_or_default()
 }
@@ -158,38 +166,45 @@ pub fn phase(results: &[Terminated]) -> &'static str {
     }
 }
 
-/// Every container ended.
+/// Every container ended (or the pod ended at a failed init container): `containerStatuses`
+/// and `initContainerStatuses` from the results of the containers that ran.
 pub fn terminated(pod: &Pod, results: &[Terminated], now: Timestamp) -> Value {
-    let statuses: Vec<Value> = containers(pod)
-        .iter()
-        .filter_map(|(name, image)| {
-            let r = results.iter().find(|r| &r.container == name)?;
-            let mut state = json!({
-                "exitCode": r.exit_code,
-                "reason": r.reason,
-                "finishedAt": time(r.finished_at),
-                "containerID": format!("sim://{}/{name}", uid(pod)),
-            });
-            if let Some(started) = r.started_at {
-                state["startedAt"] = time(started).into();
-            }
-            if let Some(message) = &r.message {
-                state["message"] = message.as_str().into();
-            }
-            Some(container_status(
-                pod,
-                name,
-                image,
-                json!({ "terminated": state }),
-                false,
-            ))
-        })
-        .collect();
-    json!({ "status": {
+    let statuses = |list: Vec<(String, String)>| -> Vec<Value> {
+        list.iter()
+            .filter_map(|(name, image)| {
+                let r = results.iter().find(|r| &r.container == name)?;
+                let mut state = json!({
+                    "exitCode": r.exit_code,
+                    "reason": r.reason,
+                    "finishedAt": time(r.finished_at),
+                    "containerID": format!("sim://{}/{name}", uid(pod)),
+                });
+                if let Some(started) = r.started_at {
+                    state["startedAt"] = time(started).into();
+                }
+                if let Some(message) = &r.message {
+                    state["message"] = message.as_str().into();
+                }
+                Some(container_status(
+                    pod,
+                    name,
+                    image,
+                    json!({ "terminated": state }),
+                    false,
+                ))
+            })
+            .collect()
+    };
+    let mut status = json!({
         "phase": phase(results),
         "conditions": conditions(false, false, Some("PodCompleted"), now),
-        "containerStatuses": statuses,
-    }})
+        "containerStatuses": statuses(containers(pod)),
+    });
+    let init = statuses(init_containers(pod));
+    if !init.is_empty() {
+        status["initContainerStatuses"] = init.into();
+    }
+    json!({ "status": status })
 }
 
 /// A pod this kubelet did not start but a previous one did: its process died with the old
@@ -276,6 +291,28 @@ mod tests {
         let statuses = status.container_statuses.expect("statuses");
         assert_eq!(statuses.len(), 2);
         assert!(statuses.iter().all(|s| s.ready && s.started == Some(true)));
+    }
+
+    #[test]
+    fn a_failed_init_container_fails_the_pod_and_reports_its_message() {
+        let mut p = pod();
+        p.spec.as_mut().unwrap().init_containers = Some(vec![
+            serde_json::from_value(json!({"name": "fetch", "image": "i"})).unwrap(),
+        ]);
+        let mut failed = Terminated::exited("fetch", 3, at(1), at(2));
+        failed.message = Some("DownloadFailed: 404".into());
+        let status = typed(&terminated(&p, &[failed], at(3)));
+        assert_eq!(status.phase.as_deref(), Some("Failed"));
+        assert!(
+            status.container_statuses.unwrap_or_default().is_empty(),
+            "never started"
+        );
+        let init = &status.init_container_statuses.expect("init statuses")[0];
+        let state = init.state.clone().and_then(|s| s.terminated).unwrap();
+        assert_eq!(
+            (state.exit_code, state.message.as_deref()),
+            (3, Some("DownloadFailed: 404"))
+        );
     }
 
     #[test]

@@ -76,6 +76,38 @@ impl Worker {
                 .patch(status::terminated(&self.pod, &results, now))
                 .await;
         }
+        // Init containers, in order: the first that fails fails the pod (`restartPolicy: Never`).
+        let mut init_results = Vec::new();
+        for init in &plan.init_processes {
+            let result = match Process::spawn(init) {
+                Err(err) => Terminated::start_error(
+                    &init.container,
+                    format!("{}: {err}", init.program.display()),
+                    Timestamp::now(),
+                ),
+                Ok(process) => {
+                    let mut one = [process];
+                    tokio::select! {
+                        results = process::wait_all(&mut one) => results,
+                        grace = deletion(control) => process::stop_all(&mut one, grace).await,
+                    }
+                    .remove(0)
+                }
+            };
+            // Deleted meanwhile (a grace period is set): the pod ends here too.
+            let failed = result.exit_code != 0 || control.borrow().is_some();
+            init_results.push(result);
+            if failed {
+                tracing::info!(pod = %pod_key(&self.pod), "init container failed or pod deleted");
+                return self
+                    .patch(status::terminated(
+                        &self.pod,
+                        &init_results,
+                        Timestamp::now(),
+                    ))
+                    .await;
+            }
+        }
         let (mut running, failed) = spawn_all(&plan);
         let started = running
             .first()
@@ -92,6 +124,7 @@ impl Worker {
             grace = deletion(control) => process::stop_all(&mut running, grace).await,
         };
         results.extend(failed);
+        results.extend(init_results);
         tracing::info!(pod = %pod_key(&self.pod), phase = status::phase(&results), "pod ended");
         self.patch(status::terminated(&self.pod, &results, Timestamp::now()))
             .await;

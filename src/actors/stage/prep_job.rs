@@ -79,8 +79,8 @@ pub(super) async fn last_failure(
         .filter(|m| !m.is_empty()))
 }
 
-/// The termination message of the Job's most recent pod whose container exited with a code
-/// `exit` accepts.
+/// The termination message of the Job's most recent pod whose container (or init container)
+/// exited with a code `exit` accepts.
 pub(super) async fn termination_message(
     client: &kube::Client,
     ns: &str,
@@ -93,10 +93,15 @@ pub(super) async fn termination_message(
     Ok(pods
         .items
         .iter()
+        // Init containers too: the prep Job's download runs in one, and a failure there ends
+        // the pod before its container starts.
         .flat_map(|p| {
-            p.status
-                .iter()
-                .flat_map(|s| s.container_statuses.iter().flatten())
+            p.status.iter().flat_map(|s| {
+                s.init_container_statuses
+                    .iter()
+                    .flatten()
+                    .chain(s.container_statuses.iter().flatten())
+            })
         })
         .filter_map(|c| c.state.as_ref()?.terminated.as_ref())
         .filter(|t| exit(t.exit_code))

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use crate::contract::bundle_prep::{
     ENV_ALLOW_HTTP, ENV_BUNDLE_NAME, ENV_BUNDLE_UID, ENV_BUNDLE_URL, ENV_GOLDEN_DIR,
     ENV_GOLDEN_VOLUME_BYTES, ENV_METADATA_CONFIGMAP_NAME, ENV_NAMESPACE, ENV_SCRATCH_DIR,
-    ENV_SHA256_URL, ENV_SSH_SECRET_NAME, exit_code_of,
+    ENV_SHA256_URL, ENV_SSH_SECRET_NAME, ENV_STAGE, STAGE_FETCH, STAGE_PUBLISH, exit_code_of,
 };
 use crate::contract::termination;
 use crate::jobs::exit::{self, Failure as _};
@@ -236,6 +236,22 @@ pub struct Config {
     pub scratch_dir: PathBuf,
     pub limits: Limits,
     pub http: HttpOptions,
+    /// `PREP_STAGE`: which part of the preparation this process runs.
+    pub stage: Stage,
+}
+
+/// The two parts of a preparation. The prep Job runs them as two containers so that the one
+/// handling downloaded data (unpacking, `qemu-img`) holds no API token, and the one holding the
+/// token that writes Secrets touches nothing downloaded but the key and the facts it is handed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Both, in one process.
+    All,
+    /// Steps 1–5: checksum, archive, members, the raw golden disk; the key and the facts are
+    /// left in the scratch volume.
+    Fetch,
+    /// Step 6–7: the Secret and ConfigMap from what `Fetch` left; scratch cleaned.
+    Publish,
 }
 
 impl Config {
@@ -325,6 +341,16 @@ impl Config {
             scratch_dir: PathBuf::from(get(ENV_SCRATCH_DIR).unwrap_or_else(|| "/work".into())),
             limits,
             http,
+            stage: match get(ENV_STAGE).as_deref().map(str::trim) {
+                None => Stage::All,
+                Some(STAGE_FETCH) => Stage::Fetch,
+                Some(STAGE_PUBLISH) => Stage::Publish,
+                Some(other) => {
+                    return Err(PrepError::InvalidConfig(format!(
+                        "{ENV_STAGE}={other:?} is neither {STAGE_FETCH} nor {STAGE_PUBLISH}"
+                    )));
+                }
+            },
         })
     }
 }
@@ -457,8 +483,35 @@ pub fn private_key(bytes: Vec<u8>) -> Result<PrivateKey, PrepError> {
     Ok(PrivateKey(bytes))
 }
 
-/// Runs the whole preparation.
+/// Runs the stage(s) `config.stage` names.
 pub async fn run(config: &Config) -> Result<Outcome, PrepError> {
+    match config.stage {
+        Stage::Fetch => fetch(config).await,
+        Stage::Publish => publish_prepared(config, Timings::default()).await,
+        Stage::All => {
+            let fetched = fetch(config).await?;
+            publish_prepared(config, fetched.timings).await
+        }
+    }
+}
+
+/// What the fetch stage leaves in the scratch volume for the publish stage (the key beside it,
+/// in [`PREPARED_KEY_FILE`], readable by the pod's user only).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Prepared {
+    ocp_version: String,
+    sha256: String,
+    disk_sha256: String,
+    disk_virtual_size: u64,
+    downloaded: bool,
+}
+
+const PREPARED_FILE: &str = "prepared.json";
+const PREPARED_KEY_FILE: &str = "prepared-key";
+
+/// Steps 1–5, then the facts and the key written for [`publish_prepared`].
+async fn fetch(config: &Config) -> Result<Outcome, PrepError> {
     let started = Instant::now();
     let mut timings = Timings::default();
     // Admission refuses http without the opt-in; a bundle stored before that rule still may not.
@@ -535,8 +588,48 @@ pub async fn run(config: &Config) -> Result<Outcome, PrepError> {
     timings.convert = disk.convert;
     timings.hash = disk.hash;
 
+    // For the publish stage: the key (only the pod's user may read it) and the facts.
+    let prepared = Prepared {
+        ocp_version,
+        sha256: expected,
+        disk_sha256: disk.sha256,
+        disk_virtual_size: disk.virtual_size,
+        downloaded,
+    };
+    write_private(&config.scratch_dir.join(PREPARED_KEY_FILE), key.as_bytes())?;
+    let facts = serde_json::to_vec(&prepared).expect("plain data serializes");
+    write_private(&config.scratch_dir.join(PREPARED_FILE), &facts)?;
+    timings.total = started.elapsed();
+    Ok(Outcome {
+        ocp_version: prepared.ocp_version,
+        sha256: prepared.sha256,
+        disk_sha256: prepared.disk_sha256,
+        disk_virtual_size: prepared.disk_virtual_size,
+        downloaded,
+        timings,
+    })
+}
+
+/// Steps 6–7: the Secret and ConfigMap from what [`fetch`] left, then scratch cleaned.
+/// `timings` are the fetch stage's when it ran in this process.
+async fn publish_prepared(config: &Config, mut timings: Timings) -> Result<Outcome, PrepError> {
+    let started = Instant::now();
+    let facts_path = config.scratch_dir.join(PREPARED_FILE);
+    let facts = std::fs::read(&facts_path).map_err(PrepError::storage(format!(
+        "reading {} (the fetch stage writes it)",
+        facts_path.display()
+    )))?;
+    let prepared: Prepared = serde_json::from_slice(&facts).map_err(|e| PrepError::Storage {
+        what: format!("reading {}", facts_path.display()),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
+    })?;
+    let key_path = config.scratch_dir.join(PREPARED_KEY_FILE);
+    let key = private_key(std::fs::read(&key_path).map_err(PrepError::storage(format!(
+        "reading {}",
+        key_path.display()
+    )))?)?;
+
     // 6: publish.
-    let step = Instant::now();
     publish::publish(&publish::Publication {
         namespace: &config.namespace,
         bundle_name: &config.bundle_name,
@@ -544,25 +637,44 @@ pub async fn run(config: &Config) -> Result<Outcome, PrepError> {
         secret_name: &config.ssh_secret_name,
         configmap_name: &config.metadata_configmap_name,
         key: &key,
-        ocp_version: &ocp_version,
-        sha256: &expected,
-        disk_sha256: &disk.sha256,
-        disk_virtual_size: disk.virtual_size,
+        ocp_version: &prepared.ocp_version,
+        sha256: &prepared.sha256,
+        disk_sha256: &prepared.disk_sha256,
+        disk_virtual_size: prepared.disk_virtual_size,
     })
     .await?;
-    timings.publish = step.elapsed();
+    timings.publish = started.elapsed();
 
     // 7: scratch.
     clean_scratch(&config.scratch_dir);
-    timings.total = started.elapsed();
+    for file in [PREPARED_FILE, PREPARED_KEY_FILE] {
+        if let Err(err) = remove_if_present(&config.scratch_dir.join(file)) {
+            tracing::warn!("cleaning scratch: {err}");
+        }
+    }
+    timings.total += started.elapsed();
     Ok(Outcome {
-        ocp_version,
-        sha256: expected,
-        disk_sha256: disk.sha256,
-        disk_virtual_size: disk.virtual_size,
-        downloaded,
+        ocp_version: prepared.ocp_version,
+        sha256: prepared.sha256,
+        disk_sha256: prepared.disk_sha256,
+        disk_virtual_size: prepared.disk_virtual_size,
+        downloaded: prepared.downloaded,
         timings,
     })
+}
+
+/// Writes a file only its owner may read (created `0600`, replaced whole).
+fn write_private(path: &Path, bytes: &[u8]) -> Result<(), PrepError> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    remove_if_present(path)?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut f| f.write_all(bytes))
+        .map_err(PrepError::storage(format!("writing {}", path.display())))
 }
 
 /// Downloads and checks the archive. A mismatch on a download that reused bytes of an earlier
@@ -888,6 +1000,19 @@ mod tests {
             env.insert(k.to_string(), v.to_string());
         }
         env
+    }
+
+    #[test]
+    fn the_stage_comes_from_prep_stage_and_defaults_to_both() {
+        let stage = |extra: &[(&str, &str)]| {
+            let env = env(extra);
+            Config::from_lookup(|k| env.get(k).cloned()).map(|c| c.stage)
+        };
+        assert_eq!(stage(&[]).unwrap(), Stage::All);
+        assert_eq!(stage(&[(ENV_STAGE, "fetch")]).unwrap(), Stage::Fetch);
+        assert_eq!(stage(&[(ENV_STAGE, "publish")]).unwrap(), Stage::Publish);
+        let err = stage(&[(ENV_STAGE, "both")]).unwrap_err();
+        assert!(err.to_string().contains("PREP_STAGE"), "{err}");
     }
 
     #[test]

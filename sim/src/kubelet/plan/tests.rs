@@ -370,13 +370,21 @@ fn unsupported_features_say_so() {
     let host_path = json!([{ "name": "kvm", "hostPath": { "path": "/dev/kvm" } }]);
     let err = plan_pod(&pod(json!({}), host_path), &inputs(), &host()).expect_err("hostPath");
     assert!(matches!(err, PlanError::Unsupported(_)), "{err}");
+}
 
+#[test]
+fn init_containers_are_planned_apart_from_the_containers() {
     let mut with_init = pod(json!({}), json!([]));
     if let Some(spec) = with_init.spec.as_mut() {
-        spec.init_containers = Some(spec.containers.clone());
+        let mut init = spec.containers[0].clone();
+        init.name = "fetch".into();
+        spec.init_containers = Some(vec![init]);
     }
-    let err = plan_pod(&with_init, &inputs(), &host()).expect_err("init containers");
-    assert!(err.to_string().contains("init containers"), "{err}");
+    let plan = plan_pod(&with_init, &inputs(), &host()).expect("plan");
+    assert_eq!(plan.init_processes.len(), 1);
+    assert_eq!(plan.init_processes[0].container, "fetch");
+    assert_eq!(plan.processes.len(), 1);
+    assert_ne!(plan.processes[0].container, "fetch");
 }
 
 #[test]
