@@ -198,13 +198,17 @@ fn operator(args: OperatorArgs) -> Result<(), Box<dyn std::error::Error>> {
             qps: args.kube_api_qps,
             burst: args.kube_api_burst,
         };
-        let client =
-            guestcluster::operator::api_limits::client(kube::Config::infer().await?, limits)?;
+        let metrics = guestcluster::metrics::Metrics::default();
+        let client = guestcluster::operator::api_limits::client(
+            kube::Config::infer().await?,
+            limits,
+            &metrics,
+        )?;
         tracing::info!(namespace = %options.namespace, leader_elect = options.leader_elect, "starting operator");
         guestcluster::operator::run(
             client,
             options,
-            guestcluster::metrics::Metrics::default(),
+            metrics,
             guestcluster::operator::shutdown_signal(),
             |bound| tracing::info!(health = ?bound.health, metrics = ?bound.metrics, "listening"),
         )

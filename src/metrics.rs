@@ -28,6 +28,14 @@ pub struct ReconcileLabels {
     pub result: String,
 }
 
+/// Labels of an API request the operator's client sent: the HTTP method and the response's status
+/// code (`error` when no response came).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub verb: String,
+    pub code: String,
+}
+
 /// Live actors per kind, as counted by whoever runs the actors.
 pub type LiveActorCounts = Arc<dyn Fn() -> BTreeMap<String, i64> + Send + Sync>;
 
@@ -46,6 +54,12 @@ pub struct Metrics {
     pub backoff_max_delay: Family<KindLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     /// Every scheduled retry of a failed reconcile, by its delay in seconds.
     pub retry_delays: Family<KindLabels, Histogram, fn() -> Histogram>,
+    /// How long reconciles took, per kind and outcome.
+    pub reconcile_durations: Family<ReconcileLabels, Histogram, fn() -> Histogram>,
+    /// API requests sent, per verb and response code.
+    pub api_requests: Family<RequestLabels, Counter>,
+    /// 1 while this process leads (runs the supervision tree), else 0.
+    pub leader: Gauge,
     /// Where the live-actor gauge is read from at scrape time; nothing counted until set.
     live_actor_counts: Arc<Mutex<Option<LiveActorCounts>>>,
     /// Current retry delay of every object backing off, per kind and UID.
@@ -61,6 +75,9 @@ impl Default for Metrics {
             backoff_objects: Family::default(),
             backoff_max_delay: Family::default(),
             retry_delays: Family::new_with_constructor(retry_delay_histogram),
+            reconcile_durations: Family::new_with_constructor(duration_histogram),
+            api_requests: Family::default(),
+            leader: Gauge::default(),
             live_actor_counts: Arc::default(),
             backing_off: Arc::default(),
         }
@@ -70,6 +87,14 @@ impl Default for Metrics {
 /// Buckets of the retry delays: the reconcile backoff's steps (1 s doubling) up to its cap.
 fn retry_delay_histogram() -> Histogram {
     Histogram::new([1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 300.0])
+}
+
+/// Buckets of reconcile durations: from a pass that only reads caches to one that waits on the
+/// API server for many writes.
+fn duration_histogram() -> Histogram {
+    Histogram::new([
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    ])
 }
 
 impl Metrics {
@@ -103,6 +128,21 @@ impl Metrics {
             self.retry_delays.clone(),
         );
         registry.register(
+            "reconcile_duration_seconds",
+            "How long reconciles took, per kind and result",
+            self.reconcile_durations.clone(),
+        );
+        registry.register(
+            "api_requests",
+            "API requests the operator sent, per HTTP verb and response code",
+            self.api_requests.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this process leads and runs the supervision tree",
+            self.leader.clone(),
+        );
+        registry.register(
             "dropped_fields",
             "Fields of the operator's writes that the API server did not store (see the warning log)",
             crate::write::dropped_fields_counter(),
@@ -124,11 +164,24 @@ impl Metrics {
         self.actor_restarts.get_or_create(&kind_labels(kind)).inc();
     }
 
-    pub fn reconciled(&self, kind: &str, result: &str) {
-        self.reconciles
-            .get_or_create(&ReconcileLabels {
-                kind: kind.to_owned(),
-                result: result.to_owned(),
+    /// A reconcile of `kind` ended with `result` after `took`.
+    pub fn reconciled(&self, kind: &str, result: &str, took: Duration) {
+        let labels = ReconcileLabels {
+            kind: kind.to_owned(),
+            result: result.to_owned(),
+        };
+        self.reconciles.get_or_create(&labels).inc();
+        self.reconcile_durations
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+    }
+
+    /// The client sent a request with `verb` and got `code` (`None`: no response).
+    pub fn api_request(&self, verb: &str, code: Option<u16>) {
+        self.api_requests
+            .get_or_create(&RequestLabels {
+                verb: verb.to_owned(),
+                code: code.map_or_else(|| "error".to_owned(), |c| c.to_string()),
             })
             .inc();
     }

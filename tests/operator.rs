@@ -192,6 +192,15 @@ async fn operator_process_elects_a_leader_serves_probes_and_stops_gracefully() {
         metrics.contains("guestcluster_actor_restarts_total"),
         "metrics:\n{metrics}"
     );
+    // It leads, times its reconciles and counts its API requests by verb and code.
+    for series in [
+        "guestcluster_leader 1",
+        "guestcluster_reconcile_duration_seconds_count{kind=\"crcbundle\",result=\"ok\"}",
+        "guestcluster_api_requests_total{verb=\"WATCH\",code=\"200\"}",
+        "guestcluster_api_requests_total{verb=\"GET\",code=\"200\"}",
+    ] {
+        assert!(metrics.contains(series), "no {series} in:\n{metrics}");
+    }
 
     // A second replica stands by: ready, but not the holder.
     let mut second = support::Operator::start_named(&ns, "second-operator").await;

@@ -336,13 +336,16 @@ async fn reconcile<A: ObjectActor>(
     } else {
         None
     };
+    let started = Instant::now();
     let result = A::reconcile_with_children(&object, &args.ctx, &mut state.children).await;
     drop(permit);
     let outcome = match &result {
         Ok(_) => "ok",
         Err(err) => err.reason(),
     };
-    args.ctx.metrics.reconciled(A::KIND, outcome);
+    args.ctx
+        .metrics
+        .reconciled(A::KIND, outcome, started.elapsed());
     let next = match result {
         Ok(next) => {
             if state.failures.consecutive > 0 {

@@ -14,6 +14,8 @@ use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 use tower::{Layer, Service};
 
+use crate::metrics::Metrics;
+
 /// Client-side request limits (`--kube-api-qps`, `--kube-api-burst`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ApiLimits {
@@ -48,12 +50,18 @@ pub enum Error {
     Client(#[from] kube::Error),
 }
 
-/// A client for `config` whose requests pass the token bucket of `limits`.
-pub fn client(config: kube::Config, limits: ApiLimits) -> Result<kube::Client, Error> {
+/// A client for `config` whose requests pass the token bucket of `limits`, each counted in
+/// `metrics` by verb and response code.
+pub fn client(
+    config: kube::Config,
+    limits: ApiLimits,
+    metrics: &Metrics,
+) -> Result<kube::Client, Error> {
     if !limits.qps.is_finite() || limits.qps < 0.0 {
         return Err(Error::InvalidQps(limits.qps));
     }
-    let builder = kube::client::ClientBuilder::try_from(config)?;
+    let builder =
+        kube::client::ClientBuilder::try_from(config)?.with_layer(&CountLayer(metrics.clone()));
     if limits.qps == 0.0 {
         return Ok(builder.build());
     }
@@ -61,6 +69,71 @@ pub fn client(config: kube::Config, limits: ApiLimits) -> Result<kube::Client, E
         return Err(Error::InvalidBurst);
     }
     Ok(builder.with_layer(&RateLimitLayer(limits)).build())
+}
+
+/// Counts every request the client sends ([`Metrics::api_request`]).
+#[derive(Clone)]
+pub struct CountLayer(pub Metrics);
+
+impl<S> Layer<S> for CountLayer {
+    type Service = Count<S>;
+
+    fn layer(&self, inner: S) -> Count<S> {
+        Count {
+            inner,
+            metrics: self.0.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Count<S> {
+    inner: S,
+    metrics: Metrics,
+}
+
+impl<S, B, RB> Service<http::Request<B>> for Count<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<RB>>,
+    S::Future: Send + 'static,
+    S::Error: 'static,
+    RB: 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let verb = verb(&request);
+        let metrics = self.metrics.clone();
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let result = answer.await;
+            metrics.api_request(verb, result.as_ref().ok().map(|r| r.status().as_u16()));
+            result
+        })
+    }
+}
+
+/// The request's verb as the metric names it: the HTTP method, `WATCH` for a watch.
+fn verb<B>(request: &http::Request<B>) -> &'static str {
+    let watch = request
+        .uri()
+        .query()
+        .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
+    match *request.method() {
+        http::Method::GET if watch => "WATCH",
+        http::Method::GET => "GET",
+        http::Method::POST => "POST",
+        http::Method::PUT => "PUT",
+        http::Method::PATCH => "PATCH",
+        http::Method::DELETE => "DELETE",
+        _ => "OTHER",
+    }
 }
 
 /// The bucket: `tokens` refill at `qps` per second up to `burst`; a request takes one.
@@ -188,18 +261,41 @@ mod tests {
     }
 
     #[test]
+    fn a_watch_is_its_own_verb() {
+        let request = |method: http::Method, uri: &str| {
+            http::Request::builder()
+                .method(method)
+                .uri(uri)
+                .body(())
+                .unwrap()
+        };
+        assert_eq!(
+            verb(&request(http::Method::GET, "/api/v1/pods?watch=true&rv=1")),
+            "WATCH"
+        );
+        assert_eq!(
+            verb(&request(http::Method::GET, "/api/v1/pods?limit=5")),
+            "GET"
+        );
+        assert_eq!(
+            verb(&request(http::Method::PATCH, "/api/v1/pods/a")),
+            "PATCH"
+        );
+    }
+
+    #[test]
     fn invalid_limits_are_refused_before_any_client_is_built() {
         let config = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
         assert!(matches!(
-            client(config.clone(), limits(-1.0, 10)),
+            client(config.clone(), limits(-1.0, 10), &Metrics::default()),
             Err(Error::InvalidQps(_))
         ));
         assert!(matches!(
-            client(config.clone(), limits(f64::NAN, 10)),
+            client(config.clone(), limits(f64::NAN, 10), &Metrics::default()),
             Err(Error::InvalidQps(_))
         ));
         assert!(matches!(
-            client(config, limits(5.0, 0)),
+            client(config, limits(5.0, 0), &Metrics::default()),
             Err(Error::InvalidBurst)
         ));
     }

@@ -66,6 +66,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
     on_bound: impl FnOnce(Bound),
 ) -> Result<(), Error> {
+    let leader_gauge = metrics.leader.clone();
+    leader_gauge.set(0);
     let ctx = Context::build(
         client.clone(),
         options.namespace.clone(),
@@ -126,6 +128,7 @@ pub async fn run(
     }
 
     let tree = root::start(ctx, options.tree).await?;
+    leader_gauge.set(1);
     let lost = match &elector {
         Some(elector) => tokio::select! {
             lost = elector.hold() => Some(lost),
@@ -137,6 +140,7 @@ pub async fn run(
         }
     };
     tracing::info!("stopping the supervision tree");
+    leader_gauge.set(0);
     // Children stop with their supervisor; in-flight API calls are idempotent steps, so cutting
     // them short is safe.
     let _ = tree
