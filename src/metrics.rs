@@ -36,6 +36,16 @@ pub struct RequestLabels {
     pub code: String,
 }
 
+/// Labels of an object count: its kind and the phase its status reports (`None`: none).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    pub kind: String,
+    pub phase: String,
+}
+
+/// Objects of one kind per phase, as counted by whoever watches them.
+pub type PhaseCounts = Arc<dyn Fn() -> BTreeMap<String, i64> + Send + Sync>;
+
 /// Live actors per kind, as counted by whoever runs the actors.
 pub type LiveActorCounts = Arc<dyn Fn() -> BTreeMap<String, i64> + Send + Sync>;
 
@@ -60,6 +70,10 @@ pub struct Metrics {
     pub api_requests: Family<RequestLabels, Counter>,
     /// 1 while this process leads (runs the supervision tree), else 0.
     pub leader: Gauge,
+    /// Objects per kind and phase (refreshed from the watch caches on every scrape).
+    pub objects: Family<PhaseLabels, Gauge>,
+    /// Where `objects` is read from at scrape time, per kind.
+    phase_counts: Arc<Mutex<BTreeMap<String, PhaseCounts>>>,
     /// Where the live-actor gauge is read from at scrape time; nothing counted until set.
     live_actor_counts: Arc<Mutex<Option<LiveActorCounts>>>,
     /// Current retry delay of every object backing off, per kind and UID.
@@ -78,6 +92,8 @@ impl Default for Metrics {
             reconcile_durations: Family::new_with_constructor(duration_histogram),
             api_requests: Family::default(),
             leader: Gauge::default(),
+            objects: Family::default(),
+            phase_counts: Arc::default(),
             live_actor_counts: Arc::default(),
             backing_off: Arc::default(),
         }
@@ -136,6 +152,11 @@ impl Metrics {
             "api_requests",
             "API requests the operator sent, per HTTP verb and response code",
             self.api_requests.clone(),
+        );
+        registry.register(
+            "objects",
+            "Objects per kind and the phase their status reports",
+            self.objects.clone(),
         );
         registry.register(
             "leader",
@@ -247,6 +268,18 @@ impl Metrics {
         *self.lock_live_actor_counts() = Some(Arc::new(count));
     }
 
+    /// Reads the objects of `kind` per phase through `count` from now on.
+    pub fn count_objects_with(
+        &self,
+        kind: &str,
+        count: impl Fn() -> BTreeMap<String, i64> + Send + Sync + 'static,
+    ) {
+        self.phase_counts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(kind.to_owned(), Arc::new(count));
+    }
+
     /// Current number of live actors of `kind`.
     pub fn live_actors(&self, kind: &str) -> i64 {
         self.live_actor_counts().get(kind).copied().unwrap_or(0)
@@ -276,6 +309,25 @@ impl Metrics {
         // its own cleanup, and a counter would drift.
         for (kind, count) in self.live_actor_counts() {
             self.actors.get_or_create(&kind_labels(&kind)).set(count);
+        }
+        // Phases nobody is in any more drop out rather than linger at their last count.
+        let counts: Vec<(String, PhaseCounts)> = self
+            .phase_counts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .iter()
+            .map(|(k, c)| (k.clone(), c.clone()))
+            .collect();
+        self.objects.clear();
+        for (kind, count) in counts {
+            for (phase, n) in count() {
+                self.objects
+                    .get_or_create(&PhaseLabels {
+                        kind: kind.clone(),
+                        phase,
+                    })
+                    .set(n);
+            }
         }
         let mut out = String::new();
         // Writing into a String cannot fail.

@@ -198,6 +198,8 @@ async fn operator_process_elects_a_leader_serves_probes_and_stops_gracefully() {
         "guestcluster_reconcile_duration_seconds_count{kind=\"crcbundle\",result=\"ok\"}",
         "guestcluster_api_requests_total{verb=\"WATCH\",code=\"200\"}",
         "guestcluster_api_requests_total{verb=\"GET\",code=\"200\"}",
+        // Objects per kind and the phase their status reports, from the watch cache.
+        "guestcluster_objects{kind=\"crcbundle\",phase=\"",
     ] {
         assert!(metrics.contains(series), "no {series} in:\n{metrics}");
     }

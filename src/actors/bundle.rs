@@ -82,6 +82,14 @@ impl ObjectActor for BundleActor {
     type Error = Error;
     type Request = std::convert::Infallible;
     const KIND: &'static str = "crcbundle";
+
+    fn phase(object: &Self::Object) -> Option<String> {
+        object
+            .status
+            .as_ref()
+            .and_then(|s| s.phase)
+            .map(|p| format!("{p:?}"))
+    }
     const CHILD_KINDS: &'static [&'static str] = &[
         PrepJob::KIND,
         InstallerJob::KIND,

@@ -73,6 +73,14 @@ impl ObjectActor for InstanceActor {
     type Error = Error;
     type Request = std::convert::Infallible;
     const KIND: &'static str = "clusterinstance";
+
+    fn phase(object: &Self::Object) -> Option<String> {
+        object
+            .status
+            .as_ref()
+            .and_then(|s| s.phase)
+            .map(|p| format!("{p:?}"))
+    }
     /// The namespace policy reads the instance's Namespace: a label change must be seen at once.
     const WATCHES_NAMESPACES: bool = true;
 

@@ -97,6 +97,12 @@ pub trait ObjectActor: Default + Send + Sync + 'static {
     /// Lower-case kind, used in actor names, logs and metrics.
     const KIND: &'static str;
 
+    /// The phase the object's status reports, for `guestcluster_objects{kind,phase}` (`None`:
+    /// none yet, or the kind has no phase).
+    fn phase(_object: &Self::Object) -> Option<String> {
+        None
+    }
+
     /// Whether a change of a Namespace's policy (label, deletion) triggers the actors of every
     /// object in it, for kinds whose decisions depend on their namespace (the namespace
     /// policy). Fed by the shared Namespace view ([`super::views`]).
@@ -592,6 +598,15 @@ where
             myself.clone(),
         )));
         args.ctx.metrics.init_kind(A::KIND);
+        let counted = store.clone();
+        args.ctx.metrics.count_objects_with(A::KIND, move || {
+            let mut by_phase = std::collections::BTreeMap::<String, i64>::new();
+            for object in counted.state() {
+                let phase = A::phase(&object).unwrap_or_else(|| "None".to_owned());
+                *by_phase.entry(phase).or_default() += 1;
+            }
+            by_phase
+        });
         for kind in A::CHILD_KINDS {
             args.ctx.metrics.init_kind(kind);
         }

@@ -77,6 +77,14 @@ impl ObjectActor for LeaseActor {
     type Error = Error;
     type Request = std::convert::Infallible;
     const KIND: &'static str = "clusterlease";
+
+    fn phase(object: &Self::Object) -> Option<String> {
+        object
+            .status
+            .as_ref()
+            .and_then(|s| s.phase)
+            .map(|p| format!("{p:?}"))
+    }
     /// A terminating namespace blocks binding.
     const WATCHES_NAMESPACES: bool = true;
     /// A lease waits for its pool's actor to answer a bind request (up to `BIND_TIMEOUT`); it
