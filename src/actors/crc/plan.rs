@@ -1108,6 +1108,24 @@ impl<'a> Walk<'a> {
     fn ensure_guest_key(&mut self) -> Flow<()> {
         let name = res::guest_key_secret_name(&self.name);
         match &self.o.guest_key {
+            // The guest authorizes only the lost key: a new one would never open it, and the
+            // bundle key was revoked. Only a fresh clone of the disk is reachable again.
+            None if instance_keyed(
+                self.status.crc.as_ref().unwrap_or(&Default::default()),
+                self.o.data_volume.as_ref(),
+            ) =>
+            {
+                Err(Stop::failed(
+                    reasons::BOOT_KEY_UNAVAILABLE,
+                    format!(
+                        "guest key Secret {}/{name} is gone, and the guest on DataVolume {} \
+                         authorizes only that key; the crc-agent can never reach it again: \
+                         delete the DataVolume (the instance clones a fresh disk) or the instance",
+                        self.ns,
+                        res::root_disk_name(&self.name)
+                    ),
+                ))
+            }
             None => {
                 self.actions.push(Action::CreateGuestKey);
                 Ok(())

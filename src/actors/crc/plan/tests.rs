@@ -617,6 +617,25 @@ fn a_turnkey_instance_walks_every_step_in_order_to_ready() {
 }
 
 #[test]
+fn a_lost_guest_key_is_not_replaced_once_the_guest_authorizes_only_it() {
+    let mut w = World::ready();
+    w.o.guest_key = None;
+    let p = w.pass();
+    let stop = stop(&p);
+    assert_eq!(stop.reason, reasons::BOOT_KEY_UNAVAILABLE);
+    assert!(stop.failed);
+    assert!(
+        stop.message.contains("delete the DataVolume"),
+        "{}",
+        stop.message
+    );
+    assert!(
+        !p.actions.contains(&Action::CreateGuestKey),
+        "a new key would never open the guest"
+    );
+}
+
+#[test]
 fn a_replaced_root_disk_needs_the_bundle_key_again() {
     let mut w = World::ready();
     assert!(
