@@ -24,7 +24,7 @@ use super::context::Context;
 use super::download::{self, Action, JobState};
 use super::kind_supervisor::{
     Next, ObjectActor, OwnerEvents, ReconcileError, Related, RelatedEvents, owner_events,
-    related_events_selected,
+    phase_name, related_events_selected,
 };
 use super::pool_bundles::{self, Collect};
 use super::stage::Stage;
@@ -84,11 +84,7 @@ impl ObjectActor for BundleActor {
     const KIND: &'static str = "crcbundle";
 
     fn phase(object: &Self::Object) -> Option<String> {
-        object
-            .status
-            .as_ref()
-            .and_then(|s| s.phase)
-            .map(|p| format!("{p:?}"))
+        phase_name(object.status.as_ref().and_then(|s| s.phase))
     }
     const CHILD_KINDS: &'static [&'static str] = &[
         PrepJob::KIND,

@@ -22,7 +22,7 @@ use super::crc;
 use super::instance_gates::{self, NamespaceState, Observed};
 use super::kind_supervisor::{
     Next, ObjectActor, OwnerEvents, ReconcileError, Related, RelatedEvents, labelled_owner_events,
-    owner_events, related_events, view_owner_events,
+    owner_events, phase_name, related_events, view_owner_events,
 };
 use super::views::{self, Change};
 use crate::api::conditions::{self, reasons, types};
@@ -75,11 +75,7 @@ impl ObjectActor for InstanceActor {
     const KIND: &'static str = "clusterinstance";
 
     fn phase(object: &Self::Object) -> Option<String> {
-        object
-            .status
-            .as_ref()
-            .and_then(|s| s.phase)
-            .map(|p| format!("{p:?}"))
+        phase_name(object.status.as_ref().and_then(|s| s.phase))
     }
     /// The namespace policy reads the instance's Namespace: a label change must be seen at once.
     const WATCHES_NAMESPACES: bool = true;

@@ -306,6 +306,11 @@ impl<A: ObjectActor> Actor for ObjectWorker<A> {
     }
 }
 
+/// A status phase as `guestcluster_objects` labels it: its API name.
+pub fn phase_name(phase: Option<impl Debug>) -> Option<String> {
+    phase.map(|p| format!("{p:?}"))
+}
+
 /// The span of an object's actor: its kind, namespace and name, and the actor's name.
 pub(super) fn object_span<K: Resource>(
     kind: &str,

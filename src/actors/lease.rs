@@ -28,7 +28,7 @@ use kube::{Api, ResourceExt};
 use super::claims::{self, BindOutcome};
 use super::context::Context;
 use super::kind_supervisor::{
-    Next, ObjectActor, ReconcileError, Related, RelatedEvents, related_events,
+    Next, ObjectActor, ReconcileError, Related, RelatedEvents, phase_name, related_events,
 };
 use super::lease_decide::{self, Step};
 use super::pool;
@@ -79,11 +79,7 @@ impl ObjectActor for LeaseActor {
     const KIND: &'static str = "clusterlease";
 
     fn phase(object: &Self::Object) -> Option<String> {
-        object
-            .status
-            .as_ref()
-            .and_then(|s| s.phase)
-            .map(|p| format!("{p:?}"))
+        phase_name(object.status.as_ref().and_then(|s| s.phase))
     }
     /// A terminating namespace blocks binding.
     const WATCHES_NAMESPACES: bool = true;
