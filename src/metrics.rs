@@ -36,6 +36,13 @@ pub struct RequestLabels {
     pub code: String,
 }
 
+/// Labels of a build stage that ended: the stage and `ok` or the failure's reason.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StageLabels {
+    pub stage: String,
+    pub result: String,
+}
+
 /// Labels of an object count: its kind and the phase its status reports (`None`: none).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabels {
@@ -66,6 +73,8 @@ pub struct Metrics {
     pub retry_delays: Family<KindLabels, Histogram, fn() -> Histogram>,
     /// How long reconciles took, per kind and outcome.
     pub reconcile_durations: Family<ReconcileLabels, Histogram, fn() -> Histogram>,
+    /// Build stages that ended, by how long they took, per stage and result.
+    pub build_stages: Family<StageLabels, Histogram, fn() -> Histogram>,
     /// API requests sent, per verb and response code.
     pub api_requests: Family<RequestLabels, Counter>,
     /// 1 while this process leads (runs the supervision tree), else 0.
@@ -91,6 +100,7 @@ impl Default for Metrics {
             retry_delays: Family::new_with_constructor(retry_delay_histogram),
             reconcile_durations: Family::new_with_constructor(duration_histogram),
             api_requests: Family::default(),
+            build_stages: Family::new_with_constructor(stage_histogram),
             leader: Gauge::default(),
             objects: Family::default(),
             phase_counts: Arc::default(),
@@ -110,6 +120,13 @@ fn retry_delay_histogram() -> Histogram {
 fn duration_histogram() -> Histogram {
     Histogram::new([
         0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    ])
+}
+
+/// Buckets of build stage durations: seconds for a failed check, hours for an install.
+fn stage_histogram() -> Histogram {
+    Histogram::new([
+        10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0,
     ])
 }
 
@@ -147,6 +164,11 @@ impl Metrics {
             "reconcile_duration_seconds",
             "How long reconciles took, per kind and result",
             self.reconcile_durations.clone(),
+        );
+        registry.register(
+            "build_stage_duration_seconds",
+            "Build stages that ended, by how long they took, per stage and result",
+            self.build_stages.clone(),
         );
         registry.register(
             "api_requests",
@@ -194,6 +216,16 @@ impl Metrics {
         self.reconciles.get_or_create(&labels).inc();
         self.reconcile_durations
             .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+    }
+
+    /// A build stage ended with `result` (`ok` or a reason) after `took`.
+    pub fn build_stage_ended(&self, stage: &str, result: &str, took: Duration) {
+        self.build_stages
+            .get_or_create(&StageLabels {
+                stage: stage.to_owned(),
+                result: result.to_owned(),
+            })
             .observe(took.as_secs_f64());
     }
 

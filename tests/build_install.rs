@@ -313,6 +313,21 @@ async fn a_built_bundle_goes_through_every_stage_to_ready_and_serves_a_pool_besi
         status.qcow2_pvc_ref.as_ref().map(|r| r.name.as_str()),
         Some(format!("{name}-golden").as_str())
     );
+    // Every stage's duration was observed as it ended.
+    let metrics = support::world::world().metrics.encode();
+    for stage in [
+        "Prepare",
+        "Install",
+        "Customize",
+        "Seal",
+        "Publish",
+        "Validate",
+    ] {
+        let series = format!(
+            "guestcluster_build_stage_duration_seconds_count{{stage=\"{stage}\",result=\"ok\"}}"
+        );
+        assert!(metrics.contains(&series), "no {series}");
+    }
     assert_eq!(status.qcow2_pvc_namespace.as_deref(), Some(OPERATOR_NS));
     assert_eq!(
         status.ssh_key_secret_ref.as_ref().map(|r| r.name.as_str()),

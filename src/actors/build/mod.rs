@@ -6,6 +6,7 @@
 
 pub mod admit;
 pub mod decide;
+pub mod stage_times;
 pub mod teardown;
 
 use std::collections::BTreeMap;
@@ -135,7 +136,13 @@ pub async fn pass(
 
     // Write-ahead: the attempt, its inputs and the names of what is about to exist.
     let mut current = bundle.clone();
+    let ended = stage_times::ended(bundle.status.as_ref(), &status);
     super::bundle::write_status(ctx, &current, &status).await?;
+    // Counted once written: a pass whose write failed sees the same ends again.
+    for end in ended {
+        ctx.metrics
+            .build_stage_ended(&format!("{:?}", end.stage), &end.result, end.took);
+    }
     current.status = Some(status.clone());
     let mut created = false;
     for action in &actions {
