@@ -332,6 +332,14 @@ impl<'a> Walk<'a> {
         self.status.crc.get_or_insert_with(Default::default)
     }
 
+    /// Whether the observed root disk's guest authorizes only the instance key.
+    fn keyed(&self) -> bool {
+        self.status
+            .crc
+            .as_ref()
+            .is_some_and(|crc| instance_keyed(crc, self.o.data_volume.as_ref()))
+    }
+
     fn binding(&self) -> Option<&CRCBootKeyStatus> {
         self.status.crc.as_ref().and_then(|c| c.boot_key.as_ref())
     }
@@ -712,10 +720,7 @@ impl<'a> Walk<'a> {
 
         // The instance's own copy of the key: checked when present, restored only from a source
         // provably identical to the binding.
-        let keyed = instance_keyed(
-            self.status.crc.as_ref().unwrap_or(&Default::default()),
-            self.o.data_volume.as_ref(),
-        );
+        let keyed = self.keyed();
         match &self.o.boot_key_copy {
             // The guest no longer authorizes the bundle key: the copy has no use left, and a
             // bundle key lying in a tenant namespace is one more way in.
@@ -1110,22 +1115,16 @@ impl<'a> Walk<'a> {
         match &self.o.guest_key {
             // The guest authorizes only the lost key: a new one would never open it, and the
             // bundle key was revoked. Only a fresh clone of the disk is reachable again.
-            None if instance_keyed(
-                self.status.crc.as_ref().unwrap_or(&Default::default()),
-                self.o.data_volume.as_ref(),
-            ) =>
-            {
-                Err(Stop::failed(
-                    reasons::BOOT_KEY_UNAVAILABLE,
-                    format!(
-                        "guest key Secret {}/{name} is gone, and the guest on DataVolume {} \
+            None if self.keyed() => Err(Stop::failed(
+                reasons::BOOT_KEY_UNAVAILABLE,
+                format!(
+                    "guest key Secret {}/{name} is gone, and the guest on DataVolume {} \
                          authorizes only that key; the crc-agent can never reach it again: \
                          delete the DataVolume (the instance clones a fresh disk) or the instance",
-                        self.ns,
-                        res::root_disk_name(&self.name)
-                    ),
-                ))
-            }
+                    self.ns,
+                    res::root_disk_name(&self.name)
+                ),
+            )),
             None => {
                 self.actions.push(Action::CreateGuestKey);
                 Ok(())
