@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build test lint fmt crds external-crds controlplane deps demo dev-up clean-cache bench bench-disk bench-scale
+.PHONY: all build test lint fmt crds external-crds controlplane helm deps demo dev-up clean-cache bench bench-disk bench-scale
 
 all: build
 
@@ -14,13 +14,21 @@ build:
 controlplane:
 	tools/controlplane/build.sh
 
-## System packages the tests and demo need (qemu-img), installed with apt when missing.
+## helm, built once per machine from the Go module pinned in tools/helm into ~/.cache/guestcluster
+## (the tests lint, render and install the chart helm/guestcluster-operator with it).
+helm:
+	tools/helm/build.sh
+
+## System packages the tests and demo need (qemu-img; headless Chromium for the dashboard test),
+## installed with apt when missing.
 deps:
 	tools/ensure-deps.sh
 
-## Regenerate the CRDs and the API reference from src/api (committed; tests fail on drift).
+## Regenerate the CRDs (also the chart's copy) and the API reference from src/api (committed;
+## tests fail on drift).
 crds:
 	$(CARGO) run --quiet -p guestcluster -- crdgen --out-dir crds --api-docs docs/api.md
+	cp crds/*.yaml helm/guestcluster-operator/crds/
 
 ## Regenerate the test control plane's CRDs of the external kinds (KubeVirt, CDI, OpenShift, HCO)
 ## from the upstream Go API types pinned in tools/external-crds/go.mod (committed; tests fail on
@@ -38,7 +46,7 @@ lint:
 ## Everything CI runs, for the whole workspace (the product and its test crates `testenv` and
 ## `sim`): format and lint checks, generated-file drift checks, unit, control-plane and scenario
 ## tests.
-test: deps controlplane lint
+test: deps controlplane helm lint
 	$(CARGO) test --workspace --no-fail-fast
 
 ## Criterion benchmarks (benches/): per-reconcile decision cost at scale, with same-run baselines to

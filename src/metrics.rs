@@ -50,17 +50,36 @@ pub struct PhaseLabels {
     pub phase: String,
 }
 
+/// Labels of a bundle count: where its disk comes from and the stage it is at.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BundleStageLabels {
+    pub source: String,
+    pub stage: String,
+}
+
+/// Labels of a pool's size: which pool, and which number (`min`, `max`, `total`, `available`,
+/// `leased`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabels {
+    pub namespace: String,
+    pub pool: String,
+    pub state: String,
+}
+
 /// Objects of one kind per phase, as counted by whoever watches them.
 pub type PhaseCounts = Arc<dyn Fn() -> BTreeMap<String, i64> + Send + Sync>;
 
-/// Live actors per kind, as counted by whoever runs the actors.
-pub type LiveActorCounts = Arc<dyn Fn() -> BTreeMap<String, i64> + Send + Sync>;
+/// A number per actor kind (live actors, waiting messages), as counted by whoever runs the
+/// actors.
+pub type PerKindCounts = Arc<dyn Fn() -> BTreeMap<String, i64> + Send + Sync>;
 
 /// Every metric the operator exports. Cloning shares the underlying values.
 #[derive(Clone)]
 pub struct Metrics {
     /// Live actors per kind (refreshed from the actor registry on every scrape).
     pub actors: Family<KindLabels, Gauge>,
+    /// Messages sent to actors and not yet handled, per kind (refreshed on every scrape).
+    pub mailbox_depth: Family<KindLabels, Gauge>,
     /// Actors restarted by their supervisor after a failure, per kind.
     pub actor_restarts: Family<KindLabels, Counter>,
     /// Reconciles per kind and outcome.
@@ -81,10 +100,16 @@ pub struct Metrics {
     pub leader: Gauge,
     /// Objects per kind and phase (refreshed from the watch caches on every scrape).
     pub objects: Family<PhaseLabels, Gauge>,
+    /// CRCBundles per source and current stage (set from the watch cache on every scrape).
+    pub bundles: Family<BundleStageLabels, Gauge>,
+    /// Each pool's bounds and instance counts (set from the watch cache on every scrape).
+    pub pool_instances: Family<PoolLabels, Gauge>,
     /// Where `objects` is read from at scrape time, per kind.
     phase_counts: Arc<Mutex<BTreeMap<String, PhaseCounts>>>,
     /// Where the live-actor gauge is read from at scrape time; nothing counted until set.
-    live_actor_counts: Arc<Mutex<Option<LiveActorCounts>>>,
+    live_actor_counts: Arc<Mutex<Option<PerKindCounts>>>,
+    /// Where the mailbox-depth gauge is read from at scrape time; nothing counted until set.
+    mailbox_depths: Arc<Mutex<Option<PerKindCounts>>>,
     /// Current retry delay of every object backing off, per kind and UID.
     backing_off: Arc<Mutex<HashMap<String, HashMap<String, Duration>>>>,
 }
@@ -93,6 +118,7 @@ impl Default for Metrics {
     fn default() -> Self {
         Self {
             actors: Family::default(),
+            mailbox_depth: Family::default(),
             actor_restarts: Family::default(),
             reconciles: Family::default(),
             backoff_objects: Family::default(),
@@ -103,8 +129,11 @@ impl Default for Metrics {
             build_stages: Family::new_with_constructor(stage_histogram),
             leader: Gauge::default(),
             objects: Family::default(),
+            bundles: Family::default(),
+            pool_instances: Family::default(),
             phase_counts: Arc::default(),
             live_actor_counts: Arc::default(),
+            mailbox_depths: Arc::default(),
             backing_off: Arc::default(),
         }
     }
@@ -135,6 +164,11 @@ impl Metrics {
     pub fn registry(&self) -> Registry {
         let mut registry = Registry::with_prefix("guestcluster");
         registry.register("actors", "Live actors per kind", self.actors.clone());
+        registry.register(
+            "mailbox_depth",
+            "Messages sent to actors and not yet handled, per kind",
+            self.mailbox_depth.clone(),
+        );
         registry.register(
             "actor_restarts",
             "Actors restarted by their supervisor after a failure",
@@ -179,6 +213,16 @@ impl Metrics {
             "objects",
             "Objects per kind and the phase their status reports",
             self.objects.clone(),
+        );
+        registry.register(
+            "bundles",
+            "CRCBundles per source and the stage they are at",
+            self.bundles.clone(),
+        );
+        registry.register(
+            "pool_instances",
+            "Bounds (min, max) and instances (total, available, leased) of each ClusterPool",
+            self.pool_instances.clone(),
         );
         registry.register(
             "leader",
@@ -297,7 +341,15 @@ impl Metrics {
         &self,
         count: impl Fn() -> BTreeMap<String, i64> + Send + Sync + 'static,
     ) {
-        *self.lock_live_actor_counts() = Some(Arc::new(count));
+        *lock_slot(&self.live_actor_counts) = Some(Arc::new(count));
+    }
+
+    /// Reads the waiting messages per actor kind through `count` from now on.
+    pub fn count_mailboxes_with(
+        &self,
+        count: impl Fn() -> BTreeMap<String, i64> + Send + Sync + 'static,
+    ) {
+        *lock_slot(&self.mailbox_depths) = Some(Arc::new(count));
     }
 
     /// Reads the objects of `kind` per phase through `count` from now on.
@@ -318,21 +370,39 @@ impl Metrics {
     }
 
     fn live_actor_counts(&self) -> BTreeMap<String, i64> {
-        // Called outside the lock: the counting function may take locks of its own.
-        let count = self.lock_live_actor_counts().clone();
-        count.map(|count| count()).unwrap_or_default()
-    }
-
-    fn lock_live_actor_counts(&self) -> std::sync::MutexGuard<'_, Option<LiveActorCounts>> {
-        // A plain replace cannot leave the slot half-written, so a poisoned lock is still sound.
-        self.live_actor_counts
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        read_slot(&self.live_actor_counts)
     }
 
     /// Restarts of actors of `kind` so far.
     pub fn restarts(&self, kind: &str) -> u64 {
         self.actor_restarts.get_or_create(&kind_labels(kind)).get()
+    }
+
+    /// Replaces the bundle counts by source and stage; a pair nobody is at drops out.
+    pub fn set_bundle_stages(&self, counts: &BTreeMap<(String, String), i64>) {
+        self.bundles.clear();
+        for ((source, stage), n) in counts {
+            self.bundles
+                .get_or_create(&BundleStageLabels {
+                    source: source.clone(),
+                    stage: stage.clone(),
+                })
+                .set(*n);
+        }
+    }
+
+    /// Replaces the pools' sizes: `(namespace, pool, state) → value`; a deleted pool drops out.
+    pub fn set_pool_sizes(&self, sizes: &[(String, String, &str, i64)]) {
+        self.pool_instances.clear();
+        for (namespace, pool, state, value) in sizes {
+            self.pool_instances
+                .get_or_create(&PoolLabels {
+                    namespace: namespace.clone(),
+                    pool: pool.clone(),
+                    state: (*state).to_owned(),
+                })
+                .set(*value);
+        }
     }
 
     /// The OpenMetrics text exposition of all metrics.
@@ -341,6 +411,12 @@ impl Metrics {
         // its own cleanup, and a counter would drift.
         for (kind, count) in self.live_actor_counts() {
             self.actors.get_or_create(&kind_labels(&kind)).set(count);
+        }
+        self.mailbox_depth.clear();
+        for (kind, depth) in read_slot(&self.mailbox_depths) {
+            self.mailbox_depth
+                .get_or_create(&kind_labels(&kind))
+                .set(depth);
         }
         // Phases nobody is in any more drop out rather than linger at their last count.
         let counts: Vec<(String, PhaseCounts)> = self
@@ -366,6 +442,19 @@ impl Metrics {
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry());
         out
     }
+}
+
+fn lock_slot(
+    slot: &Mutex<Option<PerKindCounts>>,
+) -> std::sync::MutexGuard<'_, Option<PerKindCounts>> {
+    // A plain replace cannot leave the slot half-written, so a poisoned lock is still sound.
+    slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn read_slot(slot: &Mutex<Option<PerKindCounts>>) -> BTreeMap<String, i64> {
+    // Called outside the lock: the counting function may take locks of its own.
+    let count = lock_slot(slot).clone();
+    count.map(|count| count()).unwrap_or_default()
 }
 
 fn kind_labels(kind: &str) -> KindLabels {

@@ -200,6 +200,9 @@ async fn operator_process_elects_a_leader_serves_probes_and_stops_gracefully() {
         "guestcluster_api_requests_total{verb=\"GET\",code=\"200\"}",
         // Objects per kind and the phase their status reports, from the watch cache.
         "guestcluster_objects{kind=\"crcbundle\",phase=\"",
+        // Messages waiting per actor kind: the root handled its start-up messages long ago.
+        "guestcluster_mailbox_depth{kind=\"supervisor\"}",
+        "guestcluster_mailbox_depth{kind=\"root\"} 0",
     ] {
         assert!(metrics.contains(series), "no {series} in:\n{metrics}");
     }

@@ -568,3 +568,71 @@ async fn after_a_restart_pods_of_the_old_kubelet_fail_and_their_processes_are_go
         Some("BackoffLimitExceeded")
     );
 }
+
+/// A pod reaches the API server as its own ServiceAccount, through the credentials mounted at the
+/// in-cluster path, and a pod without them (`automountServiceAccountToken: false`) cannot reach
+/// it at all: RBAC of every Job is what a real cluster would enforce.
+#[tokio::test]
+async fn pods_talk_to_the_api_server_as_their_service_account_only() {
+    let sim = start().await;
+    let _shared = sim.share().await;
+    let client = support::client().await;
+    let ns = ready_namespace(&client, "sim-identity").await;
+    let cp = testenv::ControlPlane::shared()
+        .await
+        .expect("control plane");
+    let kubectl = cp.kubectl().get_program().to_owned();
+    let kubectl = kubectl.to_str().expect("a UTF-8 path").to_owned();
+    let script = r#"
+        set -u
+        "$1" auth whoami -o jsonpath='{.status.userInfo.username}' > "$2/who" 2>&1
+        if "$1" get secrets > "$2/secrets" 2>&1; then echo allowed; else echo refused; fi > "$2/verdict"
+        printf '%s' "${KUBECONFIG:-none}" > "$2/kubeconfig"
+    "#;
+    let run = |name: String, automount: bool| {
+        let job: Job = serde_json::from_value(json!({
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": { "name": name },
+            "spec": { "backoffLimit": 0, "template": { "spec": {
+                "restartPolicy": "Never",
+                "automountServiceAccountToken": automount,
+                "containers": [{
+                    "name": "main", "image": IMAGE,
+                    "command": ["sh", "-c", script, "sh", kubectl.as_str(), "/out"],
+                    "volumeMounts": [{ "name": "out", "mountPath": "/out" }],
+                }],
+                "volumes": [{ "name": "out", "emptyDir": {} }],
+            }}},
+        }))
+        .expect("a valid Job");
+        let client = client.clone();
+        let ns = ns.clone();
+        async move {
+            let jobs = create_job(&client, &ns, &job).await;
+            wait_for_condition(&jobs, &name, "Complete").await;
+            sandbox(sim, &job_pods(&client, &ns, &name).await.remove(0)).join("volumes/out")
+        }
+    };
+
+    let out = run(unique("with-token"), true).await;
+    assert_eq!(
+        read(&out.join("who")),
+        format!("system:serviceaccount:{ns}:default")
+    );
+    assert_eq!(read(&out.join("verdict")).trim(), "refused");
+    assert!(
+        read(&out.join("secrets")).contains("Forbidden"),
+        "{}",
+        read(&out.join("secrets"))
+    );
+
+    let out = run(unique("without-token"), false).await;
+    assert_eq!(read(&out.join("kubeconfig")), "none");
+    assert_eq!(read(&out.join("verdict")).trim(), "refused");
+    assert!(
+        !read(&out.join("who")).contains("system:"),
+        "no identity without a token: {}",
+        read(&out.join("who"))
+    );
+}

@@ -66,6 +66,8 @@ pub enum Error {
     ProductBinary(#[from] product_bin::Error),
     #[error("applying the samples: {0}")]
     Samples(#[from] manifests::Error),
+    #[error("installing the Jobs' service accounts: {0}")]
+    JobAccounts(#[source] crate::Error),
     #[error("reading {path}: {source}")]
     Read {
         path: String,
@@ -164,6 +166,9 @@ async fn drive(
 ) -> Result<Report, Error> {
     let client = cp.client()?;
     ensure_namespace(&client, OPERATOR_NAMESPACE).await?;
+    crate::job_accounts::install_prep_account(&client, OPERATOR_NAMESPACE)
+        .await
+        .map_err(Error::JobAccounts)?;
 
     let sim_root = cp.state_dir().join("sim");
     progress.step(format!(
@@ -436,7 +441,7 @@ impl RunningOperator {
             tree: TreeConfig::default(),
             jobs: JobSettings {
                 image: format!("{JOB_IMAGE_REPO}:demo"),
-                prep_service_account: "default".to_owned(),
+                prep_service_account: crate::job_accounts::PREP_ACCOUNT.to_owned(),
             },
             guests,
             // The sample pool's crcVersion only: what an administrator would allow.
@@ -507,7 +512,10 @@ impl RunningOperator {
             .arg(format!("--health-probe-bind-address={health}"))
             .arg(format!("--metrics-bind-address={metrics}"))
             .arg(format!("--job-image={JOB_IMAGE_REPO}:demo"))
-            .arg("--bundle-prep-service-account=default")
+            .arg(format!(
+                "--bundle-prep-service-account={}",
+                crate::job_accounts::PREP_ACCOUNT
+            ))
             .arg(format!("--pool-crc-versions={DEMO_VERSION}"))
             .env("KUBECONFIG", cp.kubeconfig_path())
             .env(guestcluster::guest::route::ROUTE_PROXY_ENV, router)

@@ -36,6 +36,7 @@ pub mod file_server;
 pub mod guest;
 pub mod handoffs;
 pub mod installer;
+pub mod job_accounts;
 pub mod kubelet;
 pub mod kubevirt;
 pub mod network;
@@ -75,7 +76,8 @@ pub struct Options {
     pub root: PathBuf,
     /// Every simulated duration.
     pub timings: Timings,
-    /// Kubeconfig of the control plane, given to Job processes in place of in-cluster config.
+    /// Kubeconfig of the control plane; pods reach the API server it names, as their own
+    /// service account (never with its credentials).
     pub kubeconfig: PathBuf,
     /// The `guestcluster` binary that runs our Job subcommands.
     pub guestcluster_bin: PathBuf,

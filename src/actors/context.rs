@@ -38,6 +38,8 @@ pub struct Context {
     pub user_secrets: UserSecrets,
     /// Which bundles pools may have created, where, and how long unused ones stay.
     pub pool_bundles: PoolBundles,
+    /// The supervised kinds' watch caches, for the dashboard.
+    pub caches: super::caches::Caches,
 }
 
 impl Context {
@@ -80,6 +82,7 @@ impl Context {
         pool_bundles: PoolBundles,
     ) -> Arc<Self> {
         metrics.count_live_actors_with(super::names::live_actor_counts);
+        metrics.count_mailboxes_with(super::mailbox::depths);
         Arc::new(Self {
             events: Events::new(client.clone()),
             guests,
@@ -93,6 +96,7 @@ impl Context {
             own_writes: OwnWrites::default(),
             user_secrets: UserSecrets::default(),
             pool_bundles,
+            caches: Default::default(),
         })
     }
 }

@@ -21,6 +21,7 @@ use tracing::Instrument as _;
 
 use super::backoff::{Backoff, Failures};
 use super::context::Context;
+use super::mailbox;
 use super::names::{object_actor_name, supervisor_name};
 use super::stage::Report;
 use super::stage::children::{Children, Parent};
@@ -225,10 +226,12 @@ impl<A: ObjectActor> Actor for ObjectWorker<A> {
         let parent = Parent {
             cell: myself.get_cell(),
             report: Arc::new(move |report| {
-                let _ = reports.cast(ObjectMsg::Child(ChildMsg::Report(report)));
+                let _ = mailbox::post(&reports, ObjectMsg::Child(ChildMsg::Report(report)));
             }),
             restart_after: Arc::new(move |kind, delay| {
-                drop(timers.send_after(delay, move || ObjectMsg::Child(ChildMsg::Restart(kind))));
+                let restart =
+                    mailbox::post_later(&timers, move || ObjectMsg::Child(ChildMsg::Restart(kind)));
+                drop(timers.send_after(delay, restart));
             }),
         };
         Ok(WorkerState {
@@ -262,6 +265,7 @@ impl<A: ObjectActor> Actor for ObjectWorker<A> {
         msg: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        mailbox::taken(&myself);
         // Every line logged while handling a message names the object and this actor.
         let span = object_span(A::KIND, &state.args.key, myself.get_name());
         async move {
@@ -375,7 +379,8 @@ async fn reconcile<A: ObjectActor>(
         }
     };
     if let Next::Requeue(delay) = next {
-        state.requeue = Some(myself.send_after(delay, || ObjectMsg::Reconcile));
+        let requeue = mailbox::post_later(&myself, || ObjectMsg::Reconcile);
+        state.requeue = Some(myself.send_after(delay, requeue));
     }
 }
 
@@ -588,7 +593,10 @@ where
             myself.clone(),
             args.ctx.clone(),
         ));
-        let resync = myself.send_interval(args.resync, || SupervisorMsg::Resync);
+        let resync = myself.send_interval(
+            args.resync,
+            mailbox::post_every(&myself, || SupervisorMsg::Resync),
+        );
         let mut owned: Vec<JoinHandle<()>> = A::owned_events(&args.ctx)
             .into_iter()
             .map(|events| tokio::spawn(forward_owned::<A>(events, myself.clone())))
@@ -603,6 +611,7 @@ where
             myself.clone(),
         )));
         args.ctx.metrics.init_kind(A::KIND);
+        args.ctx.caches.publish(store.clone());
         let counted = store.clone();
         args.ctx.metrics.count_objects_with(A::KIND, move || {
             let mut by_phase = std::collections::BTreeMap::<String, i64>::new();
@@ -653,6 +662,7 @@ where
         msg: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        mailbox::taken(&myself);
         match msg {
             SupervisorMsg::Applied { uid, key } => {
                 let child = state.children.entry(uid.clone()).or_insert_with(|| Child {
@@ -755,14 +765,17 @@ where
             .next_delay(&mut child.failures, Instant::now());
         state.ctx.metrics.actor_restarted(A::KIND);
         tracing::warn!(kind = A::KIND, %uid, object = %child.key, ?delay, "actor {why}; restarting");
-        myself.send_after(delay, move || SupervisorMsg::Respawn { uid });
+        myself.send_after(
+            delay,
+            mailbox::post_later(&myself, move || SupervisorMsg::Respawn { uid }),
+        );
         Ok(())
     }
 }
 
 fn trigger<R: Send + 'static>(actor: &ActorRef<ObjectMsg<R>>) {
     // A closed mailbox means the actor is stopping; its supervision event handles the rest.
-    let _ = actor.cast(ObjectMsg::Reconcile);
+    let _ = mailbox::post(actor, ObjectMsg::Reconcile);
 }
 
 async fn spawn_child<A>(
@@ -805,7 +818,10 @@ async fn spawn_child<A>(
                 .next_delay(&mut child.failures, Instant::now());
             tracing::warn!(kind = A::KIND, %uid, ?delay, "spawning actor failed: {err}; retrying");
             let uid = uid.to_owned();
-            myself.send_after(delay, move || SupervisorMsg::Respawn { uid });
+            myself.send_after(
+                delay,
+                mailbox::post_later(myself, move || SupervisorMsg::Respawn { uid }),
+            );
         }
     }
 }
@@ -851,7 +867,7 @@ async fn forward_events<A: ObjectActor>(
             ctx.readiness.mark_synced(A::KIND);
         }
         for msg in listing.messages(event) {
-            if supervisor.cast(msg).is_err() {
+            if mailbox::post(&supervisor, msg).is_err() {
                 return;
             }
         }
@@ -912,7 +928,7 @@ async fn forward_owned<A: ObjectActor>(
     supervisor: ActorRef<SupervisorMsg<A::Object>>,
 ) {
     while let Some(uid) = events.next().await {
-        if supervisor.cast(SupervisorMsg::Owned { uid }).is_err() {
+        if mailbox::post(&supervisor, SupervisorMsg::Owned { uid }).is_err() {
             return;
         }
     }
@@ -923,7 +939,7 @@ async fn forward_related<A: ObjectActor>(
     supervisor: ActorRef<SupervisorMsg<A::Object>>,
 ) {
     while let Some(related) = events.next().await {
-        if supervisor.cast(SupervisorMsg::Related(related)).is_err() {
+        if mailbox::post(&supervisor, SupervisorMsg::Related(related)).is_err() {
             return;
         }
     }
@@ -949,7 +965,7 @@ async fn forward_views<A: ObjectActor>(
             Err(broadcast::error::RecvError::Closed) => return,
         };
         for msg in msgs {
-            if supervisor.cast(msg).is_err() {
+            if mailbox::post(&supervisor, msg).is_err() {
                 return;
             }
         }

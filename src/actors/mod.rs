@@ -25,6 +25,7 @@
 pub mod backoff;
 pub mod build;
 pub mod bundle;
+pub mod caches;
 pub mod claims;
 pub mod context;
 pub mod crc;
@@ -34,6 +35,7 @@ pub mod instance_gates;
 pub mod kind_supervisor;
 pub mod lease;
 pub mod lease_decide;
+pub mod mailbox;
 pub mod names;
 pub mod own_writes;
 pub mod pool;

@@ -16,12 +16,17 @@ pub fn supervisor_name(kind: &str) -> String {
 pub fn live_actor_counts() -> std::collections::BTreeMap<String, i64> {
     let mut counts = std::collections::BTreeMap::new();
     for name in ractor::registry::registered() {
-        let kind = match name.split_once('/') {
-            Some(("supervisor", _)) => "supervisor",
-            Some((kind, _)) => kind,
-            None => name.as_str(),
-        };
-        *counts.entry(kind.to_owned()).or_insert(0) += 1;
+        *counts.entry(kind_of(&name).to_owned()).or_insert(0) += 1;
     }
     counts
+}
+
+/// The kind a registered name counts under: `<kind>/<uid>` → `<kind>`, `supervisor/<kind>` →
+/// `supervisor`, `root` → `root`.
+pub fn kind_of(name: &str) -> &str {
+    match name.split_once('/') {
+        Some(("supervisor", _)) => "supervisor",
+        Some((kind, _)) => kind,
+        None => name,
+    }
 }

@@ -15,6 +15,7 @@ use super::kind_supervisor::{
     CHILD_STOP_TIMEOUT, KindSupervisor, ObjectActor, SupervisorArgs, name_of,
 };
 use super::lease::LeaseActor;
+use super::mailbox;
 use super::pool::PoolActor;
 
 /// Name under which the root supervisor is registered.
@@ -107,7 +108,7 @@ impl Actor for Root {
         (ctx, config): Self::Arguments,
     ) -> Result<RootState, ActorProcessingErr> {
         for kind in &config.kinds {
-            myself.cast(RootMsg::Start(*kind))?;
+            mailbox::post(&myself, RootMsg::Start(*kind))?;
         }
         Ok(RootState {
             ctx,
@@ -150,6 +151,7 @@ impl Actor for Root {
         RootMsg::Start(kind): RootMsg,
         state: &mut RootState,
     ) -> Result<(), ActorProcessingErr> {
+        mailbox::taken(&myself);
         let args = SupervisorArgs {
             ctx: state.ctx.clone(),
             backoff: state.config.backoff.clone(),
@@ -215,7 +217,10 @@ async fn spawn<A: ObjectActor>(
 fn schedule_restart(myself: &ActorRef<RootMsg>, state: &mut RootState, kind: Kind) {
     let failures = state.failures.entry(kind).or_default();
     let delay = state.config.backoff.next_delay(failures, Instant::now());
-    myself.send_after(delay, move || RootMsg::Start(kind));
+    myself.send_after(
+        delay,
+        mailbox::post_later(myself, move || RootMsg::Start(kind)),
+    );
 }
 
 /// Starts the shared views and the supervision tree and returns the root.

@@ -1,4 +1,5 @@
-//! The operator's HTTP endpoints: `/healthz` and `/readyz` for probes, `/metrics` for Prometheus.
+//! The operator's HTTP endpoints: `/healthz` and `/readyz` for probes, `/metrics` for Prometheus
+//! and the read-only `/dashboard` beside it.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -47,6 +48,7 @@ pub fn probes(state: ProbeState) -> Router {
 pub fn metrics(ctx: Arc<Context>) -> Router {
     Router::new()
         .route("/metrics", get(serve_metrics))
+        .route("/dashboard", get(serve_dashboard))
         .with_state(ctx)
 }
 
@@ -63,12 +65,20 @@ async fn readyz(State(state): State<ProbeState>) -> impl IntoResponse {
 }
 
 async fn serve_metrics(State(ctx): State<Arc<Context>>) -> impl IntoResponse {
+    super::inventory::record(&ctx);
     (
         [(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
         ctx.metrics.encode(),
+    )
+}
+
+async fn serve_dashboard(State(ctx): State<Arc<Context>>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        super::dashboard::page(&ctx),
     )
 }
 

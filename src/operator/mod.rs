@@ -2,7 +2,9 @@
 //! graceful shutdown on SIGTERM.
 
 pub mod api_limits;
+pub mod dashboard;
 pub mod http;
+pub mod inventory;
 pub mod leader;
 
 use std::future::Future;

@@ -56,7 +56,7 @@ pub async fn one_operator_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
 }
 
 /// The operator as a process of its own (one a test can kill) in the [`bare_world`], set up
-/// like the in-process one: our Job image, the `default` prep service account, Route hosts
+/// like the in-process one: our Job image, the chart's prep service account, Route hosts
 /// through the simulated router. Its leader identity begins with `name`.
 pub async fn operator_process(name: &str) -> super::Operator {
     let router = format!("http://{}", bare_world().router);
@@ -67,7 +67,7 @@ pub async fn operator_process(name: &str) -> super::Operator {
             "--job-image",
             IMAGE,
             "--bundle-prep-service-account",
-            "default",
+            sim::job_accounts::PREP_ACCOUNT,
             "--pool-crc-versions",
             "*",
             "--log-format",
@@ -115,6 +115,9 @@ async fn start(with_operator: bool) -> Result<(World, (Sim, RouteProxy)), String
     let cp = ControlPlane::shared().await.map_err(|e| e.to_string())?;
     let client = cp.client().map_err(|e| e.to_string())?;
     super::ensure_namespace(&client, OPERATOR_NS).await;
+    sim::job_accounts::install_prep_account(&client, OPERATOR_NS)
+        .await
+        .map_err(|e| format!("prep account: {e}"))?;
     let root = tempfile::Builder::new()
         .prefix("scenario-")
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
@@ -144,7 +147,7 @@ async fn start(with_operator: bool) -> Result<(World, (Sim, RouteProxy)), String
     let metrics = Metrics::default();
     let jobs = JobSettings {
         image: IMAGE.to_owned(),
-        prep_service_account: "default".to_owned(),
+        prep_service_account: sim::job_accounts::PREP_ACCOUNT.to_owned(),
     };
     let router = RouteProxy::start(client.clone())
         .await

@@ -66,7 +66,8 @@ pub struct Inputs {
 #[derive(Debug, Clone)]
 pub struct Host {
     pub guestcluster_bin: PathBuf,
-    pub kubeconfig: PathBuf,
+    /// The API server's URL as pods reach it (in-cluster config's `https://kubernetes.default`).
+    pub api_server: String,
     /// Fake tools, first on `PATH`.
     pub tools_bin: PathBuf,
     /// `PATH` of the simulation itself, after the tools.
@@ -214,15 +215,72 @@ pub fn plan_pod(pod: &Pod, inputs: &Inputs, host: &Host) -> Result<PodPlan, Plan
     }
     for container in spec.init_containers.as_deref().unwrap_or_default() {
         let mounts = mounts(container, &volume_dirs, inputs, spec, &mut plan)?;
-        plan.init_processes
-            .push(plan_process(pod, container, &mounts, inputs, host)?);
+        let kubeconfig = in_cluster_kubeconfig(pod, container, &mounts, host, &mut plan);
+        plan.init_processes.push(plan_process(
+            pod,
+            container,
+            &mounts,
+            kubeconfig.as_deref(),
+            inputs,
+            host,
+        )?);
     }
     for container in &spec.containers {
         let mounts = mounts(container, &volume_dirs, inputs, spec, &mut plan)?;
-        plan.processes
-            .push(plan_process(pod, container, &mounts, inputs, host)?);
+        let kubeconfig = in_cluster_kubeconfig(pod, container, &mounts, host, &mut plan);
+        plan.processes.push(plan_process(
+            pod,
+            container,
+            &mounts,
+            kubeconfig.as_deref(),
+            inputs,
+            host,
+        )?);
     }
     Ok(plan)
+}
+
+/// Where a kubelet mounts a pod's service account credentials (token, `ca.crt`, `namespace`),
+/// and where in-cluster client config reads them.
+pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// What in-cluster config amounts to for a container that mounts service account credentials:
+/// a kubeconfig naming the API server, the mounted CA and the mounted token file (re-read by the
+/// client as the kubelet rotates it). A container without that mount gets none, so it cannot
+/// talk to the API server at all, as in a real pod with `automountServiceAccountToken: false`.
+fn in_cluster_kubeconfig(
+    pod: &Pod,
+    container: &Container,
+    mounts: &[Mount],
+    host: &Host,
+    plan: &mut PodPlan,
+) -> Option<PathBuf> {
+    let credentials = host_path(SERVICE_ACCOUNT_DIR, mounts)?;
+    let path = host
+        .sandbox
+        .join(format!("{}.in-cluster.kubeconfig", container.name));
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let contents = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{ "name": "in-cluster", "cluster": {
+            "server": host.api_server,
+            "certificate-authority": format!("{credentials}/ca.crt"),
+        }}],
+        "users": [{ "name": "service-account", "user": {
+            "tokenFile": format!("{credentials}/token"),
+        }}],
+        "contexts": [{ "name": "in-cluster", "context": {
+            "cluster": "in-cluster", "user": "service-account", "namespace": namespace,
+        }}],
+        "current-context": "in-cluster",
+    });
+    plan.files.push(FileToWrite {
+        path: path.clone(),
+        contents: contents.to_string().into_bytes(),
+        mode: 0o600,
+    });
+    Some(path)
 }
 
 /// A container's mounts, longest container path first (so nested mounts win).
@@ -311,6 +369,7 @@ fn plan_process(
     pod: &Pod,
     container: &Container,
     mounts: &[Mount],
+    kubeconfig: Option<&Path>,
     inputs: &Inputs,
     host: &Host,
 ) -> Result<ProcessPlan, PlanError> {
@@ -358,7 +417,7 @@ fn plan_process(
         container: container.name.clone(),
         program,
         args: argv,
-        env: process_env(&container_env, mounts, host),
+        env: process_env(&container_env, mounts, kubeconfig, host),
         cwd,
         log: host.sandbox.join(format!("{}.log", container.name)),
         termination_log,

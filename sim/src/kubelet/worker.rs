@@ -161,7 +161,7 @@ impl Worker {
         let options = &self.ctx.options;
         let host = Host {
             guestcluster_bin: options.guestcluster_bin.clone(),
-            kubeconfig: options.kubeconfig.clone(),
+            api_server: api_server(&options.kubeconfig)?,
             tools_bin: self.tools_bin.clone(),
             host_path: std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()),
             sandbox: plan::sandbox_dir(
@@ -176,6 +176,17 @@ impl Worker {
         };
         plan::plan_pod(&self.pod, &inputs, &host)
     }
+}
+
+/// The API server's URL from the simulation's kubeconfig: pods reach the same server.
+fn api_server(kubeconfig: &std::path::Path) -> Result<String, PlanError> {
+    let config = kube::config::Kubeconfig::read_from(kubeconfig)
+        .map_err(|e| PlanError::Missing(format!("{}: {e}", kubeconfig.display())))?;
+    config
+        .clusters
+        .iter()
+        .find_map(|c| c.cluster.as_ref()?.server.clone())
+        .ok_or_else(|| PlanError::Missing(format!("{}: no server", kubeconfig.display())))
 }
 
 /// Starts every container; one that cannot start ends at once with `StartError`.

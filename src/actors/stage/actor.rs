@@ -69,7 +69,7 @@ impl<S: Stage> Actor for StageActor<S> {
             while let Some(event) = events.next().await {
                 match event {
                     Ok(object) => {
-                        if myself.cast(Seen(object)).is_err() {
+                        if crate::actors::mailbox::post(&myself, Seen(object)).is_err() {
                             return;
                         }
                     }
@@ -101,6 +101,7 @@ impl<S: Stage> Actor for StageActor<S> {
         Seen(object): Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        crate::actors::mailbox::taken(&myself);
         let span = tracing::info_span!(
             "stage",
             kind = S::KIND,

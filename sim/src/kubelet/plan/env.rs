@@ -1,6 +1,7 @@
 //! The environment of a container process.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use k8s_openapi::api::core::v1::{Container, EnvVar, ObjectFieldSelector, Pod};
 
@@ -78,8 +79,14 @@ pub(super) fn container_env(
 }
 
 /// The final environment: container values with container paths rewritten, then what the
-/// simulation must control (`KUBECONFIG` for in-cluster config, `PATH` for the fake tools).
-pub(super) fn process_env(env: &Env, mounts: &[Mount], host: &Host) -> Vec<(String, String)> {
+/// simulation must control (`KUBECONFIG` standing in for in-cluster config when the container
+/// has service account credentials, `PATH` for the fake tools).
+pub(super) fn process_env(
+    env: &Env,
+    mounts: &[Mount],
+    kubeconfig: Option<&Path>,
+    host: &Host,
+) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = env
         .vars
         .iter()
@@ -93,7 +100,9 @@ pub(super) fn process_env(env: &Env, mounts: &[Mount], host: &Host) -> Vec<(Stri
             (v.name.clone(), value)
         })
         .collect();
-    out.push(("KUBECONFIG".into(), host.kubeconfig.display().to_string()));
+    if let Some(kubeconfig) = kubeconfig {
+        out.push(("KUBECONFIG".into(), kubeconfig.display().to_string()));
+    }
     out.push((
         "PATH".into(),
         format!("{}:{}", host.tools_bin.display(), host.host_path),

@@ -7,7 +7,7 @@ const BIN: &str = "/build/target/debug/guestcluster";
 fn host() -> Host {
     Host {
         guestcluster_bin: PathBuf::from(BIN),
-        kubeconfig: PathBuf::from("/sim/kubeconfig"),
+        api_server: "https://127.0.0.1:6443".into(),
         tools_bin: PathBuf::from("/sim/tools/bin"),
         host_path: "/usr/bin:/bin".into(),
         sandbox: PathBuf::from("/sim/pods/ns_p_u1"),
@@ -198,7 +198,8 @@ fn the_simulation_controls_kubeconfig_and_path() {
         { "name": "PATH", "value": "/usr/local/bin" },
     ]});
     let p = process(&pod(container, json!([])));
-    assert_eq!(env(&p, "KUBECONFIG").as_deref(), Some("/sim/kubeconfig"));
+    // No service account credentials mounted: no way to the API server, whatever it asks for.
+    assert_eq!(env(&p, "KUBECONFIG"), None);
     assert_eq!(
         env(&p, "PATH").as_deref(),
         Some("/sim/tools/bin:/usr/bin:/bin")
@@ -220,7 +221,48 @@ fn host_paths_of_the_simulation_are_not_rewritten() {
     let container = json!({ "volumeMounts": [{ "name": "v", "mountPath": "/sim" }] });
     let p = process(&pod(container, json!([empty_dir("v")])));
     assert_eq!(env(&p, "HOME").as_deref(), Some("/sim/pods/ns_p_u1/home"));
-    assert_eq!(env(&p, "KUBECONFIG").as_deref(), Some("/sim/kubeconfig"));
+}
+
+#[test]
+fn service_account_credentials_become_the_containers_only_kubeconfig() {
+    let container = json!({ "volumeMounts": [
+        { "name": "kube-api-access-x", "mountPath": SERVICE_ACCOUNT_DIR, "readOnly": true },
+    ]});
+    let volumes = json!([{ "name": "kube-api-access-x", "projected": { "sources": [
+        { "serviceAccountToken": { "path": "token", "expirationSeconds": 3607 } },
+    ]}}]);
+    let mut inputs = inputs();
+    inputs.tokens.insert(String::new(), "tok".into());
+    let plan = plan_pod(&pod(container, volumes), &inputs, &host()).expect("plan");
+    let p = &plan.processes[0];
+    let path = "/sim/pods/ns_p_u1/main.in-cluster.kubeconfig";
+    assert_eq!(env(p, "KUBECONFIG").as_deref(), Some(path));
+    let file = plan
+        .files
+        .iter()
+        .find(|f| f.path == Path::new(path))
+        .expect("kubeconfig written");
+    assert_eq!(file.mode, 0o600);
+    let config: serde_json::Value = serde_json::from_slice(&file.contents).expect("json");
+    let volume = "/sim/pods/ns_p_u1/volumes/kube-api-access-x";
+    assert_eq!(
+        config["clusters"][0]["cluster"]["server"],
+        "https://127.0.0.1:6443"
+    );
+    assert_eq!(
+        config["clusters"][0]["cluster"]["certificate-authority"],
+        format!("{volume}/ca.crt")
+    );
+    assert_eq!(
+        config["users"][0]["user"]["tokenFile"],
+        format!("{volume}/token")
+    );
+    assert_eq!(
+        config["users"][0]["user"].as_object().map(|u| u.len()),
+        Some(1),
+        "only the token"
+    );
+    assert_eq!(config["contexts"][0]["context"]["namespace"], "ns");
 }
 
 #[test]
