@@ -216,6 +216,10 @@ async fn drive(
         None => RunningOperator::start(&client, metrics.clone(), guests).await?,
         Some(bin) => RunningOperator::spawn(bin, cp, &router.url())?,
     };
+    progress.step(format!(
+        "  dashboard: http://{}/dashboard (read-only: bundles, pools, instances, leases and the actor tree; reload to follow along)",
+        op.metrics
+    ));
     let recorder = crate::handoffs::Recorder::start(&client);
 
     let name = guestcluster::actors::resolve::published_bundle_name(
@@ -331,17 +335,18 @@ async fn drive(
     println!();
     if opts.operator_bin.is_none() {
         println!(
-            "operator: {} bundle, {} pool and {} instance actor(s); probes at http://{}/readyz, metrics at http://{}/metrics",
+            "operator: {} bundle, {} pool and {} instance actor(s); probes at http://{}/readyz, metrics at http://{}/metrics, dashboard at http://{}/dashboard",
             metrics.live_actors(BundleActor::KIND),
             metrics.live_actors(PoolActor::KIND),
             metrics.live_actors(InstanceActor::KIND),
             op.health,
             op.metrics,
+            op.metrics,
         );
     } else {
         println!(
-            "operator (a process): probes at http://{}/readyz, metrics at http://{}/metrics",
-            op.health, op.metrics,
+            "operator (a process): probes at http://{}/readyz, metrics at http://{}/metrics, dashboard at http://{}/dashboard",
+            op.health, op.metrics, op.metrics,
         );
     }
 

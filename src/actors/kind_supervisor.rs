@@ -229,9 +229,9 @@ impl<A: ObjectActor> Actor for ObjectWorker<A> {
                 let _ = mailbox::post(&reports, ObjectMsg::Child(ChildMsg::Report(report)));
             }),
             restart_after: Arc::new(move |kind, delay| {
-                let restart =
-                    mailbox::post_later(&timers, move || ObjectMsg::Child(ChildMsg::Restart(kind)));
-                drop(timers.send_after(delay, restart));
+                drop(mailbox::send_after(&timers, delay, move || {
+                    ObjectMsg::Child(ChildMsg::Restart(kind))
+                }));
             }),
         };
         Ok(WorkerState {
@@ -379,8 +379,7 @@ async fn reconcile<A: ObjectActor>(
         }
     };
     if let Next::Requeue(delay) = next {
-        let requeue = mailbox::post_later(&myself, || ObjectMsg::Reconcile);
-        state.requeue = Some(myself.send_after(delay, requeue));
+        state.requeue = Some(mailbox::send_after(&myself, delay, || ObjectMsg::Reconcile));
     }
 }
 
@@ -593,10 +592,7 @@ where
             myself.clone(),
             args.ctx.clone(),
         ));
-        let resync = myself.send_interval(
-            args.resync,
-            mailbox::post_every(&myself, || SupervisorMsg::Resync),
-        );
+        let resync = mailbox::send_interval(&myself, args.resync, || SupervisorMsg::Resync);
         let mut owned: Vec<JoinHandle<()>> = A::owned_events(&args.ctx)
             .into_iter()
             .map(|events| tokio::spawn(forward_owned::<A>(events, myself.clone())))
@@ -765,10 +761,7 @@ where
             .next_delay(&mut child.failures, Instant::now());
         state.ctx.metrics.actor_restarted(A::KIND);
         tracing::warn!(kind = A::KIND, %uid, object = %child.key, ?delay, "actor {why}; restarting");
-        myself.send_after(
-            delay,
-            mailbox::post_later(&myself, move || SupervisorMsg::Respawn { uid }),
-        );
+        mailbox::send_after(&myself, delay, move || SupervisorMsg::Respawn { uid });
         Ok(())
     }
 }
@@ -818,10 +811,7 @@ async fn spawn_child<A>(
                 .next_delay(&mut child.failures, Instant::now());
             tracing::warn!(kind = A::KIND, %uid, ?delay, "spawning actor failed: {err}; retrying");
             let uid = uid.to_owned();
-            myself.send_after(
-                delay,
-                mailbox::post_later(myself, move || SupervisorMsg::Respawn { uid }),
-            );
+            mailbox::send_after(myself, delay, move || SupervisorMsg::Respawn { uid });
         }
     }
 }
@@ -1140,7 +1130,7 @@ mod tests {
             .await
             .unwrap();
 
-        actor.cast(ObjectMsg::Reconcile).unwrap();
+        mailbox::post(&actor, ObjectMsg::Reconcile).unwrap();
         let seen = attempts(4).await;
         let gaps: Vec<Duration> = seen.windows(2).map(|w| w[1].0 - w[0].0).collect();
         for (gap, expected) in gaps.iter().zip([step(1), step(2), step(4)]) {
@@ -1168,7 +1158,7 @@ mod tests {
         assert!(text.contains(r#"guestcluster_reconcile_backoff_objects{kind="flaky"} 0"#));
 
         // The success reset the count: the next failure waits the base delay again.
-        actor.cast(ObjectMsg::Reconcile).unwrap();
+        mailbox::post(&actor, ObjectMsg::Reconcile).unwrap();
         let seen = attempts(6).await;
         assert_eq!(seen[5].1, (1, step(1)));
         assert!(seen[5].0 - seen[4].0 >= step(1));

@@ -1,10 +1,12 @@
 //! Mailbox depth: messages sent to an actor and not yet handled. Ractor does not expose the
-//! length of a mailbox, so every send to one of our actors goes through [`post`] (or
-//! [`post_later`] and [`post_every`] for timers) and every handler starts with [`taken`].
+//! length of a mailbox, so every send to one of our actors goes through [`post`], [`call`],
+//! [`send_after`] or [`send_interval`] (clippy.toml refuses ractor's own elsewhere) and every
+//! handler starts with [`taken`].
 //!
 //! Counts are kept per actor and summed per kind at scrape time over the actors still
 //! registered: messages left in the mailbox of an actor that stopped (or whose timer fired after
 //! it stopped) are dropped with it instead of skewing the gauge forever.
+#![allow(clippy::disallowed_methods)] // the one place that calls ractor's own sends
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
@@ -25,28 +27,45 @@ pub fn post<M: Message>(to: &ActorRef<M>, msg: M) -> Result<(), MessagingErr<M>>
     to.cast(msg).inspect_err(|_| add(to.get_id(), -1))
 }
 
-/// Wraps the message factory of a timer (`send_after`) so the message counts once it is sent.
-pub fn post_later<M: Message>(
+/// Asks `to` and waits up to `timeout` for the answer (ractor's `call`), counting the question
+/// until `to` takes it.
+pub async fn call<M: Message, T: Send + 'static>(
     to: &ActorRef<M>,
-    make: impl FnOnce() -> M + Send + 'static,
-) -> impl FnOnce() -> M + Send + 'static {
-    let id = to.get_id();
-    move || {
-        add(id, 1);
-        make()
-    }
+    ask: impl FnOnce(ractor::RpcReplyPort<T>) -> M,
+    timeout: Option<std::time::Duration>,
+) -> Result<ractor::rpc::CallResult<T>, MessagingErr<M>> {
+    add(to.get_id(), 1);
+    to.call(ask, timeout)
+        .await
+        .inspect_err(|_| add(to.get_id(), -1))
 }
 
-/// [`post_later`] for a repeating timer (`send_interval`).
-pub fn post_every<M: Message>(
+/// Sends the message `make` returns to `to` after `delay` (ractor's `send_after`), counting it
+/// once it is sent.
+pub fn send_after<M: Message>(
     to: &ActorRef<M>,
-    make: impl Fn() -> M + Send + 'static,
-) -> impl Fn() -> M + Send + 'static {
+    delay: std::time::Duration,
+    make: impl FnOnce() -> M + Send + 'static,
+) -> tokio::task::JoinHandle<Result<(), MessagingErr<M>>> {
     let id = to.get_id();
-    move || {
+    to.send_after(delay, move || {
         add(id, 1);
         make()
-    }
+    })
+}
+
+/// Sends the message `make` returns to `to` every `period` (ractor's `send_interval`), counting
+/// each.
+pub fn send_interval<M: Message>(
+    to: &ActorRef<M>,
+    period: std::time::Duration,
+    make: impl Fn() -> M + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    let id = to.get_id();
+    to.send_interval(period, move || {
+        add(id, 1);
+        make()
+    })
 }
 
 /// Called first by every handler: one message of `myself` is no longer waiting.

@@ -161,17 +161,17 @@ pub async fn request_bind(
         return Err(unavailable("is not running yet".to_owned()));
     };
     let lease_key = key.clone();
-    let answer = actor
-        .call(
-            move |reply| {
-                ObjectMsg::Request(ClaimRequest::Bind {
-                    lease: lease_key,
-                    reply,
-                })
-            },
-            Some(BIND_TIMEOUT),
-        )
-        .await;
+    let answer = super::mailbox::call(
+        &actor,
+        move |reply| {
+            ObjectMsg::Request(ClaimRequest::Bind {
+                lease: lease_key,
+                reply,
+            })
+        },
+        Some(BIND_TIMEOUT),
+    )
+    .await;
     match answer {
         Ok(CallResult::Success(outcome)) => outcome,
         Ok(CallResult::Timeout) => Err(unavailable(format!(

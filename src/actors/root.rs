@@ -217,10 +217,7 @@ async fn spawn<A: ObjectActor>(
 fn schedule_restart(myself: &ActorRef<RootMsg>, state: &mut RootState, kind: Kind) {
     let failures = state.failures.entry(kind).or_default();
     let delay = state.config.backoff.next_delay(failures, Instant::now());
-    myself.send_after(
-        delay,
-        mailbox::post_later(myself, move || RootMsg::Start(kind)),
-    );
+    mailbox::send_after(myself, delay, move || RootMsg::Start(kind));
 }
 
 /// Starts the shared views and the supervision tree and returns the root.
