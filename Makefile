@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build test lint fmt crds external-crds controlplane helm deps demo dev-up clean-cache bench bench-disk bench-scale
+.PHONY: all build test lint fmt crds external-crds controlplane helm deps demo dev-up clean-cache bench bench-disk bench-scale bench-observability
 
 all: build
 
@@ -66,6 +66,12 @@ bench-scale: controlplane
 ## (docs/performance.md). Other sizes: BENCH_ARGS="--gib 8 --rounds 5".
 bench-disk:
 	$(CARGO) bench --bench disk_copy -- $(BENCH_ARGS)
+
+## What observing costs: 1000 messages through an actor counted for the mailbox-depth gauge
+## against ractor's plain cast, and /dashboard rendered for 10, 100 and 1000 instances against
+## serializing them (docs/performance.md).
+bench-observability:
+	$(CARGO) bench --bench observability -- $(BENCH_ARGS)
 
 ## The whole flow on an embedded control plane with progress output. Per-request error logs of
 ## kube clients are off (the operator's guest API probes fail by design until a guest is up; the

@@ -386,7 +386,7 @@ fn chromium(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-async fn count<K>(api: Api<K>, labels: &str) -> Vec<String>
+async fn listed<K>(api: Api<K>, labels: &str) -> Vec<String>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -397,6 +397,70 @@ where
         .iter()
         .map(|o| format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any()))
         .collect()
+}
+
+/// Objects of the release, or made by the operator, that still exist (by kind). Only the Helm
+/// scenario makes such objects in this test binary's control plane.
+async fn leftovers(client: &kube::Client) -> BTreeMap<&'static str, Vec<String>> {
+    let release = format!("app.kubernetes.io/instance={RELEASE}");
+    let managed = "opdev.io/managed-by=guestcluster-operator";
+    let c = || client.clone();
+    let mut left = BTreeMap::from([
+        (
+            "Deployment",
+            listed(Api::<Deployment>::all(c()), &release).await,
+        ),
+        (
+            "ServiceAccount (chart)",
+            listed(Api::<ServiceAccount>::all(c()), &release).await,
+        ),
+        (
+            "Service (chart)",
+            listed(Api::<Service>::all(c()), &release).await,
+        ),
+        (
+            "ClusterRole",
+            listed(Api::<ClusterRole>::all(c()), &release).await,
+        ),
+        (
+            "ClusterRoleBinding",
+            listed(Api::<ClusterRoleBinding>::all(c()), &release).await,
+        ),
+        (
+            "Role (chart)",
+            listed(Api::<Role>::all(c()), &release).await,
+        ),
+        ("Job", listed(Api::<Job>::all(c()), managed).await),
+        (
+            "PVC",
+            listed(Api::<PersistentVolumeClaim>::all(c()), managed).await,
+        ),
+        ("Secret", listed(Api::<Secret>::all(c()), managed).await),
+        (
+            "ConfigMap",
+            listed(Api::<ConfigMap>::all(c()), managed).await,
+        ),
+        (
+            "ServiceAccount",
+            listed(Api::<ServiceAccount>::all(c()), managed).await,
+        ),
+        ("Role", listed(Api::<Role>::all(c()), managed).await),
+        (
+            "RoleBinding",
+            listed(Api::<RoleBinding>::all(c()), managed).await,
+        ),
+        ("Service", listed(Api::<Service>::all(c()), managed).await),
+        (
+            "DataVolume",
+            listed(Api::<DataVolume>::all(c()), managed).await,
+        ),
+        (
+            "VirtualMachine",
+            listed(Api::<VirtualMachine>::all(c()), managed).await,
+        ),
+    ]);
+    left.retain(|_, names| !names.is_empty());
+    left
 }
 
 #[tokio::test]
@@ -737,68 +801,15 @@ async fn installed_with_helm_the_operator_runs_as_its_pod_under_least_privilege(
         list.items.is_empty().then_some(())
     })
     .await;
-    let release = format!("app.kubernetes.io/instance={RELEASE}");
-    let mut left: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    left.insert(
-        "Deployment",
-        count(Api::<Deployment>::all(client.clone()), &release).await,
-    );
-    left.insert(
-        "ServiceAccount (chart)",
-        count(Api::<ServiceAccount>::all(client.clone()), &release).await,
-    );
-    left.insert(
-        "Service (chart)",
-        count(Api::<Service>::all(client.clone()), &release).await,
-    );
-    left.insert(
-        "ClusterRole",
-        count(Api::<ClusterRole>::all(client.clone()), &release).await,
-    );
-    left.insert(
-        "ClusterRoleBinding",
-        count(Api::<ClusterRoleBinding>::all(client.clone()), &release).await,
-    );
-    let managed = "opdev.io/managed-by=guestcluster-operator";
-    left.insert("Job", count(Api::<Job>::all(client.clone()), managed).await);
-    left.insert(
-        "PVC",
-        count(Api::<PersistentVolumeClaim>::all(client.clone()), managed).await,
-    );
-    left.insert(
-        "Secret",
-        count(Api::<Secret>::all(client.clone()), managed).await,
-    );
-    left.insert(
-        "ConfigMap",
-        count(Api::<ConfigMap>::all(client.clone()), managed).await,
-    );
-    left.insert(
-        "ServiceAccount",
-        count(Api::<ServiceAccount>::all(client.clone()), managed).await,
-    );
-    left.insert(
-        "Role",
-        count(Api::<Role>::all(client.clone()), managed).await,
-    );
-    left.insert(
-        "RoleBinding",
-        count(Api::<RoleBinding>::all(client.clone()), managed).await,
-    );
-    left.insert(
-        "Service",
-        count(Api::<Service>::all(client.clone()), managed).await,
-    );
-    left.insert(
-        "DataVolume",
-        count(Api::<DataVolume>::all(client.clone()), managed).await,
-    );
-    left.insert(
-        "VirtualMachine",
-        count(Api::<VirtualMachine>::all(client.clone()), managed).await,
-    );
-    // Only this scenario makes such objects in this test binary's control plane.
-    left.retain(|_, names| !names.is_empty());
+    // Owned objects go by garbage collection, a moment after their owner: wait for it.
+    let mut left = leftovers(&client).await;
+    for _ in 0..120 {
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        left = leftovers(&client).await;
+    }
     assert!(left.is_empty(), "left behind after uninstall: {left:?}");
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in [

@@ -213,29 +213,18 @@ pub fn plan_pod(pod: &Pod, inputs: &Inputs, host: &Host) -> Result<PodPlan, Plan
         let dir = plan_volume(pod, volume, inputs, host, &mut plan)?;
         volume_dirs.insert(volume.name.clone(), dir);
     }
+    let container_process = |container: &Container, plan: &mut PodPlan| {
+        let mounts = mounts(container, &volume_dirs, inputs, spec, plan)?;
+        let kubeconfig = in_cluster_kubeconfig(pod, container, &mounts, host, plan);
+        plan_process(pod, container, &mounts, kubeconfig.as_deref(), inputs, host)
+    };
     for container in spec.init_containers.as_deref().unwrap_or_default() {
-        let mounts = mounts(container, &volume_dirs, inputs, spec, &mut plan)?;
-        let kubeconfig = in_cluster_kubeconfig(pod, container, &mounts, host, &mut plan);
-        plan.init_processes.push(plan_process(
-            pod,
-            container,
-            &mounts,
-            kubeconfig.as_deref(),
-            inputs,
-            host,
-        )?);
+        let process = container_process(container, &mut plan)?;
+        plan.init_processes.push(process);
     }
     for container in &spec.containers {
-        let mounts = mounts(container, &volume_dirs, inputs, spec, &mut plan)?;
-        let kubeconfig = in_cluster_kubeconfig(pod, container, &mounts, host, &mut plan);
-        plan.processes.push(plan_process(
-            pod,
-            container,
-            &mounts,
-            kubeconfig.as_deref(),
-            inputs,
-            host,
-        )?);
+        let process = container_process(container, &mut plan)?;
+        plan.processes.push(process);
     }
     Ok(plan)
 }
