@@ -90,7 +90,10 @@ fn instance(n: usize) -> ClusterInstance {
         "apiVersion": "guestcluster.opdev.io/v1alpha1",
         "kind": "ClusterInstance",
         "metadata": { "name": format!("ci-{n}"), "namespace": "team-a", "uid": format!("uid-{n}") },
-        "spec": { "type": "crc", "ocpVersion": "4.22.7" },
+        "spec": {
+            "type": "crc",
+            "template": { "ocpVersion": "4.22.7", "crcVersion": "2.50.0", "memory": "16Gi", "cores": 4 },
+        },
         "status": {
             "phase": "Ready",
             "conditions": [{
