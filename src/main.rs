@@ -72,6 +72,16 @@ struct OperatorArgs {
     /// Take part in leader election (keep on when more than one replica may run).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     leader_elect: bool,
+    /// How long the leader Lease holds without renewal: how soon a standby takes over after the
+    /// leader died without releasing it (whole seconds, e.g. `15s`).
+    #[arg(long, default_value = "15s", value_parser = guestcluster::operator::leader::parse_duration)]
+    leader_elect_lease_duration: std::time::Duration,
+    /// How long the leader keeps trying to renew before it steps down (ends the process).
+    #[arg(long, default_value = "10s", value_parser = guestcluster::operator::leader::parse_duration)]
+    leader_elect_renew_deadline: std::time::Duration,
+    /// The pause between attempts to acquire or renew the Lease.
+    #[arg(long, default_value = "2s", value_parser = guestcluster::operator::leader::parse_duration)]
+    leader_elect_retry_period: std::time::Duration,
     /// Address of `/healthz` and `/readyz`; `0` disables them.
     #[arg(long, default_value = "0.0.0.0:8081")]
     health_probe_bind_address: String,
@@ -173,6 +183,11 @@ fn operator(args: OperatorArgs) -> Result<(), Box<dyn std::error::Error>> {
             .namespace
             .unwrap_or_else(guestcluster::operator::namespace_from_env),
         leader_elect: args.leader_elect,
+        leader_timing: guestcluster::operator::leader::Timing::new(
+            args.leader_elect_lease_duration,
+            args.leader_elect_renew_deadline,
+            args.leader_elect_retry_period,
+        )?,
         identity: guestcluster::operator::default_identity(),
         health_addr: listen_addr(&args.health_probe_bind_address)?,
         metrics_addr: listen_addr(&args.metrics_bind_address)?,

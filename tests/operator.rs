@@ -240,3 +240,39 @@ async fn operator_process_elects_a_leader_serves_probes_and_stops_gracefully() {
     );
     api.delete(&name, &DeleteParams::default()).await.unwrap();
 }
+
+/// Leader timings that do not fit together stop the operator before it touches the cluster,
+/// with a message naming what is wrong; a duration it cannot read names the flag.
+#[test]
+fn leader_timings_that_do_not_fit_are_refused_at_start() {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_guestcluster"))
+            .args([
+                "operator",
+                "--health-probe-bind-address=0",
+                "--metrics-bind-address=0",
+            ])
+            .args(args)
+            // Nowhere to connect: a refusal must come before any API request.
+            .env("KUBECONFIG", "/nonexistent")
+            .output()
+            .expect("run guestcluster operator");
+        assert!(!out.status.success(), "started with {args:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = run(&[
+        "--leader-elect-lease-duration=10s",
+        "--leader-elect-renew-deadline=10s",
+    ]);
+    assert!(
+        err.contains("renew deadline (10s) must be shorter than the lease duration (10s)"),
+        "{err}"
+    );
+    let err = run(&["--leader-elect-lease-duration=2500ms"]);
+    assert!(err.contains("whole number of seconds"), "{err}");
+    let err = run(&["--leader-elect-retry-period=soon"]);
+    assert!(
+        err.contains("--leader-elect-retry-period") && err.contains("15s, 500ms or 1m30s"),
+        "{err}"
+    );
+}

@@ -440,6 +440,7 @@ impl RunningOperator {
         let options = operator::Options {
             namespace: OPERATOR_NAMESPACE.to_owned(),
             leader_elect: true,
+            leader_timing: Default::default(),
             identity: operator::default_identity(),
             health_addr: Some(loopback),
             metrics_addr: Some(loopback),

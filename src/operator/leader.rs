@@ -20,12 +20,104 @@ pub enum Error {
         name: String,
         source: kube::Error,
     },
+    #[error("leader election timing: {0}")]
+    InvalidTiming(String),
     #[error("lost leadership of Lease {namespace}/{name}: not renewed within {deadline:?}")]
     Lost {
         namespace: String,
         name: String,
         deadline: Duration,
     },
+}
+
+/// How long a Lease holds and how often it is renewed (`--leader-elect-lease-duration`,
+/// `--leader-elect-renew-deadline`, `--leader-elect-retry-period`, as kube-controller-manager
+/// names them). A shorter lease hands over sooner after a leader dies without releasing it
+/// (SIGKILL, a lost node); a renew deadline too close to the lease lets a slow API server end a
+/// healthy leader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timing {
+    /// How long others wait after the last renewal before taking over; whole seconds, as the
+    /// Lease stores it.
+    pub lease_duration: Duration,
+    /// How long the leader keeps trying to renew before it steps down.
+    pub renew_deadline: Duration,
+    /// The pause between two attempts to acquire or renew.
+    pub retry_period: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+impl Timing {
+    /// The timing, if the three fit together the way client-go requires: the lease outlasts
+    /// the renew deadline (a leader steps down before anyone may take over), and the deadline
+    /// leaves room for more than one retry (with client-go's jitter of 1.2).
+    pub fn new(
+        lease_duration: Duration,
+        renew_deadline: Duration,
+        retry_period: Duration,
+    ) -> Result<Self, Error> {
+        let invalid = |why: String| Err(Error::InvalidTiming(why));
+        if lease_duration.subsec_nanos() != 0 || lease_duration.is_zero() {
+            return invalid(format!(
+                "the lease duration ({lease_duration:?}) must be a whole number of seconds, at least 1s: the Lease stores seconds"
+            ));
+        }
+        if renew_deadline >= lease_duration {
+            return invalid(format!(
+                "the renew deadline ({renew_deadline:?}) must be shorter than the lease duration ({lease_duration:?})"
+            ));
+        }
+        if retry_period.is_zero()
+            || renew_deadline.as_secs_f64() <= 1.2 * retry_period.as_secs_f64()
+        {
+            return invalid(format!(
+                "the retry period ({retry_period:?}) must be above zero and the renew deadline ({renew_deadline:?}) more than 1.2 times it"
+            ));
+        }
+        Ok(Self {
+            lease_duration,
+            renew_deadline,
+            retry_period,
+        })
+    }
+}
+
+/// A duration as Kubernetes components take it on their command line: a number and a unit
+/// (`15s`, `500ms`, `1m`, `1h`), or several (`1m30s`).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("{text:?} is not a duration like 15s, 500ms or 1m30s");
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    let mut total = Duration::ZERO;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        let number: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let part = match &rest[..unit_len] {
+            "ms" => Duration::from_millis(number),
+            "s" => Duration::from_secs(number),
+            "m" => Duration::from_secs(number.saturating_mul(60)),
+            "h" => Duration::from_secs(number.saturating_mul(3600)),
+            _ => return Err(bad()),
+        };
+        total = total.saturating_add(part);
+        rest = &rest[unit_len..];
+    }
+    Ok(total)
 }
 
 /// Timing and identity of a candidate.
@@ -42,14 +134,14 @@ pub struct Config {
 }
 
 impl Config {
-    pub fn new(namespace: impl Into<String>, identity: impl Into<String>) -> Self {
+    pub fn new(namespace: impl Into<String>, identity: impl Into<String>, timing: Timing) -> Self {
         Self {
             namespace: namespace.into(),
             name: "28494864.opdev.io".to_owned(),
             identity: identity.into(),
-            lease_duration: Duration::from_secs(15),
-            renew_deadline: Duration::from_secs(10),
-            retry_period: Duration::from_secs(2),
+            lease_duration: timing.lease_duration,
+            renew_deadline: timing.renew_deadline,
+            retry_period: timing.retry_period,
         }
     }
 }
@@ -302,5 +394,51 @@ mod tests {
             decide(Some(&LeaseSpec::default()), "me", t(100)),
             Step::Take
         );
+    }
+
+    #[test]
+    fn durations_as_kubernetes_components_write_them() {
+        let ok = |text, ms| {
+            assert_eq!(
+                parse_duration(text),
+                Ok(Duration::from_millis(ms)),
+                "{text}"
+            )
+        };
+        ok("15s", 15_000);
+        ok("500ms", 500);
+        ok("1m30s", 90_000);
+        ok("1h", 3_600_000);
+        ok(" 2s ", 2_000);
+        for bad in ["", "15", "s", "1.5s", "15 s", "-1s", "10d"] {
+            let err = parse_duration(bad).unwrap_err();
+            assert!(err.contains("15s, 500ms or 1m30s"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn timing_fits_together_as_client_go_requires() {
+        let secs = Duration::from_secs;
+        let ms = Duration::from_millis;
+        assert_eq!(
+            Timing::new(secs(15), secs(10), secs(2)).unwrap(),
+            Timing::default()
+        );
+        assert!(Timing::new(secs(4), secs(3), ms(500)).is_ok());
+        for (lease, renew, retry, says) in [
+            (ms(1500), secs(1), ms(200), "whole number of seconds"),
+            (secs(0), ms(0), ms(0), "whole number of seconds"),
+            (
+                secs(10),
+                secs(10),
+                secs(2),
+                "shorter than the lease duration",
+            ),
+            (secs(15), secs(2), secs(2), "more than 1.2 times"),
+            (secs(15), secs(10), secs(0), "above zero"),
+        ] {
+            let err = Timing::new(lease, renew, retry).unwrap_err().to_string();
+            assert!(err.contains(says), "{lease:?}/{renew:?}/{retry:?}: {err}");
+        }
     }
 }

@@ -39,6 +39,8 @@ pub struct Options {
     pub namespace: String,
     /// Take part in leader election; when false this process acts as leader right away.
     pub leader_elect: bool,
+    /// Lease duration, renew deadline and retry period of the election.
+    pub leader_timing: leader::Timing,
     /// Identity written into the Lease.
     pub identity: String,
     pub health_addr: Option<SocketAddr>,
@@ -115,7 +117,7 @@ pub async fn run(
     let elector = options.leader_elect.then(|| {
         leader::Elector::new(
             client,
-            leader::Config::new(&options.namespace, &options.identity),
+            leader::Config::new(&options.namespace, &options.identity, options.leader_timing),
         )
     });
     if let Some(elector) = &elector {

@@ -251,6 +251,13 @@ impl Operator {
             .args(["operator", "--namespace", namespace])
             .arg(format!("--health-probe-bind-address={health}"))
             .arg(format!("--metrics-bind-address={metrics}"))
+            // Tests kill operators (SIGKILL, no release): a short lease lets the next one lead
+            // in seconds. The renew deadline keeps a wide margin over a loaded machine's renewals.
+            .args([
+                "--leader-elect-lease-duration=5s",
+                "--leader-elect-renew-deadline=4s",
+                "--leader-elect-retry-period=500ms",
+            ])
             .env("KUBECONFIG", cp.kubeconfig_path())
             .env("POD_NAME", name)
             .env("RUST_LOG", "info")
