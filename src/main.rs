@@ -214,14 +214,14 @@ fn operator(args: OperatorArgs) -> Result<(), Box<dyn std::error::Error>> {
             burst: args.kube_api_burst,
         };
         let metrics = guestcluster::metrics::Metrics::default();
-        let client = guestcluster::operator::api_limits::client(
+        let clients = guestcluster::operator::api_limits::clients(
             kube::Config::infer().await?,
             limits,
             &metrics,
         )?;
         tracing::info!(namespace = %options.namespace, leader_elect = options.leader_elect, "starting operator");
         guestcluster::operator::run(
-            client,
+            clients,
             options,
             metrics,
             guestcluster::operator::shutdown_signal(),

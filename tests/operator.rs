@@ -276,3 +276,50 @@ fn leader_timings_that_do_not_fit_are_refused_at_start() {
         "{err}"
     );
 }
+
+/// Leader election has a client of its own: with the actors' bucket spent (one request, then
+/// one an hour), a candidate still takes its Lease at once, and the actors' next request is
+/// still waiting for its token.
+#[tokio::test]
+async fn leader_election_does_not_wait_behind_the_operators_own_requests() {
+    use guestcluster::operator::api_limits::{self, ApiLimits};
+    use guestcluster::operator::leader;
+    use kube::api::ListParams;
+
+    let client = support::client().await;
+    let ns = support::namespace(&client, "election").await;
+    let limits = ApiLimits {
+        qps: 1.0 / 3600.0,
+        burst: 1,
+    };
+    let clients =
+        api_limits::clients(support::config().await, limits, &Metrics::default()).expect("clients");
+    let leases = Api::<Lease>::namespaced(clients.work.clone(), &ns);
+    leases
+        .list(&ListParams::default())
+        .await
+        .expect("the bucket's one token");
+    let queued = tokio::spawn(async move { leases.list(&ListParams::default()).await });
+
+    let elector = leader::Elector::new(
+        clients.election,
+        leader::Config::new(&ns, "candidate", leader::Timing::default()),
+    );
+    tokio::time::timeout(support::DEADLINE, elector.acquire())
+        .await
+        .expect("the election's requests waited for the actors' bucket")
+        .expect("Lease acquired");
+    let held = Api::<Lease>::namespaced(client, &ns)
+        .get("28494864.opdev.io")
+        .await
+        .expect("the Lease");
+    assert_eq!(
+        held.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some("candidate")
+    );
+    assert!(
+        !queued.is_finished(),
+        "the actors' second request got through: the bucket was not spent"
+    );
+    queued.abort();
+}

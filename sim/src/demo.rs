@@ -463,7 +463,7 @@ impl RunningOperator {
         let client = client.clone();
         let task = tokio::spawn(async move {
             operator::run(
-                client,
+                operator::Clients::shared(client),
                 options,
                 metrics,
                 async {

@@ -71,6 +71,20 @@ pub fn client(
     Ok(builder.with_layer(&RateLimitLayer(limits)).build())
 }
 
+/// The operator's clients for `config`: the actors' through the bucket of `limits`, leader
+/// election's without one; both counted in `metrics`.
+pub fn clients(
+    config: kube::Config,
+    limits: ApiLimits,
+    metrics: &Metrics,
+) -> Result<super::Clients, Error> {
+    let unlimited = ApiLimits { qps: 0.0, ..limits };
+    Ok(super::Clients {
+        work: client(config.clone(), limits, metrics)?,
+        election: client(config, unlimited, metrics)?,
+    })
+}
+
 /// Counts every request the client sends ([`Metrics::api_request`]).
 #[derive(Clone)]
 pub struct CountLayer(pub Metrics);

@@ -54,6 +54,27 @@ pub struct Options {
     pub pool_bundles: crate::actors::pool_bundles::PoolBundles,
 }
 
+/// The operator's API clients.
+#[derive(Clone)]
+pub struct Clients {
+    /// What the actors send, through the `--kube-api-qps` bucket.
+    pub work: kube::Client,
+    /// Leader election's own: a renewal never waits behind the operator's own burst in the
+    /// bucket, which could end a healthy leader at its renew deadline (client-go also gives the
+    /// election a client of its own).
+    pub election: kube::Client,
+}
+
+impl Clients {
+    /// One client for both, where no bucket is in front of it.
+    pub fn shared(client: kube::Client) -> Self {
+        Self {
+            work: client.clone(),
+            election: client,
+        }
+    }
+}
+
 /// Addresses the HTTP listeners actually bound (port 0 resolves to a free port).
 #[derive(Clone, Debug, Default)]
 pub struct Bound {
@@ -64,7 +85,7 @@ pub struct Bound {
 /// Runs the operator until `shutdown` completes (graceful) or leadership is lost (error).
 /// `on_bound` is told where the listeners are once they are up.
 pub async fn run(
-    client: kube::Client,
+    clients: Clients,
     options: Options,
     metrics: Metrics,
     shutdown: impl Future<Output = ()>,
@@ -73,7 +94,7 @@ pub async fn run(
     let leader_gauge = metrics.leader.clone();
     leader_gauge.set(0);
     let ctx = Context::build(
-        client.clone(),
+        clients.work,
         options.namespace.clone(),
         metrics,
         options.jobs.clone(),
@@ -116,7 +137,7 @@ pub async fn run(
     tokio::pin!(shutdown);
     let elector = options.leader_elect.then(|| {
         leader::Elector::new(
-            client,
+            clients.election,
             leader::Config::new(&options.namespace, &options.identity, options.leader_timing),
         )
     });

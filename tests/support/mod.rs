@@ -73,6 +73,11 @@ pub async fn client() -> kube::Client {
         .expect("client for the test control plane")
 }
 
+/// The shared control plane's client configuration, for a test that builds its own clients.
+pub async fn config() -> kube::Config {
+    control_plane().await.config()
+}
+
 /// A name unique within this test process run: `<prefix>-<pid>-<n>`.
 pub fn unique(prefix: &str) -> String {
     static N: AtomicUsize = AtomicUsize::new(0);
