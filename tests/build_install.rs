@@ -17,7 +17,6 @@ use guestcluster::api::CRCBundle;
 use guestcluster::api::bundle::{BuildStage, BundlePhase, InstallStep};
 use guestcluster::api::common::ObjectIdentity;
 use guestcluster::api::conditions::{self, reasons, types};
-use guestcluster::api::instance::InstancePhase;
 use guestcluster::api::{ClusterInstance, ClusterPool};
 use guestcluster::cdi::{DataSource, DataVolume};
 use guestcluster::kubevirt::{VirtualMachine, VirtualMachineInstance};
@@ -453,15 +452,8 @@ async fn a_built_bundle_goes_through_every_stage_to_ready_and_serves_a_pool_besi
         .await
         .expect("create the instance");
     let built = support::wait_long("two Ready instances of the built bundle's pool", || async {
-        let list = instances
-            .list(&ListParams::default().labels("opdev.io/pool=built"))
-            .await
-            .ok()?;
-        let ready: Vec<ClusterInstance> = list
-            .items
-            .into_iter()
-            .filter(|i| i.status.as_ref().and_then(|s| s.phase) == Some(InstancePhase::Ready))
-            .collect();
+        let params = ListParams::default().labels("opdev.io/pool=built");
+        let ready = support::ready_instances(&instances, &params).await?;
         (ready.len() == 2).then_some(ready)
     })
     .await;

@@ -14,7 +14,6 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use guestcluster::api::instance::InstancePhase;
 use guestcluster::api::{CRCBundle, ClusterInstance, ClusterLease, ClusterPool};
 use guestcluster::cdi::DataVolume;
 use guestcluster::kubevirt::VirtualMachine;
@@ -536,11 +535,7 @@ async fn installed_with_helm_the_operator_runs_as_its_pod_under_least_privilege(
         .expect("create pool");
     let instances: Api<ClusterInstance> = Api::namespaced(client.clone(), &ns);
     let ready = wait_long("two Ready instances", || async {
-        let list = instances.list(&ListParams::default()).await.ok()?.items;
-        let ready: Vec<ClusterInstance> = list
-            .into_iter()
-            .filter(|i| i.status.as_ref().and_then(|s| s.phase) == Some(InstancePhase::Ready))
-            .collect();
+        let ready = support::ready_instances(&instances, &ListParams::default()).await?;
         (ready.len() == 2).then_some(ready)
     })
     .await;

@@ -51,11 +51,7 @@ async fn a_pool_of_two_becomes_ready_and_a_lease_expiry_replaces_its_instance() 
 
     let instances: Api<ClusterInstance> = Api::namespaced(client.clone(), &ns);
     let ready = wait_long("two Ready pool instances", || async {
-        let list = instances.list(&ListParams::default()).await.ok()?.items;
-        let ready: Vec<ClusterInstance> = list
-            .into_iter()
-            .filter(|i| i.status.as_ref().and_then(|s| s.phase) == Some(InstancePhase::Ready))
-            .collect();
+        let ready = support::ready_instances(&instances, &ListParams::default()).await?;
         (ready.len() == 2).then_some(ready)
     })
     .await;
@@ -142,10 +138,9 @@ async fn a_pool_of_two_becomes_ready_and_a_lease_expiry_replaces_its_instance() 
     eprintln!("lease expired, {bound} deleted");
     order.assert_ordered(&bound).await;
     wait_long("the pool has two Ready instances again", || async {
-        let list = instances.list(&ListParams::default()).await.ok()?.items;
-        let ready = list
+        let ready = support::ready_instances(&instances, &ListParams::default())
+            .await?
             .iter()
-            .filter(|i| i.status.as_ref().and_then(|s| s.phase) == Some(InstancePhase::Ready))
             .filter(|i| i.uid() != bound_uid)
             .count();
         (ready == 2).then_some(())

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use guestcluster::manifests;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
 use testenv::ControlPlane;
 
@@ -159,6 +159,24 @@ where
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The ClusterInstances `instances` lists with `params` that are Ready, or `None` when the list
+/// fails (a look for [`wait_for`] and its kin).
+pub async fn ready_instances(
+    instances: &Api<guestcluster::api::ClusterInstance>,
+    params: &ListParams,
+) -> Option<Vec<guestcluster::api::ClusterInstance>> {
+    let list = instances.list(params).await.ok()?;
+    Some(
+        list.items
+            .into_iter()
+            .filter(|i| {
+                i.status.as_ref().and_then(|s| s.phase)
+                    == Some(guestcluster::api::instance::InstancePhase::Ready)
+            })
+            .collect(),
+    )
 }
 
 /// The object once its `type_` condition has `status` and `reason` at its current generation.
