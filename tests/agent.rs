@@ -168,6 +168,7 @@ fn guest_world(cp: &ControlPlane, root: &Path) -> Arc<SimContext> {
             guestcluster_bin: env!("CARGO_BIN_EXE_guestcluster").into(),
             our_image_prefix: "quay.io/opdev/guestcluster".into(),
             node_name: "sim-node".into(),
+            flavour: Default::default(),
         },
         volumes: volumes::VolumeStore::new(root.join("volumes")),
         network: network::IpAllocator::default(),

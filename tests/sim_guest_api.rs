@@ -92,6 +92,7 @@ async fn a_tunnelled_client_reaches_the_guest_api_at_guest_time() {
             guestcluster_bin: env!("CARGO_BIN_EXE_guestcluster").into(),
             our_image_prefix: "quay.io/opdev/guestcluster".into(),
             node_name: "sim-node".into(),
+            flavour: Default::default(),
         },
     )
     .await

@@ -205,6 +205,7 @@ async fn objects_clients_wrote_travel_with_copies_of_the_disk() {
             guestcluster_bin: env!("CARGO_BIN_EXE_guestcluster").into(),
             our_image_prefix: "quay.io/opdev/guestcluster".into(),
             node_name: "sim-node".into(),
+            flavour: Default::default(),
         },
     )
     .await

@@ -899,6 +899,7 @@ async fn certificates_rotate_by_guest_time_and_only_snc_steps_pass_the_25_day_ch
             guestcluster_bin: env!("CARGO_BIN_EXE_guestcluster").into(),
             our_image_prefix: "quay.io/opdev/guestcluster".into(),
             node_name: "sim-node".into(),
+            flavour: Default::default(),
         },
     )
     .await

@@ -29,6 +29,7 @@ async fn start() -> &'static SharedSim {
         root: sim_root(),
         node_name: NODE,
         our_image_prefix: "quay.io/opdev/guestcluster",
+        flavour: Default::default(),
     })
     .await
 }

@@ -35,6 +35,7 @@ async fn sim() -> &'static SharedSim {
         root: shared_sim::temp_root("sim-kubevirt-"),
         node_name: "sim-node",
         our_image_prefix: "quay.io/opdev/guestcluster",
+        flavour: Default::default(),
     })
     .await
 }

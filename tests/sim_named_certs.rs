@@ -156,6 +156,7 @@ async fn the_route_reaches_the_guest_api_with_its_named_certificate() {
         guestcluster_bin: env!("CARGO_BIN_EXE_guestcluster").into(),
         our_image_prefix: "quay.io/opdev/guestcluster".into(),
         node_name: "sim-node".into(),
+        flavour: Default::default(),
     };
     let mut sim = Sim::start(client.clone(), options.clone()).await.unwrap();
     sim.serve_guest_apis(cp.apiserver_launcher());

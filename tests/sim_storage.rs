@@ -34,6 +34,7 @@ async fn setup() -> (VolumeStore, Client) {
         node_name: "sim-storage-node",
         // No pod of these tests runs a process.
         our_image_prefix: "registry.invalid/sim-storage-tests/",
+        flavour: Default::default(),
     })
     .await;
     (sim.ctx().volumes.clone(), client().await)

@@ -104,6 +104,8 @@ pub struct Options {
     /// Run the operator as a process of this binary (`<bin> operator`) instead of in this
     /// process: the scale benchmark measures an earlier build's hand-offs this way.
     pub operator_bin: Option<PathBuf>,
+    /// The kind of cluster to play (OpenShift unless asked otherwise).
+    pub flavour: crate::Flavour,
 }
 
 impl Default for Options {
@@ -113,6 +115,7 @@ impl Default for Options {
             samples_dir: testenv::project_dir().join("samples"),
             guestcluster_bin: None,
             operator_bin: None,
+            flavour: crate::Flavour::default(),
         }
     }
 }
@@ -184,6 +187,7 @@ async fn drive(
             guestcluster_bin: guestcluster_bin.to_path_buf(),
             our_image_prefix: JOB_IMAGE_REPO.to_owned(),
             node_name: "demo-node".to_owned(),
+            flavour: opts.flavour,
         },
     )
     .await

@@ -44,6 +44,7 @@ pub mod openshift;
 pub mod platform;
 pub mod product_bin;
 pub mod route_proxy;
+pub mod scc;
 pub mod timing;
 pub mod tools;
 pub mod volumes;
@@ -85,6 +86,29 @@ pub struct Options {
     pub our_image_prefix: String,
     /// Name of the one simulated Node.
     pub node_name: String,
+    /// Which kind of cluster to play.
+    pub flavour: Flavour,
+}
+
+/// The kind of management cluster the simulation plays (docs/simulation.md, "Flavours").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Flavour {
+    /// OpenShift with OpenShift Virtualization: SecurityContextConstraints (`restricted-v2`
+    /// admission, UID ranges per namespace).
+    #[default]
+    OpenShift,
+    /// Plain Kubernetes with KubeVirt and CDI: no SCCs.
+    Kubernetes,
+}
+
+impl Flavour {
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "openshift" => Some(Flavour::OpenShift),
+            "kubernetes" => Some(Flavour::Kubernetes),
+            _ => None,
+        }
+    }
 }
 
 /// What every simulated controller shares.
@@ -114,14 +138,17 @@ impl Sim {
             path: options.root.clone(),
             source,
         })?;
+        searchable(&options.root)?;
         platform::ensure(&client).await?;
         // Before any controller allocates: pods and VMIs of an earlier run keep their addresses.
         let network = network::IpAllocator::default();
         network::reserve_existing(&client, &network).await?;
         // Served and registered before any controller writes (as KubeVirt's and CDI's are before
         // their operators report Deployed), and never left registered by a failed start.
-        let admission = admission::server::AdmissionServer::start()?;
-        if let Err(err) = admission::server::install(&client, &admission).await {
+        let namespaces = scc::Namespaces::default();
+        let admission = admission::server::AdmissionServer::start(namespaces.clone())?;
+        let openshift = options.flavour == Flavour::OpenShift;
+        if let Err(err) = admission::server::install(&client, &admission, openshift).await {
             if let Err(cleanup) = admission::server::uninstall(&client).await {
                 tracing::warn!("simulation start: {cleanup}");
             }
@@ -134,12 +161,18 @@ impl Sim {
             client,
             options,
         });
-        let tasks = vec![
+        let mut tasks = vec![
             spawn("volumes", volumes::run(ctx.clone())),
             spawn("cdi", cdi::run(ctx.clone())),
             spawn("kubelet", kubelet::run(ctx.clone())),
             spawn("kubevirt", kubevirt::run(ctx.clone())),
         ];
+        if openshift {
+            tasks.push(spawn(
+                "scc-allocator",
+                scc::allocator::run(ctx.clone(), namespaces),
+            ));
+        }
         Ok(Sim {
             ctx,
             tasks,
@@ -178,6 +211,28 @@ impl Drop for Sim {
     fn drop(&mut self) {
         self.stop_tasks();
     }
+}
+
+/// Pods run as their own users and reach their sandboxes and volumes by host paths under the
+/// root: the root is opened to everyone, and each directory above it that others cannot search
+/// (a test's private temporary directory) gets search permission only (`o+x`: no listing).
+fn searchable(root: &std::path::Path) -> Result<(), Error> {
+    use std::os::unix::fs::PermissionsExt;
+    let io = |path: &std::path::Path| {
+        let path = path.to_owned();
+        move |source| Error::Io { path, source }
+    };
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).map_err(io(root))?;
+    let root = std::fs::canonicalize(root).map_err(io(root))?;
+    for dir in root.ancestors().skip(1) {
+        let mode = std::fs::metadata(dir).map_err(io(dir))?.permissions().mode();
+        if mode & 0o001 == 0 {
+            tracing::info!(dir = %dir.display(), "simulation: made searchable for pods' users");
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o001))
+                .map_err(io(dir))?;
+        }
+    }
+    Ok(())
 }
 
 fn spawn(

@@ -25,6 +25,9 @@ enum Command {
         /// program, where `cargo build -p guestcluster` puts it).
         #[arg(long, env = sim::product_bin::ENV)]
         guestcluster_bin: Option<PathBuf>,
+        /// The kind of cluster to play: `openshift` (SecurityContextConstraints) or `kubernetes`.
+        #[arg(long, default_value = "openshift", value_parser = parse_flavour)]
+        flavour: sim::Flavour,
     },
     /// Developer tools.
     #[command(subcommand)]
@@ -48,15 +51,21 @@ fn init_logging(default_filter: &str) {
         .init();
 }
 
+fn parse_flavour(text: &str) -> Result<sim::Flavour, String> {
+    sim::Flavour::parse(text).ok_or_else(|| format!("{text:?}: openshift or kubernetes"))
+}
+
 fn demo(
     keep_running: Option<bool>,
     guestcluster_bin: Option<PathBuf>,
+    flavour: sim::Flavour,
 ) -> Result<(), Box<dyn std::error::Error>> {
     // The outcome is in the progress lines on stdout; logs only for what goes wrong.
     init_logging("warn");
     let options = sim::demo::Options {
         keep_running,
         guestcluster_bin,
+        flavour,
         ..Default::default()
     };
     tokio::runtime::Runtime::new()?.block_on(sim::demo::run(options))?;
@@ -74,7 +83,8 @@ fn main() -> ExitCode {
         Command::Demo {
             keep_running,
             guestcluster_bin,
-        } => demo(keep_running, guestcluster_bin),
+            flavour,
+        } => demo(keep_running, guestcluster_bin, flavour),
         Command::Dev(DevCommand::Up) => dev_up(),
     };
     match result {

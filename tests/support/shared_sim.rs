@@ -22,6 +22,8 @@ pub struct Setup {
     pub node_name: &'static str,
     /// Container images whose pods run the `guestcluster` binary.
     pub our_image_prefix: &'static str,
+    /// Which kind of cluster to play (tests default to OpenShift, the product's main target).
+    pub flavour: sim::Flavour,
 }
 
 type RestartDone = oneshot::Sender<Result<Arc<SimContext>, String>>;
@@ -151,6 +153,7 @@ async fn start_sim(setup: &Setup) -> Result<Sim, String> {
         guestcluster_bin: PathBuf::from(env!("CARGO_BIN_EXE_guestcluster")),
         our_image_prefix: setup.our_image_prefix.into(),
         node_name: setup.node_name.into(),
+        flavour: setup.flavour,
     };
     Sim::start(client, options).await.map_err(|e| e.to_string())
 }

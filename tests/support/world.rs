@@ -136,6 +136,7 @@ async fn start(with_operator: bool) -> Result<(World, (Sim, RouteProxy)), String
                 .unwrap_or(IMAGE)
                 .to_owned(),
             node_name: "scenario-node".into(),
+            flavour: Default::default(),
         },
     )
     .await

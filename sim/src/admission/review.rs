@@ -3,7 +3,10 @@
 
 use serde_json::{Value, json};
 
+use base64::Engine;
+
 use super::{Denial, Verdict, cdi, kubevirt};
+use crate::scc::{self, Namespaces};
 
 /// The webhooks served, by their upstream names and paths.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -14,6 +17,9 @@ pub enum Webhook {
     VirtualMachineInstanceCreate,
     /// CDI's API server: DataVolumes, on create and update.
     DataVolume,
+    /// OpenShift's SCC admission (a plugin of the API server upstream, a mutating webhook
+    /// here): new pods, under `restricted-v2`.
+    SecurityContextConstraints,
 }
 
 /// How a project words a denial.
@@ -29,10 +35,11 @@ enum Wording {
 const KUBEVIRT_MAX_CAUSES: usize = 10;
 
 impl Webhook {
-    pub const ALL: [Webhook; 3] = [
+    pub const ALL: [Webhook; 4] = [
         Webhook::VirtualMachine,
         Webhook::VirtualMachineInstanceCreate,
         Webhook::DataVolume,
+        Webhook::SecurityContextConstraints,
     ];
 
     /// The webhook's name: the API server's denial says `admission webhook "<name>"`.
@@ -43,6 +50,7 @@ impl Webhook {
                 "virtualmachineinstances-create-validator.kubevirt.io"
             }
             Webhook::DataVolume => "datavolume-validate.cdi.kubevirt.io",
+            Webhook::SecurityContextConstraints => "security.openshift.io.sim",
         }
     }
 
@@ -52,6 +60,7 @@ impl Webhook {
             Webhook::VirtualMachine => "/virtualmachines-validate",
             Webhook::VirtualMachineInstanceCreate => "/virtualmachineinstances-validate-create",
             Webhook::DataVolume => "/datavolume-validate",
+            Webhook::SecurityContextConstraints => "/scc-admission",
         }
     }
 
@@ -63,6 +72,7 @@ impl Webhook {
         match self {
             Webhook::VirtualMachine | Webhook::VirtualMachineInstanceCreate => Wording::KubeVirt,
             Webhook::DataVolume => Wording::Cdi,
+            Webhook::SecurityContextConstraints => unreachable!("SCC admission words its own"),
         }
     }
 }
@@ -76,8 +86,13 @@ pub enum ReviewError {
     NotARequest,
 }
 
-/// The answer of `webhook` to the `AdmissionReview` `body`.
-pub fn answer(webhook: Webhook, body: &[u8]) -> Result<Value, ReviewError> {
+/// The answer of `webhook` to the `AdmissionReview` `body`; SCC admission reads the ranges of
+/// the request's namespace from `namespaces`.
+pub fn answer(
+    webhook: Webhook,
+    body: &[u8],
+    namespaces: &Namespaces,
+) -> Result<Value, ReviewError> {
     let review: Value = serde_json::from_slice(body)?;
     let request = &review["request"];
     if review["apiVersion"] != "admission.k8s.io/v1" || !request.is_object() {
@@ -88,12 +103,32 @@ pub fn answer(webhook: Webhook, body: &[u8]) -> Result<Value, ReviewError> {
         Some("UPDATE") => Some(&request["oldObject"]),
         _ => None,
     };
+    if webhook == Webhook::SecurityContextConstraints {
+        let namespace = request["namespace"].as_str().unwrap_or_default();
+        let ranges = namespaces.get(namespace);
+        let mut response = json!({"uid": request["uid"], "allowed": true});
+        match scc::restricted_v2::admit(namespace, object, ranges.as_ref()) {
+            Ok(patch) => {
+                let patch = serde_json::to_vec(&patch)?;
+                response["patchType"] = json!("JSONPatch");
+                response["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(patch));
+            }
+            // The plugin's answer upstream: `Forbidden`, one message.
+            Err(message) => {
+                response["allowed"] = json!(false);
+                response["status"] =
+                    json!({"message": message, "reason": "Forbidden", "code": 403});
+            }
+        }
+        return Ok(review_of(response));
+    }
     let (verdict, warnings): (Verdict, Vec<String>) = match webhook {
         Webhook::VirtualMachine => (kubevirt::validate_vm(object), kubevirt::vm_warnings(object)),
         Webhook::VirtualMachineInstanceCreate => {
             (kubevirt::validate_vmi_create(object), Vec::new())
         }
         Webhook::DataVolume => (cdi::validate(object, old), Vec::new()),
+        Webhook::SecurityContextConstraints => unreachable!("answered above"),
     };
     let mut response = json!({"uid": request["uid"], "allowed": verdict.is_ok()});
     match verdict {
@@ -101,11 +136,15 @@ pub fn answer(webhook: Webhook, body: &[u8]) -> Result<Value, ReviewError> {
         Ok(()) => {}
         Err(denials) => response["status"] = status(webhook.wording(), denials),
     }
-    Ok(json!({
+    Ok(review_of(response))
+}
+
+fn review_of(response: Value) -> Value {
+    json!({
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
         "response": response,
-    }))
+    })
 }
 
 /// The `metav1.Status` of a denial; the API server puts `admission webhook "<name>" denied the
@@ -134,12 +173,17 @@ fn status(wording: Wording, mut denials: Vec<Denial>) -> Value {
             let message: String = denials.iter().map(|d| format!(" {}", d.message)).collect();
             json!({"message": message, "code": 422, "details": {"causes": denials}})
         }
+
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn answer_(webhook: Webhook, body: &[u8]) -> Result<Value, ReviewError> {
+        answer(webhook, body, &Namespaces::default())
+    }
 
     fn review(operation: &str, object: Value, old: Option<Value>) -> Vec<u8> {
         serde_json::to_vec(&json!({
@@ -169,7 +213,7 @@ mod tests {
             "source": {"blank": {}},
             "storage": {"resources": {"requests": {"storage": "1Gi"}}},
         }});
-        let answer = answer(Webhook::DataVolume, &review("CREATE", dv, None)).unwrap();
+        let answer = answer_(Webhook::DataVolume, &review("CREATE", dv, None)).unwrap();
         assert_eq!(answer["kind"], "AdmissionReview");
         assert_eq!(answer["response"], json!({"uid": "7d3f", "allowed": true}));
     }
@@ -185,7 +229,7 @@ mod tests {
         let vm = json!({"spec": {"runStrategy": "Always", "template": {"spec": {
             "domain": {"devices": {"disks": disks}}, "volumes": volumes,
         }}}});
-        let answer = answer(Webhook::VirtualMachine, &review("CREATE", vm, None)).unwrap();
+        let answer = answer_(Webhook::VirtualMachine, &review("CREATE", vm, None)).unwrap();
         let response = &answer["response"];
         assert_eq!(response["allowed"], false);
         let status = &response["status"];
@@ -207,7 +251,7 @@ mod tests {
     #[test]
     fn cdi_puts_a_space_before_each_message() {
         let dv = json!({"metadata": {"name": "d"}, "spec": {"source": {"blank": {}}}});
-        let answer = answer(Webhook::DataVolume, &review("CREATE", dv, None)).unwrap();
+        let answer = answer_(Webhook::DataVolume, &review("CREATE", dv, None)).unwrap();
         let status = &answer["response"]["status"];
         assert_eq!(status["message"], " Missing Data volume PVC");
         assert_eq!(status["code"], 422);
@@ -224,11 +268,11 @@ mod tests {
         };
         let same = review("UPDATE", dv("1Gi"), Some(dv("1Gi")));
         assert_eq!(
-            answer(Webhook::DataVolume, &same).unwrap()["response"]["allowed"],
+            answer_(Webhook::DataVolume, &same).unwrap()["response"]["allowed"],
             true
         );
         let grown = review("UPDATE", dv("2Gi"), Some(dv("1Gi")));
-        let answer = answer(Webhook::DataVolume, &grown).unwrap();
+        let answer = answer_(Webhook::DataVolume, &grown).unwrap();
         assert_eq!(
             answer["response"]["status"]["message"],
             " Cannot update DataVolume Spec"
@@ -240,7 +284,7 @@ mod tests {
         let vm = json!({"spec": {"running": true, "template": {"spec": {
             "domain": {"devices": {}},
         }}}});
-        let answer = answer(Webhook::VirtualMachine, &review("CREATE", vm, None)).unwrap();
+        let answer = answer_(Webhook::VirtualMachine, &review("CREATE", vm, None)).unwrap();
         assert_eq!(answer["response"]["allowed"], true);
         assert_eq!(
             answer["response"]["warnings"],
@@ -251,11 +295,11 @@ mod tests {
     #[test]
     fn bodies_that_are_not_reviews_are_refused() {
         assert!(matches!(
-            answer(Webhook::VirtualMachine, b"{"),
+            answer_(Webhook::VirtualMachine, b"{"),
             Err(ReviewError::Json(_))
         ));
         assert!(matches!(
-            answer(Webhook::VirtualMachine, br#"{"apiVersion": "v1"}"#),
+            answer_(Webhook::VirtualMachine, br#"{"apiVersion": "v1"}"#),
             Err(ReviewError::NotARequest)
         ));
     }

@@ -23,9 +23,12 @@ use hyper::body::{Bytes, Incoming};
 use hyper_util::rt::TokioIo;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    RuleWithOperations, ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
+    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ValidatingWebhook,
+    ValidatingWebhookConfiguration, WebhookClientConfig,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, ObjectMeta,
+};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
@@ -38,6 +41,7 @@ use tokio::sync::oneshot;
 use tokio_rustls::TlsAcceptor;
 
 use super::review::{self, Webhook};
+use crate::scc::Namespaces;
 
 /// Field manager of the registrations.
 pub const FIELD_MANAGER: &str = "guestcluster-sim";
@@ -45,6 +49,8 @@ pub const FIELD_MANAGER: &str = "guestcluster-sim";
 pub const KUBEVIRT_CONFIGURATION: &str = "virt-api-validator";
 /// cdi-operator's configuration of the DataVolume webhook.
 pub const CDI_CONFIGURATION: &str = "cdi-api-datavolume-validate";
+/// SCC admission's registration (OpenShift flavour only).
+pub const SCC_CONFIGURATION: &str = "sim-security-context-constraints";
 /// Label marking the registrations as the simulation's.
 const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "guestcluster-sim");
 
@@ -55,6 +61,8 @@ const PROBE_INTERVAL: Duration = Duration::from_millis(100);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest AdmissionReview read (an object and its old version, each within etcd's limit).
 const MAX_BODY: usize = 16 << 20;
+/// How long SCC admission waits for a namespace's ranges (the registration's timeout is 10 s).
+const SCC_RANGE_WAIT: Duration = Duration::from_secs(8);
 /// Namespace of the dry-run probes (every API server has it).
 const PROBE_NAMESPACE: &str = "default";
 
@@ -85,8 +93,9 @@ pub struct AdmissionServer {
 }
 
 impl AdmissionServer {
-    /// Serves every [`Webhook`] on a free loopback port with a fresh CA.
-    pub fn start() -> Result<Self, Error> {
+    /// Serves every [`Webhook`] on a free loopback port with a fresh CA; SCC admission reads
+    /// namespaces' ranges from `namespaces`.
+    pub fn start(namespaces: Namespaces) -> Result<Self, Error> {
         let (ca_pem, cert, key) = certificates()?;
         let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
@@ -109,7 +118,7 @@ impl AdmissionServer {
                     match TcpListener::from_std(listener) {
                         Ok(listener) => tokio::select! {
                             _ = stopped => {}
-                            () = serve(listener, acceptor) => {}
+                            () = serve(listener, acceptor, namespaces) => {}
                         },
                         Err(err) => tracing::error!("admission webhook server: {err}"),
                     }
@@ -173,7 +182,7 @@ fn common_name(cn: &str) -> DistinguishedName {
     dn
 }
 
-async fn serve(listener: TcpListener, acceptor: TlsAcceptor) {
+async fn serve(listener: TcpListener, acceptor: TlsAcceptor, namespaces: Namespaces) {
     loop {
         let tcp = match listener.accept().await {
             Ok((tcp, _)) => tcp,
@@ -183,13 +192,17 @@ async fn serve(listener: TcpListener, acceptor: TlsAcceptor) {
             }
         };
         let acceptor = acceptor.clone();
+        let namespaces = namespaces.clone();
         tokio::spawn(async move {
             let Ok(Ok(tls)) = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
             else {
                 return;
             };
             let served = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(tls), hyper::service::service_fn(respond))
+                .serve_connection(
+                    TokioIo::new(tls),
+                    hyper::service::service_fn(|request| respond(request, namespaces.clone())),
+                )
                 .await;
             if let Err(err) = served {
                 tracing::debug!("admission webhook server: connection: {err}");
@@ -198,7 +211,10 @@ async fn serve(listener: TcpListener, acceptor: TlsAcceptor) {
     }
 }
 
-async fn respond(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn respond(
+    request: Request<Incoming>,
+    namespaces: Namespaces,
+) -> Result<Response<Full<Bytes>>, Infallible> {
     let Some(webhook) = Webhook::from_path(request.uri().path()) else {
         return Ok(plain(
             StatusCode::NOT_FOUND,
@@ -215,7 +231,10 @@ async fn respond(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, In
         Ok(body) => body.to_bytes(),
         Err(err) => return Ok(plain(StatusCode::BAD_REQUEST, err.to_string())),
     };
-    Ok(match review::answer(webhook, &body) {
+    if webhook == Webhook::SecurityContextConstraints {
+        await_ranges(&body, &namespaces).await;
+    }
+    Ok(match review::answer(webhook, &body, &namespaces) {
         Ok(answer) => {
             if answer["response"]["allowed"] == false {
                 tracing::info!(
@@ -232,6 +251,19 @@ async fn respond(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, In
         }
         Err(err) => plain(StatusCode::BAD_REQUEST, err.to_string()),
     })
+}
+
+/// SCC admission waits for a new namespace's ranges (upstream polls its namespace cache every
+/// second for up to 10 s); here a little less than the webhook's timeout.
+async fn await_ranges(body: &[u8], namespaces: &Namespaces) {
+    let review: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    let namespace = review["request"]["namespace"].as_str().unwrap_or_default();
+    let started = Instant::now();
+    while namespaces.get(namespace).is_none_or(|r| r.uids.is_none() || r.mcs.is_none())
+        && started.elapsed() < SCC_RANGE_WAIT
+    {
+        tokio::time::sleep(PROBE_INTERVAL).await;
+    }
 }
 
 fn plain(status: StatusCode, text: String) -> Response<Full<Bytes>> {
@@ -301,8 +333,57 @@ pub fn configurations(base_url: &str, ca_pem: &str) -> [ValidatingWebhookConfigu
     ]
 }
 
-/// Registers the webhooks of `server` and waits until the API server calls each of them.
-pub async fn install(client: &kube::Client, server: &AdmissionServer) -> Result<(), Error> {
+/// SCC admission's registration: every new pod but virt-launcher's (KubeVirt's own SCC,
+/// `kubevirt-controller`, admits those upstream; it is not modelled), `failurePolicy: Fail`.
+pub fn scc_configuration(base_url: &str, ca_pem: &str) -> MutatingWebhookConfiguration {
+    let webhook = Webhook::SecurityContextConstraints;
+    let strings = |list: &[&str]| Some(list.iter().map(|s| s.to_string()).collect());
+    MutatingWebhookConfiguration {
+        metadata: ObjectMeta {
+            name: Some(SCC_CONFIGURATION.to_owned()),
+            labels: Some([(MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned())].into()),
+            ..Default::default()
+        },
+        webhooks: Some(vec![MutatingWebhook {
+            name: webhook.name().to_owned(),
+            admission_review_versions: vec!["v1".to_owned()],
+            client_config: WebhookClientConfig {
+                url: Some(format!("{base_url}{}", webhook.path())),
+                ca_bundle: Some(ByteString(ca_pem.as_bytes().to_vec())),
+                service: None,
+            },
+            failure_policy: Some("Fail".to_owned()),
+            side_effects: "None".to_owned(),
+            timeout_seconds: Some(10),
+            // Runs again if a later mutating webhook changed the pod, as a plugin would see it.
+            reinvocation_policy: Some("IfNeeded".to_owned()),
+            object_selector: Some(LabelSelector {
+                match_expressions: Some(vec![LabelSelectorRequirement {
+                    key: guestcluster::kubevirt::labels::APP.to_owned(),
+                    operator: "NotIn".to_owned(),
+                    values: strings(&[guestcluster::kubevirt::labels::VIRT_LAUNCHER]),
+                }]),
+                match_labels: None,
+            }),
+            rules: Some(vec![RuleWithOperations {
+                operations: strings(&["CREATE"]),
+                api_groups: strings(&[""]),
+                api_versions: strings(&["v1"]),
+                resources: strings(&["pods"]),
+                scope: None,
+            }]),
+            ..Default::default()
+        }]),
+    }
+}
+
+/// Registers the webhooks of `server` (SCC admission only with `scc`) and waits until the API
+/// server calls each of them.
+pub async fn install(
+    client: &kube::Client,
+    server: &AdmissionServer,
+    scc: bool,
+) -> Result<(), Error> {
     let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     for config in configurations(&server.base_url(), server.ca_pem()) {
         let name = config.metadata.name.clone().unwrap_or_default();
@@ -313,8 +394,22 @@ pub async fn install(client: &kube::Client, server: &AdmissionServer) -> Result<
         )
         .await?;
     }
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    if scc {
+        mutating
+            .patch(
+                SCC_CONFIGURATION,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&scc_configuration(&server.base_url(), server.ca_pem())),
+            )
+            .await?;
+    } else {
+        delete(&mutating, SCC_CONFIGURATION).await?;
+    }
     for webhook in Webhook::ALL {
-        wait_effective(client, webhook).await?;
+        if scc || webhook != Webhook::SecurityContextConstraints {
+            wait_effective(client, webhook).await?;
+        }
     }
     Ok(())
 }
@@ -323,13 +418,20 @@ pub async fn install(client: &kube::Client, server: &AdmissionServer) -> Result<
 pub async fn uninstall(client: &kube::Client) -> Result<(), Error> {
     let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     for name in [KUBEVIRT_CONFIGURATION, CDI_CONFIGURATION] {
-        match api.delete(name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(err) => return Err(err.into()),
-        }
+        delete(&api, name).await?;
     }
-    Ok(())
+    delete(&Api::<MutatingWebhookConfiguration>::all(client.clone()), SCC_CONFIGURATION).await
+}
+
+async fn delete<K>(api: &Api<K>, name: &str) -> Result<(), Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(err) => Err(err.into()),
+    }
 }
 
 /// Waits until a dry-run create of an object `webhook` refuses is refused by it: the API server
@@ -382,6 +484,11 @@ fn probe(webhook: Webhook) -> (ApiResource, DynamicObject) {
             ApiResource::erase::<guestcluster::cdi::DataVolume>(&()),
             // Neither `pvc` nor `storage`.
             json!({"spec": {"source": {"blank": {}}}}),
+        ),
+        Webhook::SecurityContextConstraints => (
+            ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()),
+            // The host's network.
+            json!({"spec": {"hostNetwork": true, "containers": [{"name": "c", "image": "probe"}]}}),
         ),
     };
     let mut object = DynamicObject::new("sim-admission-probe", &resource);
@@ -452,11 +559,21 @@ mod tests {
             let review = serde_json::to_vec(&json!({
                 "apiVersion": "admission.k8s.io/v1",
                 "kind": "AdmissionReview",
-                "request": {"uid": "u", "operation": "CREATE",
+                "request": {"uid": "u", "operation": "CREATE", "namespace": PROBE_NAMESPACE,
                             "object": serde_json::to_value(&object).unwrap()},
             }))
             .unwrap();
-            let answer = review::answer(webhook, &review).unwrap();
+            // The probe namespace has ranges: the probe is refused for what it asks.
+            let namespaces = Namespaces::default();
+            namespaces.set(
+                PROBE_NAMESPACE,
+                crate::scc::NamespaceRanges {
+                    uids: Some("1000000000/10000".into()),
+                    groups: None,
+                    mcs: Some("s0:c1,c0".into()),
+                },
+            );
+            let answer = review::answer(webhook, &review, &namespaces).unwrap();
             assert_eq!(answer["response"]["allowed"], false, "{webhook:?}");
         }
     }

@@ -11,9 +11,11 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Volume};
 use super::expand::expand;
 
 mod env;
+pub mod identity;
 mod volumes;
 
 use env::{container_env, process_env};
+pub use identity::Credentials;
 use volumes::{plan_volume, safe_relative};
 
 /// File name that makes `command[0]` mean "the image's guestcluster binary".
@@ -29,13 +31,18 @@ pub enum PlanError {
     /// The pod uses something the simulation does not model.
     #[error("not simulated: {0}")]
     Unsupported(String),
+    /// The pod's settings cannot work (a root user under `runAsNonRoot`).
+    #[error("{0}")]
+    Invalid(String),
 }
 
 impl PlanError {
     /// The container waiting reason a kubelet would show.
     pub fn reason(&self) -> &'static str {
         match self {
-            PlanError::Missing(_) | PlanError::Unsupported(_) => "CreateContainerConfigError",
+            PlanError::Missing(_) | PlanError::Unsupported(_) | PlanError::Invalid(_) => {
+                "CreateContainerConfigError"
+            }
         }
     }
 }
@@ -87,10 +94,29 @@ pub struct FileToWrite {
     pub mode: u32,
 }
 
+/// A directory the kubelet makes before the processes start, with its mode (`None`: as created).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirToMake {
+    pub path: PathBuf,
+    pub mode: Option<u32>,
+}
+
+/// A volume the kubelet gives the pod's `fsGroup`, as `SetVolumeOwnership` does: every file and
+/// directory under `dir` group-owned by `group`, readable (and, unless `read_only`, writable) by
+/// it, directories also searchable and set-group-ID so new files inherit the group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ownership {
+    pub dir: PathBuf,
+    pub group: u32,
+    pub read_only: bool,
+}
+
 /// One container as a local process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcessPlan {
     pub container: String,
+    /// Who the process runs as; `None` runs it as the simulation itself (tests of the runner).
+    pub credentials: Option<Credentials>,
     pub program: PathBuf,
     pub args: Vec<String>,
     /// The whole environment (the simulation's own is not inherited).
@@ -108,8 +134,10 @@ pub struct ProcessPlan {
 /// Everything needed to start a pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodPlan {
-    pub dirs: Vec<PathBuf>,
+    pub dirs: Vec<DirToMake>,
     pub files: Vec<FileToWrite>,
+    /// Applied after the directories and files are in place.
+    pub ownership: Vec<Ownership>,
     /// The init containers, run one after another to completion before `processes` start.
     pub init_processes: Vec<ProcessPlan>,
     pub processes: Vec<ProcessPlan>,
@@ -202,21 +230,44 @@ pub fn references(pod: &Pod) -> References {
 /// Plans the whole pod: sandbox directories, volume files, one process per container.
 pub fn plan_pod(pod: &Pod, inputs: &Inputs, host: &Host) -> Result<PodPlan, PlanError> {
     let spec = spec(pod)?;
+    // The sandbox is searchable by the pod's users; `HOME` and `TMPDIR` of a container that sets
+    // neither are shared scratch space, like an image's `/tmp`.
+    let dir = |path: PathBuf, mode: u32| DirToMake {
+        path,
+        mode: Some(mode),
+    };
     let mut plan = PodPlan {
-        dirs: vec![host.sandbox.join("home"), host.sandbox.join("tmp")],
+        dirs: vec![
+            dir(host.sandbox.clone(), 0o755),
+            dir(host.sandbox.join("home"), 0o1777),
+            dir(host.sandbox.join("tmp"), 0o1777),
+        ],
         files: Vec::new(),
+        ownership: Vec::new(),
         init_processes: Vec::new(),
         processes: Vec::new(),
     };
+    let fs_group = identity::fs_group(spec)?;
     let mut volume_dirs = BTreeMap::new();
     for volume in volumes(spec) {
-        let dir = plan_volume(pod, volume, inputs, host, &mut plan)?;
+        let dir = plan_volume(pod, volume, inputs, host, fs_group, &mut plan)?;
         volume_dirs.insert(volume.name.clone(), dir);
     }
     let container_process = |container: &Container, plan: &mut PodPlan| {
         let mounts = mounts(container, &volume_dirs, inputs, spec, plan)?;
         let kubeconfig = in_cluster_kubeconfig(pod, container, &mounts, host, plan);
-        plan_process(pod, container, &mounts, kubeconfig.as_deref(), inputs, host)
+        let credentials = identity::credentials(spec, container)?;
+        let process = plan_process(pod, container, &mounts, kubeconfig.as_deref(), inputs, host)?;
+        // A kubelet creates the termination message file writable by any user of the container.
+        plan.files.push(FileToWrite {
+            path: process.termination_log.clone(),
+            contents: Vec::new(),
+            mode: 0o666,
+        });
+        Ok::<_, PlanError>(ProcessPlan {
+            credentials: Some(credentials),
+            ..process
+        })
     };
     for container in spec.init_containers.as_deref().unwrap_or_default() {
         let process = container_process(container, &mut plan)?;
@@ -264,10 +315,11 @@ fn in_cluster_kubeconfig(
         }}],
         "current-context": "in-cluster",
     });
+    // Names files only (the token stays in the credentials volume): readable by the pod's user.
     plan.files.push(FileToWrite {
         path: path.clone(),
         contents: contents.to_string().into_bytes(),
-        mode: 0o600,
+        mode: 0o644,
     });
     Some(path)
 }
@@ -292,7 +344,10 @@ fn mounts(
             Some(sub) => {
                 let path = dir.join(safe_relative(sub)?);
                 // A kubelet creates a missing subPath as a directory.
-                plan.dirs.push(path.clone());
+                plan.dirs.push(DirToMake {
+                    path: path.clone(),
+                    mode: None,
+                });
                 path
             }
             None => dir.clone(),
@@ -404,6 +459,7 @@ fn plan_process(
         .map_or_else(|| host.sandbox.clone(), PathBuf::from);
     Ok(ProcessPlan {
         container: container.name.clone(),
+        credentials: None,
         program,
         args: argv,
         env: process_env(&container_env, mounts, kubeconfig, host),

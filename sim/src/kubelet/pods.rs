@@ -380,6 +380,7 @@ mod tests {
             guestcluster_bin: PathBuf::from("/bin/guestcluster"),
             our_image_prefix: "quay.io/opdev/guestcluster".into(),
             node_name: "sim-node".into(),
+            flavour: Default::default(),
         }
     }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::plan::ProcessPlan;
+use super::plan::{Credentials, ProcessPlan};
 use super::status::Terminated;
 
 /// One running (or ended) container process.
@@ -71,6 +71,9 @@ impl Process {
             .stderr(log)
             .process_group(0)
             .kill_on_drop(true);
+        if let Some(credentials) = &plan.credentials {
+            run_as(&mut command, credentials);
+        }
         die_with_parent(&mut command);
         let child = command.spawn()?;
         let group = child.id().and_then(|id| libc::pid_t::try_from(id).ok());
@@ -168,6 +171,27 @@ pub async fn stop_all(processes: &mut [Process], grace: Duration) -> Vec<Termina
     wait_all(processes).await
 }
 
+/// Makes the child drop to the container's user, group and supplementary groups before it runs
+/// the program, as a container runtime does. Must come before [`die_with_parent`]: a change of
+/// credentials clears the parent-death signal.
+fn run_as(command: &mut tokio::process::Command, credentials: &Credentials) {
+    let (uid, gid) = (credentials.uid, credentials.gid);
+    let groups: Vec<libc::gid_t> = credentials.groups.clone();
+    // SAFETY: the closure runs between fork and exec and calls only async-signal-safe functions
+    // (setgroups, setgid, setuid) on memory allocated before the fork.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                || libc::setgid(gid) != 0
+                || libc::setuid(uid) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Makes the child receive SIGKILL when the thread that forked it (a runtime worker) exits.
 fn die_with_parent(command: &mut tokio::process::Command) {
     // SAFETY: getpid(2) is always safe; it runs before the fork.
@@ -196,6 +220,7 @@ mod tests {
     fn plan(dir: &std::path::Path, program: &str, args: &[&str]) -> ProcessPlan {
         ProcessPlan {
             container: "main".into(),
+            credentials: None,
             program: PathBuf::from(program),
             args: args.iter().map(|a| a.to_string()).collect(),
             env: vec![
@@ -277,6 +302,22 @@ mod tests {
             vec![Process::spawn(&plan(dir.path(), "sleep", &["600"])).expect("spawn")];
         let results = stop_all(&mut processes, Duration::from_secs(30)).await;
         assert_eq!(results[0].exit_code, 143);
+    }
+
+    #[tokio::test]
+    async fn the_process_runs_as_its_user_and_groups() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut plan = plan(dir.path(), "sh", &["-c", "echo $(id -u) $(id -g) $(id -G)"]);
+        plan.credentials = Some(Credentials {
+            uid: 1000650000,
+            gid: 0,
+            groups: vec![0, 107, 1000650000],
+        });
+        // The log is opened by the simulation; the process only inherits the descriptor.
+        let result = Process::spawn(&plan).expect("spawn").wait().await;
+        assert_eq!(result.exit_code, 0);
+        let log = std::fs::read_to_string(dir.path().join("main.log")).expect("log");
+        assert_eq!(log.trim(), "1000650000 0 0 107 1000650000");
     }
 
     #[tokio::test]

@@ -209,11 +209,14 @@ fn spawn_all(plan: &PodPlan) -> (Vec<Process>, Vec<Terminated>) {
     (running, failed)
 }
 
-/// Creates the sandbox directories and volume files.
+/// Creates the sandbox directories and volume files, then gives volumes the pod's `fsGroup`.
 fn write_sandbox(plan: &PodPlan) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     for dir in &plan.dirs {
-        std::fs::create_dir_all(dir)?;
+        std::fs::create_dir_all(&dir.path)?;
+        if let Some(mode) = dir.mode {
+            std::fs::set_permissions(&dir.path, std::fs::Permissions::from_mode(mode))?;
+        }
     }
     for file in &plan.files {
         if let Some(parent) = file.path.parent() {
@@ -221,6 +224,9 @@ fn write_sandbox(plan: &PodPlan) -> std::io::Result<()> {
         }
         std::fs::write(&file.path, &file.contents)?;
         std::fs::set_permissions(&file.path, std::fs::Permissions::from_mode(file.mode))?;
+    }
+    for ownership in &plan.ownership {
+        super::ownership::apply(ownership)?;
     }
     Ok(())
 }

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{
 };
 
 use super::env::field_value;
-use super::{FileToWrite, Host, Inputs, PlanError, PodPlan};
+use super::{DirToMake, FileToWrite, Host, Inputs, Ownership, PlanError, PodPlan};
 
 /// Mode of projected files when the pod does not say (the API default, 0644).
 const DEFAULT_FILE_MODE: u32 = 0o644;
@@ -20,19 +20,40 @@ pub(super) fn plan_volume(
     volume: &Volume,
     inputs: &Inputs,
     host: &Host,
+    fs_group: Option<u32>,
     plan: &mut PodPlan,
 ) -> Result<PathBuf, PlanError> {
+    let own = |dir: &Path, read_only: bool, plan: &mut PodPlan| {
+        if let Some(group) = fs_group {
+            plan.ownership.push(Ownership {
+                dir: dir.to_owned(),
+                group,
+                read_only,
+            });
+        }
+    };
     if let Some(pvc) = &volume.persistent_volume_claim {
-        return inputs.claims.get(&pvc.claim_name).cloned().ok_or_else(|| {
+        let dir = inputs.claims.get(&pvc.claim_name).cloned().ok_or_else(|| {
             PlanError::Missing(format!(
                 "persistentvolumeclaim {:?} does not exist or is not bound",
                 pvc.claim_name
             ))
-        });
+        })?;
+        // A CSI volume mounted read-only keeps its owners (`supportsFSGroup`).
+        if pvc.read_only != Some(true) {
+            own(&dir, false, plan);
+        }
+        return Ok(dir);
     }
     let dir = host.sandbox.join("volumes").join(&volume.name);
-    plan.dirs.push(dir.clone());
-    let files = if volume.empty_dir.is_some() {
+    // An emptyDir is made world-writable; the other kinds are the kubelet's read-only files.
+    let empty_dir = volume.empty_dir.is_some();
+    plan.dirs.push(DirToMake {
+        path: dir.clone(),
+        mode: empty_dir.then_some(0o777),
+    });
+    own(&dir, !empty_dir, plan);
+    let files = if empty_dir {
         Vec::new()
     } else if let Some(secret) = &volume.secret {
         let name = secret.secret_name.clone().unwrap_or_default();
