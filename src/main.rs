@@ -97,6 +97,11 @@ struct OperatorArgs {
         default_value = "bundle-prep"
     )]
     bundle_prep_service_account: String,
+    /// The platform, for who the Jobs' pods run as: `openshift` leaves their UID and fsGroup to
+    /// the namespace's SecurityContextConstraints range, `kubernetes` sets both to the image's
+    /// user 1001, `auto` picks `openshift` when the API server serves security.openshift.io.
+    #[arg(long, env = "PLATFORM", value_enum, default_value_t = guestcluster::operator::platform::Platform::Auto)]
+    platform: guestcluster::operator::platform::Platform,
     /// The `crcVersion`s a ClusterPool may have a CRCBundle created for: comma-separated
     /// patterns, `*` matching any characters (`4.22.*,4.21.3`). Empty (the default) allows none:
     /// pools then use bundles an administrator created (`crcBundleRef`, or one already named
@@ -198,7 +203,9 @@ fn operator(args: OperatorArgs) -> Result<(), Box<dyn std::error::Error>> {
         jobs: guestcluster::resources::bundle::JobSettings {
             image: args.job_image,
             prep_service_account: args.bundle_prep_service_account,
+            pod_users: Default::default(),
         },
+        platform: args.platform,
         guests: guestcluster::actors::context::GuestSettings::from_env(),
         pool_bundles: guestcluster::actors::pool_bundles::PoolBundles {
             crc_versions: guestcluster::actors::pool_bundles::VersionPatterns::parse(

@@ -452,7 +452,9 @@ impl RunningOperator {
             jobs: JobSettings {
                 image: format!("{JOB_IMAGE_REPO}:demo"),
                 prep_service_account: crate::job_accounts::PREP_ACCOUNT.to_owned(),
+                pod_users: Default::default(),
             },
+            platform: Default::default(),
             guests,
             // The sample pool's crcVersion only: what an administrator would allow.
             pool_bundles: guestcluster::actors::pool_bundles::PoolBundles {

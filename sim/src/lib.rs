@@ -140,6 +140,9 @@ impl Sim {
         })?;
         searchable(&options.root)?;
         platform::ensure(&client).await?;
+        if options.flavour == Flavour::OpenShift {
+            scc::crd::ensure(&client).await?;
+        }
         // Before any controller allocates: pods and VMIs of an earlier run keep their addresses.
         let network = network::IpAllocator::default();
         network::reserve_existing(&client, &network).await?;
@@ -225,7 +228,10 @@ fn searchable(root: &std::path::Path) -> Result<(), Error> {
     std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).map_err(io(root))?;
     let root = std::fs::canonicalize(root).map_err(io(root))?;
     for dir in root.ancestors().skip(1) {
-        let mode = std::fs::metadata(dir).map_err(io(dir))?.permissions().mode();
+        let mode = std::fs::metadata(dir)
+            .map_err(io(dir))?
+            .permissions()
+            .mode();
         if mode & 0o001 == 0 {
             tracing::info!(dir = %dir.display(), "simulation: made searchable for pods' users");
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o001))

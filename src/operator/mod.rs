@@ -6,6 +6,7 @@ pub mod dashboard;
 pub mod http;
 pub mod inventory;
 pub mod leader;
+pub mod platform;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -30,6 +31,11 @@ pub enum Error {
     Leader(#[from] leader::Error),
     #[error("starting the supervision tree: {0}")]
     Spawn(#[from] ractor::SpawnErr),
+    #[error(
+        "asking the API server whether it serves {group} (set --platform to skip): {source}",
+        group = platform::SCC_GROUP
+    )]
+    Platform { source: kube::Error },
 }
 
 /// How to run the operator.
@@ -48,6 +54,8 @@ pub struct Options {
     pub tree: TreeConfig,
     /// Image and service accounts of the Jobs the operator creates.
     pub jobs: crate::resources::bundle::JobSettings,
+    /// Decides who the Jobs' pods run as (overrides `jobs.pod_users`).
+    pub platform: platform::Platform,
     /// How guest APIs are reached (Route proxy).
     pub guests: crate::actors::context::GuestSettings,
     /// Which bundles pools may have created, where, and how long unused ones stay.
@@ -93,11 +101,20 @@ pub async fn run(
 ) -> Result<(), Error> {
     let leader_gauge = metrics.leader.clone();
     leader_gauge.set(0);
+    let pod_users = options
+        .platform
+        .resolve(&clients.work)
+        .await
+        .map_err(|source| Error::Platform { source })?;
+    tracing::info!(?pod_users, platform = ?options.platform, "Job pods' users");
     let ctx = Context::build(
         clients.work,
         options.namespace.clone(),
         metrics,
-        options.jobs.clone(),
+        crate::resources::bundle::JobSettings {
+            pod_users,
+            ..options.jobs.clone()
+        },
         Default::default(),
         options.guests.clone(),
         options.pool_bundles.clone(),

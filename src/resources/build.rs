@@ -21,7 +21,8 @@ use kube::ResourceExt;
 
 use super::bundle::{JobSettings, pvc};
 use super::common::{
-    JobResources, bundle_labels, controller_ref, job_container, restricted_pod, tmp_volume,
+    JobResources, PodUsers, QEMU_GROUP, bundle_labels, controller_ref, job_container,
+    restricted_pod, tmp_volume,
 };
 use crate::api::CRCBundle;
 use crate::api::bundle::BuildSpec;
@@ -245,6 +246,8 @@ pub fn installer_job(
                 claim_volume("work", &names.work_pvc),
                 claim_volume("iso", &names.iso_pvc),
             ],
+            pod_users: settings.pod_users,
+            supplemental_groups: &[],
         },
     )
 }
@@ -259,6 +262,9 @@ struct JobShape<'a> {
     deadline_seconds: i64,
     container: Container,
     volumes: Vec<Volume>,
+    pod_users: PodUsers,
+    /// Groups beyond the pod's own (see [`restricted_pod`]).
+    supplemental_groups: &'a [i64],
 }
 
 /// A build Job: one non-root container, `RuntimeDefault` seccomp, the attempt's labels on its
@@ -285,7 +291,10 @@ fn restricted_job(
                     restart_policy: Some("Never".to_owned()),
                     service_account_name: Some(shape.service_account.to_owned()),
                     automount_service_account_token: (!shape.api_token).then_some(false),
-                    security_context: Some(restricted_pod()),
+                    security_context: Some(restricted_pod(
+                        shape.pod_users,
+                        shape.supplemental_groups,
+                    )),
                     containers: vec![shape.container],
                     volumes: Some(shape.volumes.into_iter().chain([tmp_volume()]).collect()),
                     node_selector: (!placement.node_selector.is_empty())
@@ -688,6 +697,8 @@ pub fn helper_job(
                 JobResources::LIGHT,
             ),
             volumes,
+            pod_users: settings.pod_users,
+            supplemental_groups: &[],
         },
     )
 }
@@ -742,6 +753,9 @@ pub fn disk_job(
                 JobResources::LIGHT,
             ),
             volumes: vec![source, claim_volume("golden", golden_pvc)],
+            pod_users: settings.pod_users,
+            // The root disk is CDI's (`107:107`, `0660`); the read-only mount keeps its owner.
+            supplemental_groups: &[QEMU_GROUP],
         },
     )
 }

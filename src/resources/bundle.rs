@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
 use super::common::{
-    JobResources, api_access_mount, api_access_volume, bundle_labels, controller_ref,
+    JobResources, PodUsers, api_access_mount, api_access_volume, bundle_labels, controller_ref,
     job_container, restricted_pod, tmp_volume,
 };
 use crate::api::CRCBundle;
@@ -100,6 +100,8 @@ pub struct JobSettings {
     pub image: String,
     /// Service account of the prep Job (needs Secrets and ConfigMaps in the operator namespace).
     pub prep_service_account: String,
+    /// Who the Jobs' pods run as (`--platform`).
+    pub pod_users: PodUsers,
 }
 
 /// Image of the operator's Jobs unless configured (`--job-image`).
@@ -110,6 +112,7 @@ impl Default for JobSettings {
         Self {
             image: DEFAULT_JOB_IMAGE.to_owned(),
             prep_service_account: "bundle-prep".to_owned(),
+            pod_users: PodUsers::default(),
         }
     }
 }
@@ -251,7 +254,7 @@ pub fn prep_job(bundle: &CRCBundle, namespace: &str, urls: &Urls, settings: &Job
                     // Only the publishing container gets the token (mounted explicitly): the
                     // one unpacking and converting downloaded data cannot write Secrets.
                     automount_service_account_token: Some(false),
-                    security_context: Some(restricted_pod()),
+                    security_context: Some(restricted_pod(settings.pod_users, &[])),
                     init_containers: Some(vec![job_container(
                         PREP_FETCH_CONTAINER,
                         &settings.image,
@@ -327,6 +330,7 @@ mod tests {
         JobSettings {
             image: "quay.io/opdev/guestcluster:v0.1.0".into(),
             prep_service_account: "bundle-prep".into(),
+            pod_users: Default::default(),
         }
     }
 

@@ -81,13 +81,33 @@ impl JobResources {
     };
 }
 
+/// Who a Job's pod runs as: what the platform decides, so the same Jobs are admitted on OpenShift
+/// and on plain Kubernetes (docs/decisions.md, "Pod users").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PodUsers {
+    /// Plain Kubernetes: the pod names the image's user ([`JOB_USER`]) and group-owns its volumes
+    /// by it (`fsGroup`), as Pod Security `restricted` allows.
+    #[default]
+    Fixed,
+    /// OpenShift: `restricted-v2` assigns the UID and `fsGroup` from the namespace's range and
+    /// refuses any other, so the pod names neither.
+    Assigned,
+}
+
+/// The group QEMU (virt-launcher) and CDI's pods run as: a disk CDI wrote is `107:107`, `0660`.
+pub const QEMU_GROUP: i64 = 107;
+
 /// The pod-level half of Pod Security `restricted`: a non-root user, the runtime's seccomp
-/// profile, volumes group-owned by that user.
-pub fn restricted_pod() -> PodSecurityContext {
+/// profile, volumes group-owned by the pod's group; `supplemental_groups` for files owned by
+/// another pod's group (a disk of CDI's, read through a read-only mount that keeps its owner).
+pub fn restricted_pod(users: PodUsers, supplemental_groups: &[i64]) -> PodSecurityContext {
+    let fixed = (users == PodUsers::Fixed).then_some(JOB_USER);
     PodSecurityContext {
         run_as_non_root: Some(true),
-        run_as_user: Some(JOB_USER),
-        fs_group: Some(JOB_USER),
+        run_as_user: fixed,
+        fs_group: fixed,
+        supplemental_groups: (!supplemental_groups.is_empty())
+            .then(|| supplemental_groups.to_vec()),
         seccomp_profile: Some(SeccompProfile {
             type_: "RuntimeDefault".to_owned(),
             ..Default::default()

@@ -146,9 +146,15 @@ async fn start(with_operator: bool) -> Result<(World, (Sim, RouteProxy)), String
         .await
         .map_err(|e| e.to_string())?;
     let metrics = Metrics::default();
+    // As `operator::run` decides it: from what the simulated cluster serves.
+    let pod_users = guestcluster::operator::platform::Platform::Auto
+        .resolve(&client)
+        .await
+        .map_err(|e| format!("platform: {e}"))?;
     let jobs = JobSettings {
         image: IMAGE.to_owned(),
         prep_service_account: sim::job_accounts::PREP_ACCOUNT.to_owned(),
+        pod_users,
     };
     let router = RouteProxy::start(client.clone())
         .await

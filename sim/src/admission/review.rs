@@ -173,7 +173,6 @@ fn status(wording: Wording, mut denials: Vec<Denial>) -> Value {
             let message: String = denials.iter().map(|d| format!(" {}", d.message)).collect();
             json!({"message": message, "code": 422, "details": {"causes": denials}})
         }
-
     }
 }
 

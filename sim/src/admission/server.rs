@@ -259,7 +259,9 @@ async fn await_ranges(body: &[u8], namespaces: &Namespaces) {
     let review: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
     let namespace = review["request"]["namespace"].as_str().unwrap_or_default();
     let started = Instant::now();
-    while namespaces.get(namespace).is_none_or(|r| r.uids.is_none() || r.mcs.is_none())
+    while namespaces
+        .get(namespace)
+        .is_none_or(|r| r.uids.is_none() || r.mcs.is_none())
         && started.elapsed() < SCC_RANGE_WAIT
     {
         tokio::time::sleep(PROBE_INTERVAL).await;
@@ -420,7 +422,11 @@ pub async fn uninstall(client: &kube::Client) -> Result<(), Error> {
     for name in [KUBEVIRT_CONFIGURATION, CDI_CONFIGURATION] {
         delete(&api, name).await?;
     }
-    delete(&Api::<MutatingWebhookConfiguration>::all(client.clone()), SCC_CONFIGURATION).await
+    delete(
+        &Api::<MutatingWebhookConfiguration>::all(client.clone()),
+        SCC_CONFIGURATION,
+    )
+    .await
 }
 
 async fn delete<K>(api: &Api<K>, name: &str) -> Result<(), Error>

@@ -123,7 +123,11 @@ async fn allocate(
     // A failed write is retried here: nothing else about the namespace may ever change again.
     for attempt in 1..=10 {
         match api
-            .patch(name, &PatchParams::apply(FIELD_MANAGER), &Patch::Merge(&patch))
+            .patch(
+                name,
+                &PatchParams::apply(FIELD_MANAGER),
+                &Patch::Merge(&patch),
+            )
             .await
         {
             Ok(_) => {
@@ -156,7 +160,14 @@ mod tests {
         let levels: Vec<String> = [0, 1, 65, 66, 68, 71].map(mcs_level).into();
         assert_eq!(
             levels,
-            ["s0:c1,c0", "s0:c3,c2", "s0:c26,c0", "s0:c26,c5", "s0:c26,c15", "s0:c27,c4"]
+            [
+                "s0:c1,c0",
+                "s0:c3,c2",
+                "s0:c26,c0",
+                "s0:c26,c5",
+                "s0:c26,c15",
+                "s0:c27,c4"
+            ]
         );
     }
 }

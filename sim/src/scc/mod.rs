@@ -6,6 +6,7 @@
 //! refuses what lies outside them.
 
 pub mod allocator;
+pub mod crd;
 pub mod restricted_v2;
 
 use std::collections::BTreeMap;

@@ -77,9 +77,8 @@ pub fn admit(
 
 /// The plugin's message: each SCC's errors, the unusable ones forbidden.
 fn refusal(restricted_v2: Vec<String>) -> String {
-    let forbidden = |name: &&str| {
-        format!("provider {name:?}: Forbidden: not usable by user or serviceaccount")
-    };
+    let forbidden =
+        |name: &&str| format!("provider {name:?}: Forbidden: not usable by user or serviceaccount");
     let all: Vec<String> = NOT_USABLE
         .iter()
         .map(forbidden)
@@ -132,9 +131,7 @@ impl Provider {
         context
             .entry("fsGroup")
             .or_insert_with(|| json!(self.groups.first));
-        let selinux = context
-            .entry("seLinuxOptions")
-            .or_insert_with(|| json!({}));
+        let selinux = context.entry("seLinuxOptions").or_insert_with(|| json!({}));
         if selinux.get("level").is_none() {
             selinux["level"] = json!(self.level);
         }
@@ -188,7 +185,9 @@ impl Provider {
             }));
         } else {
             *annotations = json!({POD_SCC: NAME});
-            patch.push(json!({"op": "add", "path": "/metadata/annotations", "value": {POD_SCC: NAME}}));
+            patch.push(
+                json!({"op": "add", "path": "/metadata/annotations", "value": {POD_SCC: NAME}}),
+            );
         }
         patch
     }
@@ -400,7 +399,9 @@ mod tests {
             ),
             "{refused}"
         );
-        assert!(refused.ends_with("provider \"restricted\": Forbidden: not usable by user or serviceaccount]"));
+        assert!(refused.ends_with(
+            "provider \"restricted\": Forbidden: not usable by user or serviceaccount]"
+        ));
     }
 
     #[test]
@@ -435,8 +436,14 @@ mod tests {
 
     #[test]
     fn users_inside_the_range_are_kept() {
-        let original = pod(json!({"fsGroup": 1000650000}), json!({"runAsUser": 1000650009}));
-        let pod = patched(original.clone(), &admit("team", &original, Some(&ranges())).unwrap());
+        let original = pod(
+            json!({"fsGroup": 1000650000}),
+            json!({"runAsUser": 1000650009}),
+        );
+        let pod = patched(
+            original.clone(),
+            &admit("team", &original, Some(&ranges())).unwrap(),
+        );
         assert_eq!(pod["spec"]["securityContext"]["fsGroup"], 1000650000);
         assert_eq!(
             pod["spec"]["containers"][0]["securityContext"]["runAsUser"],

@@ -134,6 +134,7 @@ pub async fn reconcile(
     let mut observed = Box::pin(observe::observe(instance, status, ctx)).await?;
     let settings = plan::Settings {
         job_image: ctx.jobs.image.clone(),
+        pod_users: ctx.jobs.pod_users,
     };
     let now = Time(Timestamp::now());
     let planned = loop {

@@ -62,6 +62,7 @@ pub const MANUAL_KEY_NAMES: [&str; 3] = ["id_ecdsa", "ssh-privatekey", "id_rsa"]
 pub struct Settings {
     /// Image of the crc-agent Job.
     pub job_image: String,
+    pub pod_users: crate::resources::common::PodUsers,
 }
 
 /// Everything a plan is made from.
@@ -458,6 +459,7 @@ impl<'a> Walk<'a> {
         let Some(handoff) = handoff else {
             let inputs = AgentJobInputs {
                 image: self.settings.job_image.clone(),
+                pod_users: self.settings.pod_users,
                 vmi_uid,
                 vm_name,
                 ssh_host: vmi_ip,

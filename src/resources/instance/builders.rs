@@ -35,7 +35,7 @@ use crate::cdi::{
 };
 use crate::contract::agent;
 use crate::kubevirt;
-use crate::resources::common::{JobResources, job_container, restricted_pod, tmp_volume};
+use crate::resources::common::{JobResources, PodUsers, job_container, restricted_pod, tmp_volume};
 use crate::route::{
     InsecureEdgeTerminationPolicy, Route, RoutePort, RouteSpec, RouteTargetReference, TlsConfig,
     TlsTermination,
@@ -416,6 +416,8 @@ pub fn api_route(instance: &ClusterInstance, host: &str) -> Route {
 pub struct AgentJobInputs {
     /// The image holding the agent (`CRC_AGENT_IMAGE`).
     pub image: String,
+    /// Who the Job's pod runs as (`--platform`).
+    pub pod_users: PodUsers,
     /// The VMI this Job serves; part of the Job name.
     pub vmi_uid: String,
     /// The VirtualMachine (and VMI) name.
@@ -520,7 +522,7 @@ pub fn agent_job(instance: &ClusterInstance, inputs: &AgentJobInputs) -> Job {
                 spec: Some(PodSpec {
                     restart_policy: Some("Never".to_owned()),
                     service_account_name: Some(agent_account_name(&name)),
-                    security_context: Some(restricted_pod()),
+                    security_context: Some(restricted_pod(inputs.pod_users, &[])),
                     containers: vec![job_container(
                         AGENT_CONTAINER,
                         &inputs.image,

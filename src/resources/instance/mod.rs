@@ -92,6 +92,7 @@ pub(super) mod tests {
     fn agent_inputs(host: &str) -> AgentJobInputs {
         AgentJobInputs {
             image: "quay.io/opdev/guestcluster:v0.1.0".into(),
+            pod_users: Default::default(),
             vmi_uid: VMI_UID.into(),
             vm_name: "crc-1".into(),
             ssh_host: "10.128.0.7".into(),

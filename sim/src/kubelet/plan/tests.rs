@@ -177,7 +177,11 @@ fn paths_under_mounts_are_rewritten_at_path_boundaries() {
             "--name=/other".into(),
         ]
     );
-    assert!(plan.dirs.iter().any(|d| d.path == Path::new(&format!("{work}/cache"))));
+    assert!(
+        plan.dirs
+            .iter()
+            .any(|d| d.path == Path::new(&format!("{work}/cache")))
+    );
 }
 
 #[test]

@@ -165,6 +165,7 @@ impl World {
             o,
             settings: Settings {
                 job_image: "quay.io/opdev/guestcluster:test".into(),
+                pod_users: Default::default(),
             },
             uids: 0,
         }
