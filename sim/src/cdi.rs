@@ -1301,6 +1301,18 @@ async fn populate(
         shared.import_time
     };
     patch_status(shared, dv, &scheduled_view(&dv.name, source)).await?;
+    // The worker pod's kubelet gives the target its fsGroup 107 (CDI's restricted pods).
+    let ownership = crate::permissions::Ownership {
+        dir: dir.to_owned(),
+        group: crate::permissions::QEMU_ID,
+        read_only: false,
+    };
+    if let Err(err) = crate::permissions::apply(&ownership) {
+        return Ok(Err(Failure::processing(format!(
+            "applying fsGroup to {}: {err}",
+            dir.display()
+        ))));
+    }
     let partial = dir.join(PARTIAL_FILE);
     let started = Instant::now();
     // Until the work knows how much data it moved, assume the minimum.
@@ -1337,6 +1349,19 @@ async fn populate(
             },
             _ = tokio::time::sleep(tick) => {}
         }
+    }
+    // The worker runs as 107 and writes into a set-group-ID directory of group 107, then makes
+    // the image `0660` (`data-processor.go`): `107:107`, `rw-rw----`.
+    let owned = std::os::unix::fs::chown(&partial, Some(crate::permissions::QEMU_ID), None)
+        .and_then(|()| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o660))
+        });
+    if let Err(err) = owned {
+        return Ok(Err(Failure::processing(format!(
+            "owning {}: {err}",
+            partial.display()
+        ))));
     }
     let disk = dir.join(super::volumes::DISK_FILE);
     if let Err(err) = tokio::fs::rename(&partial, &disk).await {

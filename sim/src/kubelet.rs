@@ -18,7 +18,7 @@
 
 mod expand;
 mod node;
-mod ownership;
+
 mod plan;
 mod pods;
 mod process;

@@ -41,6 +41,7 @@ pub mod kubelet;
 pub mod kubevirt;
 pub mod network;
 pub mod openshift;
+pub mod permissions;
 pub mod platform;
 pub mod product_bin;
 pub mod route_proxy;

@@ -101,15 +101,7 @@ pub struct DirToMake {
     pub mode: Option<u32>,
 }
 
-/// A volume the kubelet gives the pod's `fsGroup`, as `SetVolumeOwnership` does: every file and
-/// directory under `dir` group-owned by `group`, readable (and, unless `read_only`, writable) by
-/// it, directories also searchable and set-group-ID so new files inherit the group.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ownership {
-    pub dir: PathBuf,
-    pub group: u32,
-    pub read_only: bool,
-}
+pub use crate::permissions::Ownership;
 
 /// One container as a local process.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -226,7 +226,7 @@ fn write_sandbox(plan: &PodPlan) -> std::io::Result<()> {
         std::fs::set_permissions(&file.path, std::fs::Permissions::from_mode(file.mode))?;
     }
     for ownership in &plan.ownership {
-        super::ownership::apply(ownership)?;
+        crate::permissions::apply(ownership)?;
     }
     Ok(())
 }

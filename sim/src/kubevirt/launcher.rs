@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{
-    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus,
-    PersistentVolumeClaimVolumeSource, Pod, PodCondition, PodIP, PodSpec, PodStatus,
-    Volume as PodVolume,
+    Capabilities, Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStatus, PersistentVolumeClaimVolumeSource, Pod, PodCondition, PodIP,
+    PodSecurityContext, PodSpec, PodStatus, SecurityContext, Volume as PodVolume,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
@@ -25,6 +25,8 @@ use guestcluster::kubevirt::{VirtualMachineInstance, VmiPhase, labels};
 
 /// Image of the simulated launcher's `compute` container (never pulled or run).
 pub const LAUNCHER_IMAGE: &str = "quay.io/kubevirt/virt-launcher:v1.5.0-sim";
+/// virt-launcher's user and group (and QEMU's).
+const QEMU: i64 = crate::permissions::QEMU_ID as i64;
 /// The container that runs the guest.
 pub const COMPUTE: &str = "compute";
 /// Node label KubeVirt requires of nodes that can run VMs.
@@ -109,6 +111,17 @@ pub fn launcher_pod(vmi: &VirtualMachineInstance) -> Pod {
                 name: COMPUTE.into(),
                 image: Some(LAUNCHER_IMAGE.into()),
                 command: Some(vec!["/usr/bin/virt-launcher-monitor".into()]),
+                security_context: Some(SecurityContext {
+                    run_as_user: Some(QEMU),
+                    run_as_group: Some(QEMU),
+                    run_as_non_root: Some(true),
+                    allow_privilege_escalation: Some(false),
+                    capabilities: Some(Capabilities {
+                        add: Some(vec!["NET_BIND_SERVICE".into()]),
+                        drop: Some(vec!["ALL".into()]),
+                    }),
+                    ..Default::default()
+                }),
                 resources: (!requests.is_empty()).then(|| {
                     k8s_openapi::api::core::v1::ResourceRequirements {
                         requests: Some(requests),
@@ -126,6 +139,14 @@ pub fn launcher_pod(vmi: &VirtualMachineInstance) -> Pod {
             dns_config: spec.dns_config.clone(),
             restart_policy: Some("Never".into()),
             automount_service_account_token: Some(false),
+            // A non-root VMI's launcher (KubeVirt v1.6+ sets fsGroup 107 on every launcher).
+            security_context: Some(PodSecurityContext {
+                run_as_user: Some(QEMU),
+                run_as_group: Some(QEMU),
+                run_as_non_root: Some(true),
+                fs_group: Some(QEMU),
+                ..Default::default()
+            }),
             // KubeVirt: the VMI's grace period plus 15 s for the launcher itself.
             termination_grace_period_seconds: Some(
                 spec.termination_grace_period_seconds.unwrap_or(30) + 15,

@@ -260,6 +260,24 @@ pub(super) async fn converge(
                 shared.mark_scheduled(&uid);
             }
             VmiStep::Boot { pod } => {
+                if let Err(message) = qemu_opens_every_disk(shared, &vmi).await? {
+                    tracing::info!(%namespace, %name, %uid, "simulated domain did not start: {message}");
+                    write_status(&api, &vmi, |status, now| {
+                        set_condition(
+                            &mut status.conditions,
+                            condition(
+                                condition_types::SYNCHRONIZED,
+                                false,
+                                SYNC_FAILED_REASON,
+                                &message,
+                                now,
+                            ),
+                        );
+                    })
+                    .await?;
+                    // virt-handler retries the sync with a backoff.
+                    return Ok(Action::requeue(SYNC_RETRY));
+                }
                 if let Err(message) = boot(shared, &vmi, &pod).await? {
                     tracing::info!(%namespace, %name, %uid, "simulated guest did not start: {message}");
                     write_status(&api, &vmi, |status, now| {
@@ -381,6 +399,69 @@ fn mac_for(uid: &str) -> String {
 }
 
 /// Starts the guest of `vmi` in `pod`; `Ok(Err(why))` when it cannot start.
+/// virt-handler's reason when the domain could not be synchronized (started).
+pub const SYNC_FAILED_REASON: &str = "Synchronizing with the Domain failed.";
+const SYNC_RETRY: Duration = Duration::from_secs(5);
+/// Where virt-launcher mounts a Filesystem-mode PVC of a disk (`disk.img` inside).
+const VMI_DISKS_DIR: &str = "/var/run/kubevirt-private/vmi-disks";
+
+/// What the launcher pod's kubelet and QEMU do before the guest runs: every PVC volume the VMI
+/// does not mark read-only is given the pod's `fsGroup` 107; then QEMU, as 107, opens each disk
+/// (read-only for a CD-ROM or `readonly` disk). A disk it cannot open fails the domain's start
+/// with libvirt's error, as virt-handler reports it; the VMI stays `Scheduled` and is retried.
+async fn qemu_opens_every_disk(
+    shared: &Arc<Shared>,
+    vmi: &VirtualMachineInstance,
+) -> Result<Result<(), String>, Error> {
+    let namespace = vmi.namespace().unwrap_or_default();
+    for disk in &vmi.spec.domain.devices.disks {
+        let Some(volume) = vmi.spec.volume(&disk.name) else {
+            continue;
+        };
+        let Some(claim) = volume.claim_name() else {
+            continue;
+        };
+        // A missing or unbound claim, or no image yet: the boot reports those.
+        let Ok(image) = storage::disk_image(&shared.ctx, &namespace, claim).await? else {
+            continue;
+        };
+        if !image.exists() {
+            continue;
+        }
+        let read_only_volume = volume
+            .persistent_volume_claim
+            .as_ref()
+            .and_then(|p| p.read_only)
+            == Some(true);
+        if let Some(dir) = image.parent().filter(|_| !read_only_volume) {
+            let ownership = crate::permissions::Ownership {
+                dir: dir.to_owned(),
+                group: crate::permissions::QEMU_ID,
+                read_only: false,
+            };
+            if let Err(err) = crate::permissions::apply(&ownership) {
+                return Ok(Err(format!("applying fsGroup to {}: {err}", dir.display())));
+            }
+        }
+        // A CD-ROM is read-only (KubeVirt's default; ours never say otherwise).
+        let write = !disk.is_cdrom();
+        if let Err(denied) =
+            crate::permissions::may_open(&image, &crate::permissions::qemu(), write)
+        {
+            tracing::debug!(disk = %disk.name, "QEMU cannot open the disk: {denied}");
+            let path = format!(
+                "{VMI_DISKS_DIR}/{}/{}",
+                volume.name,
+                crate::volumes::DISK_FILE
+            );
+            return Ok(Err(format!(
+                "server error. command SyncVMI failed: \"LibvirtError(Code=1, Domain=10, Message='internal error: process exited while connecting to monitor: qemu-kvm: Could not open '{path}': Permission denied')\""
+            )));
+        }
+    }
+    Ok(Ok(()))
+}
+
 async fn boot(
     shared: &Arc<Shared>,
     vmi: &VirtualMachineInstance,

@@ -54,11 +54,16 @@ embed() {
         die 1 "Error: This ISO image already has an embedded Ignition config; use -f to force."
     fi
     target=${output:-$iso}
-    tmp="$target.embed-tmp"
-    {
-        grep -v '^ignition: ' "$iso"
-        printf 'ignition: %s\n' "$config"
-    } >"$tmp"
+    # Upstream writes a temporary file beside the target (tempfile's: mode 0600) and renames it
+    # over the target, which therefore ends up 0600 whatever the umask.
+    tmp="$(dirname "$target")/.coreos-installer-temp-$$"
+    (
+        umask 077
+        {
+            grep -v '^ignition: ' "$iso"
+            printf 'ignition: %s\n' "$config"
+        } >"$tmp"
+    )
     mv -f "$tmp" "$target"
 }
 
