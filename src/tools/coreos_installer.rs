@@ -12,9 +12,14 @@ pub const PROGRAM: &str = "coreos-installer";
 const TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
 /// `coreos-installer iso ignition embed -f -i <ignition> -o <output> <iso>`: a copy of `iso`
-/// with `ignition` embedded (replacing any embedded before).
+/// with `ignition` embedded (replacing any embedded before), readable by every user.
+///
+/// coreos-installer writes a temporary file (mode `0600`) and renames it, so the output is its
+/// writer's alone; the VM's QEMU reads it as another user (UID 107) through a read-only volume,
+/// which the kubelet does not give the launcher's group (docs/decisions.md, "Pod users").
 pub async fn embed(ignition: &Path, iso: &Path, output: &Path) -> Result<(), RunError> {
-    let (ignition, iso, output) = (
+    use std::os::unix::fs::PermissionsExt as _;
+    let (ignition_arg, iso_arg, output_arg) = (
         ignition.display().to_string(),
         iso.display().to_string(),
         output.display().to_string(),
@@ -22,10 +27,19 @@ pub async fn embed(ignition: &Path, iso: &Path, output: &Path) -> Result<(), Run
     run::output(
         Path::new(PROGRAM),
         &[
-            "iso", "ignition", "embed", "-f", "-i", &ignition, "-o", &output, &iso,
+            "iso", "ignition", "embed", "-f", "-i", &ignition_arg, "-o", &output_arg, &iso_arg,
         ],
         TIMEOUT,
     )
-    .await
-    .map(drop)
+    .await?;
+    std::fs::set_permissions(output, std::fs::Permissions::from_mode(READABLE)).map_err(
+        |source| RunError::OutputMode {
+            program: PROGRAM.to_owned(),
+            path: output_arg,
+            source,
+        },
+    )
 }
+
+/// The install ISO's mode: QEMU reads it as another user.
+const READABLE: u32 = 0o644;

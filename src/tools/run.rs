@@ -34,6 +34,12 @@ pub enum RunError {
     },
     #[error("{program} printed more than {STDOUT_MAX} bytes")]
     TooMuchOutput { program: String },
+    #[error("{program} wrote {path}, which could not be made readable: {source}")]
+    OutputMode {
+        program: String,
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 /// Runs `program args…` and returns its stdout; killed when `timeout` passes.
