@@ -257,8 +257,8 @@ mod containerfile_tests {
         let lines: Vec<&str> = CONTAINERFILE.lines().map(str::trim).collect();
         let user = super::JOB_USER;
         assert!(
-            lines.contains(&format!("USER {user}:{user}").as_str()),
-            "the image's user is the pods' runAsUser {user}"
+            lines.contains(&format!("USER {user}:0").as_str()),
+            "the image's user is the pods' runAsUser {user}, in group 0 as OpenShift's arbitrary UIDs are"
         );
         // Job containers give only args (`agent`, `bundle-prep`, …): the entrypoint is the binary.
         assert!(lines.contains(&r#"ENTRYPOINT ["/usr/local/bin/guestcluster"]"#));

@@ -27,18 +27,26 @@ pub async fn embed(ignition: &Path, iso: &Path, output: &Path) -> Result<(), Run
     run::output(
         Path::new(PROGRAM),
         &[
-            "iso", "ignition", "embed", "-f", "-i", &ignition_arg, "-o", &output_arg, &iso_arg,
+            "iso",
+            "ignition",
+            "embed",
+            "-f",
+            "-i",
+            &ignition_arg,
+            "-o",
+            &output_arg,
+            &iso_arg,
         ],
         TIMEOUT,
     )
     .await?;
-    std::fs::set_permissions(output, std::fs::Permissions::from_mode(READABLE)).map_err(
-        |source| RunError::OutputMode {
+    std::fs::set_permissions(output, std::fs::Permissions::from_mode(READABLE)).map_err(|source| {
+        RunError::OutputMode {
             program: PROGRAM.to_owned(),
             path: output_arg,
             source,
-        },
-    )
+        }
+    })
 }
 
 /// The install ISO's mode: QEMU reads it as another user.

@@ -52,6 +52,24 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- .Values.jobImage | default (include "guestcluster.image" .) }}
 {{- end }}
 
+{{/* "true" on OpenShift: `platform: openshift`, or `auto` on a cluster that serves SCCs. */}}
+{{- define "guestcluster.openshift" -}}
+{{- if or (eq .Values.platform "openshift") (and (eq .Values.platform "auto") (.Capabilities.APIVersions.Has "security.openshift.io/v1")) -}}
+true
+{{- end }}
+{{- end }}
+
+{{/* The operator pod's security context: on OpenShift without the IDs its SCC assigns. */}}
+{{- define "guestcluster.podSecurityContext" -}}
+{{- $context := deepCopy .Values.podSecurityContext }}
+{{- if include "guestcluster.openshift" . }}
+{{- $_ := unset $context "runAsUser" }}
+{{- $_ := unset $context "runAsGroup" }}
+{{- $_ := unset $context "fsGroup" }}
+{{- end }}
+{{- toYaml $context }}
+{{- end }}
+
 {{/* The Lease the operator elects its leader on (src/operator/leader.rs, Config::new). */}}
 {{- define "guestcluster.leaderLease" -}}
 28494864.opdev.io
