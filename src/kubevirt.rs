@@ -291,7 +291,27 @@ pub fn find_condition<'a>(
     conditions.iter().find(|c| c.type_ == type_)
 }
 
+/// `<reason>: <message>` of a condition, either part left out when empty.
+fn describe(condition: &KubevirtCondition) -> String {
+    let parts = [condition.reason.as_deref(), condition.message.as_deref()];
+    let parts: Vec<&str> = parts
+        .into_iter()
+        .flatten()
+        .filter(|p| !p.is_empty())
+        .collect();
+    parts.join(": ")
+}
+
 impl VirtualMachine {
+    /// KubeVirt's `Failure` condition, as `<reason>: <message>`: the VMI could not be created
+    /// (`FailedCreate`, `Failure while starting VMI: …`).
+    pub fn start_failure(&self) -> Option<String> {
+        let conditions = self.status.as_ref().map(|s| s.conditions.as_slice());
+        find_condition(conditions.unwrap_or_default(), condition_types::FAILURE)
+            .filter(|c| c.is_true())
+            .map(describe)
+    }
+
     /// `status.ready`: the VMI runs and is Ready.
     pub fn is_ready(&self) -> bool {
         self.status.as_ref().is_some_and(|s| s.ready)
@@ -933,6 +953,28 @@ impl VirtualMachineInstance {
             .and_then(|s| find_condition(&s.conditions, type_))
     }
 
+    /// What KubeVirt says keeps this VMI from running, as `<reason>: <message>`: a `Synchronized`
+    /// condition that is `False` (virt-handler could not start the domain, e.g. QEMU cannot open
+    /// a disk; a missing or unbound PVC) or a failed DataVolume (`DataVolumesReady=False`,
+    /// `Failed`). KubeVirt keeps retrying, so this is a reason to wait, named. `None` once it runs.
+    pub fn start_blocker(&self) -> Option<String> {
+        if self.phase() == VmiPhase::Running {
+            return None;
+        }
+        let blocking = |c: &&KubevirtCondition| {
+            c.status == "False"
+                && (c.type_ == condition_types::SYNCHRONIZED
+                    || (c.type_ == condition_types::DATA_VOLUMES_READY
+                        && c.reason.as_deref() == Some("Failed")))
+        };
+        let conditions = self.status.as_ref().map(|s| s.conditions.as_slice());
+        conditions
+            .unwrap_or_default()
+            .iter()
+            .find(blocking)
+            .map(describe)
+    }
+
     /// Running with `Ready=True`.
     pub fn is_ready(&self) -> bool {
         self.phase() == VmiPhase::Running
@@ -1232,6 +1274,53 @@ mod tests {
         assert_eq!(
             serde_json::to_value(VmiPhase::Scheduled).unwrap(),
             json!("Scheduled")
+        );
+    }
+
+    #[test]
+    fn what_keeps_a_vmi_or_vm_from_starting_is_named_as_kubevirt_reports_it() {
+        let vmi = |phase: &str, conditions: serde_json::Value| -> VirtualMachineInstance {
+            serde_json::from_value(json!({
+                "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                "metadata": {"name": "b"}, "spec": {"domain": {"devices": {}}},
+                "status": {"phase": phase, "conditions": conditions},
+            }))
+            .unwrap()
+        };
+        let sync_failed = json!([{"type": "Synchronized", "status": "False",
+            "reason": "Synchronizing with the Domain failed.",
+            "message": "server error. command SyncVMI failed: Permission denied"}]);
+        assert_eq!(
+            vmi("Scheduled", sync_failed.clone())
+                .start_blocker()
+                .as_deref(),
+            Some(
+                "Synchronizing with the Domain failed.: server error. command SyncVMI failed: Permission denied"
+            )
+        );
+        assert_eq!(vmi("Running", sync_failed).start_blocker(), None);
+        let dv_failed = json!([{"type": "DataVolumesReady", "status": "False", "reason": "Failed",
+            "message": "DataVolume root failed: no space"}]);
+        assert!(
+            vmi("Pending", dv_failed)
+                .start_blocker()
+                .unwrap()
+                .contains("no space")
+        );
+        let provisioning = json!([{"type": "DataVolumesReady", "status": "False",
+            "reason": "NotReady", "message": "DataVolume root is not ready"}]);
+        assert_eq!(vmi("Pending", provisioning).start_blocker(), None);
+
+        let vm: VirtualMachine = serde_json::from_value(json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "metadata": {"name": "b"},
+            "spec": {"template": {"spec": {"domain": {"devices": {}}}}},
+            "status": {"conditions": [{"type": "Failure", "status": "True",
+                "reason": "FailedCreate", "message": "Failure while starting VMI: denied"}]},
+        }))
+        .unwrap();
+        assert_eq!(
+            vm.start_failure().as_deref(),
+            Some("FailedCreate: Failure while starting VMI: denied")
         );
     }
 }

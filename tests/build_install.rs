@@ -488,6 +488,23 @@ async fn a_built_bundle_goes_through_every_stage_to_ready_and_serves_a_pool_besi
     }
     let other = ready_instance(&instances, "downloaded").await;
     assert_configured(&client, &ns, &other).await;
+
+    // OpenShift assigned the agents' pods the first UID and group of the namespace's range.
+    let namespace = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .get(&ns)
+        .await
+        .unwrap();
+    let range = namespace.annotations()["openshift.io/sa.scc.uid-range"].clone();
+    let first: i64 = range.split('/').next().unwrap().parse().unwrap();
+    let users = support::crc::agent_pod_users(&client, &ns).await;
+    assert!(!users.is_empty(), "the agents' pods are listed");
+    for user in users {
+        assert_eq!(
+            user,
+            (Some(first), Some(first), Some("restricted-v2".to_owned())),
+            "assigned by restricted-v2 from {range}"
+        );
+    }
 }
 
 /// The objects of an attempt still there, by the name part they share (`<bundle>-b<n>-`).

@@ -582,7 +582,10 @@ async fn pods_talk_to_the_api_server_as_their_service_account_only() {
     let cp = testenv::ControlPlane::shared()
         .await
         .expect("control plane");
-    let kubectl = cp.kubectl().get_program().to_owned();
+    // The pods' users cannot reach the machine's cache (under root's home): a copy of their own.
+    let kubectl = sim.root().join("bin/kubectl");
+    std::fs::create_dir_all(kubectl.parent().unwrap()).expect("bin directory");
+    std::fs::copy(cp.kubectl().get_program(), &kubectl).expect("copy kubectl");
     let kubectl = kubectl.to_str().expect("a UTF-8 path").to_owned();
     let script = r#"
         set -u

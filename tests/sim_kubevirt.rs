@@ -591,6 +591,57 @@ async fn a_data_volume_is_waited_for_until_it_succeeds() {
 }
 
 #[tokio::test]
+async fn a_disk_qemu_cannot_open_keeps_the_vmi_scheduled_with_virt_handlers_reason() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let sim = sim().await;
+    let _shared = sim.share().await;
+    let client = client().await;
+    let ns = namespace(&client, "kv-perm").await;
+    let disk = bootable_pvc(sim, &client, &ns, "root").await;
+    // Another user's file, on a volume the VMI mounts read-only: the launcher's fsGroup does
+    // not reach it, and QEMU (107) may not open it.
+    std::fs::set_permissions(&disk, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut vm = vm_with_pvc("locked", "Always", "root");
+    vm["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["readOnly"] = json!(true);
+    create_vm(&client, &ns, vm).await;
+    let blocked = wait_vmi(&client, &ns, "locked", "Synchronized=False", |v| {
+        v.start_blocker().is_some()
+    })
+    .await;
+    assert_eq!(blocked.phase(), VmiPhase::Scheduled);
+    let sync = blocked.condition("Synchronized").unwrap();
+    assert_eq!(
+        sync.reason.as_deref(),
+        Some("Synchronizing with the Domain failed.")
+    );
+    let message = sync.message.clone().unwrap_or_default();
+    assert!(
+        message.starts_with("server error. command SyncVMI failed: ")
+            && message.contains(
+                "Could not open '/var/run/kubevirt-private/vmi-disks/root/disk.img': Permission denied"
+            ),
+        "{message}"
+    );
+    // The VM shows it too, and stays Starting.
+    let vm = wait_vm(&client, &ns, "locked", "the VM copies Synchronized", |vm| {
+        let conditions = vm
+            .status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
+        guestcluster::kubevirt::find_condition(&conditions, "Synchronized").is_some()
+    })
+    .await;
+    assert_eq!(
+        vm.printable_status(),
+        Some(guestcluster::kubevirt::PrintableStatus::Starting)
+    );
+    // Once QEMU may open it, virt-handler's next sync starts the guest.
+    std::fs::set_permissions(&disk, std::fs::Permissions::from_mode(0o666)).unwrap();
+    running_vmi(&client, &ns, "locked").await;
+}
+
+#[tokio::test]
 async fn a_missing_disk_image_fails_the_vmi_with_a_reason() {
     let _shared = sim().await.share().await;
     let client = client().await;

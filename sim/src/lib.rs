@@ -139,7 +139,14 @@ impl Sim {
             path: options.root.clone(),
             source,
         })?;
+        // The sandboxes and volumes below are reached by every pod's user.
+        let open = <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755);
+        std::fs::set_permissions(&options.root, open).map_err(|source| Error::Io {
+            path: options.root.clone(),
+            source,
+        })?;
         searchable(&options.root)?;
+        searchable(&options.guestcluster_bin)?;
         platform::ensure(&client).await?;
         if options.flavour == Flavour::OpenShift {
             scc::crd::ensure(&client).await?;
@@ -150,9 +157,24 @@ impl Sim {
         // Served and registered before any controller writes (as KubeVirt's and CDI's are before
         // their operators report Deployed), and never left registered by a failed start.
         let namespaces = scc::Namespaces::default();
-        let admission = admission::server::AdmissionServer::start(namespaces.clone())?;
         let openshift = options.flavour == Flavour::OpenShift;
+        let mut tasks = Vec::new();
+        // Before admission: SCC admission waits for a namespace's ranges (the probe's too).
+        if openshift {
+            tasks.push(spawn(
+                "scc-allocator",
+                scc::allocator::run(client.clone(), namespaces.clone()),
+            ));
+        }
+        let admission = match admission::server::AdmissionServer::start(namespaces) {
+            Ok(admission) => admission,
+            Err(err) => {
+                tasks.iter().for_each(|t| t.abort());
+                return Err(err.into());
+            }
+        };
         if let Err(err) = admission::server::install(&client, &admission, openshift).await {
+            tasks.iter().for_each(|t| t.abort());
             if let Err(cleanup) = admission::server::uninstall(&client).await {
                 tracing::warn!("simulation start: {cleanup}");
             }
@@ -165,18 +187,12 @@ impl Sim {
             client,
             options,
         });
-        let mut tasks = vec![
+        tasks.extend([
             spawn("volumes", volumes::run(ctx.clone())),
             spawn("cdi", cdi::run(ctx.clone())),
             spawn("kubelet", kubelet::run(ctx.clone())),
             spawn("kubevirt", kubevirt::run(ctx.clone())),
-        ];
-        if openshift {
-            tasks.push(spawn(
-                "scc-allocator",
-                scc::allocator::run(ctx.clone(), namespaces),
-            ));
-        }
+        ]);
         Ok(Sim {
             ctx,
             tasks,
@@ -217,18 +233,17 @@ impl Drop for Sim {
     }
 }
 
-/// Pods run as their own users and reach their sandboxes and volumes by host paths under the
-/// root: the root is opened to everyone, and each directory above it that others cannot search
-/// (a test's private temporary directory) gets search permission only (`o+x`: no listing).
-fn searchable(root: &std::path::Path) -> Result<(), Error> {
+/// Pods run as their own users and reach their sandboxes, volumes and our binary by host paths:
+/// each directory above `path` that others cannot search (a test's private temporary directory,
+/// a home directory) gets search permission only (`o+x`: no listing).
+fn searchable(path: &std::path::Path) -> Result<(), Error> {
     use std::os::unix::fs::PermissionsExt;
     let io = |path: &std::path::Path| {
         let path = path.to_owned();
         move |source| Error::Io { path, source }
     };
-    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).map_err(io(root))?;
-    let root = std::fs::canonicalize(root).map_err(io(root))?;
-    for dir in root.ancestors().skip(1) {
+    let path = std::fs::canonicalize(path).map_err(io(path))?;
+    for dir in path.ancestors().skip(1) {
         let mode = std::fs::metadata(dir)
             .map_err(io(dir))?
             .permissions()

@@ -124,6 +124,18 @@ pub fn install(root: &Path) -> Result<PathBuf, Error> {
     if !iso.exists() {
         write_atomically(&iso, base_iso().as_bytes(), 0o644)?;
     }
+    // Every pod's user appends to the call log: made writable by all, never truncated.
+    let calls = dir.join("calls.log");
+    let io = |source| Error::Io {
+        path: calls.clone(),
+        source,
+    };
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&calls)
+        .map_err(io)?;
+    std::fs::set_permissions(&calls, std::fs::Permissions::from_mode(0o666)).map_err(io)?;
     Ok(bin_dir(root))
 }
 

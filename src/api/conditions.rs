@@ -60,6 +60,9 @@ pub mod reasons {
     pub const RECONCILE_ERROR: &str = "ReconcileError";
     pub const RESOURCE_OWNERSHIP_CONFLICT: &str = "ResourceOwnershipConflict";
     pub const CRC_BACKING_PENDING: &str = "CRCBackingPending";
+    /// KubeVirt says why the instance's VM cannot start (a disk QEMU cannot open, a missing
+    /// volume, a refused VMI); it keeps retrying.
+    pub const VM_START_BLOCKED: &str = "VMStartBlocked";
     pub const GUEST_API_UNAVAILABLE: &str = "GuestAPIUnavailable";
     pub const KUBECONFIG_UNAVAILABLE: &str = "KubeconfigUnavailable";
     pub const VMI_UNAVAILABLE: &str = "VMIUnavailable";

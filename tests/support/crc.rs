@@ -248,3 +248,36 @@ pub async fn assert_configured(client: &kube::Client, ns: &str, instance: &Clust
     );
     eprintln!("{name}: guest API reached through the Route");
 }
+
+/// Who the crc-agent pods of `ns` ran as, as admitted: `(runAsUser, fsGroup, SCC)` of each, the
+/// user from the container (where SCC admission puts it) else the pod.
+pub async fn agent_pod_users(
+    client: &kube::Client,
+    ns: &str,
+) -> Vec<(Option<i64>, Option<i64>, Option<String>)> {
+    let selector = format!(
+        "{}={}",
+        guestcluster::api::labels::COMPONENT,
+        guestcluster::api::labels::COMPONENT_CRC_AGENT
+    );
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), ns)
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await
+        .expect("list agent pods");
+    pods.items
+        .iter()
+        .map(|pod| {
+            let spec = pod.spec.as_ref().expect("pod spec");
+            let context = spec.security_context.clone().unwrap_or_default();
+            let container = spec.containers[0]
+                .security_context
+                .clone()
+                .unwrap_or_default();
+            (
+                container.run_as_user.or(context.run_as_user),
+                context.fs_group,
+                pod.annotations().get("openshift.io/scc").cloned(),
+            )
+        })
+        .collect()
+}

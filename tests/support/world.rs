@@ -15,7 +15,7 @@ use guestcluster::metrics::Metrics;
 use guestcluster::resources::bundle::JobSettings;
 use sim::file_server::FileServer;
 use sim::route_proxy::RouteProxy;
-use sim::{Options, Sim, Timings};
+use sim::{Flavour, Options, Sim, Timings};
 use testenv::ControlPlane;
 
 /// The operator namespace of the scenario world.
@@ -35,16 +35,31 @@ pub struct World {
 /// The management cluster's ingress domain in the scenario world.
 pub const INGRESS_DOMAIN: &str = "apps.mgmt.example";
 
+/// The kind of cluster this test binary's worlds play (OpenShift unless the binary asks for
+/// another before its first world starts).
+static FLAVOUR: OnceLock<Flavour> = OnceLock::new();
+
 /// The world with the operator's supervision tree running in this process, started on first use.
 pub fn world() -> &'static World {
     static WORLD: OnceLock<World> = OnceLock::new();
-    WORLD.get_or_init(|| launch(true))
+    WORLD.get_or_init(|| launch(true, *FLAVOUR.get_or_init(Flavour::default)))
+}
+
+/// [`world`] on a plain-Kubernetes cluster; the whole test binary's world then is.
+pub fn kubernetes_world() -> &'static World {
+    let flavour = *FLAVOUR.get_or_init(|| Flavour::Kubernetes);
+    assert_eq!(
+        flavour,
+        Flavour::Kubernetes,
+        "this test binary's world already plays OpenShift"
+    );
+    world()
 }
 
 /// The world without an operator: the test runs the operator as a process of its own.
 pub fn bare_world() -> &'static World {
     static WORLD: OnceLock<World> = OnceLock::new();
-    WORLD.get_or_init(|| launch(false))
+    WORLD.get_or_init(|| launch(false, *FLAVOUR.get_or_init(Flavour::default)))
 }
 
 /// Operator processes in one test binary contend for one leader lease: a test that follows a
@@ -78,7 +93,7 @@ pub async fn operator_process(name: &str) -> super::Operator {
     .await
 }
 
-fn launch(with_operator: bool) -> World {
+fn launch(with_operator: bool, flavour: Flavour) -> World {
     {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::Builder::new()
@@ -90,7 +105,7 @@ fn launch(with_operator: bool) -> World {
                     .build()
                     .expect("world runtime");
                 runtime.block_on(async move {
-                    match start(with_operator).await {
+                    match start(with_operator, flavour).await {
                         Ok((world, _sim)) => {
                             let _ = tx.send(Ok(world));
                             // Keep the simulation and the operator running for the process.
@@ -111,7 +126,10 @@ fn launch(with_operator: bool) -> World {
     }
 }
 
-async fn start(with_operator: bool) -> Result<(World, (Sim, RouteProxy)), String> {
+async fn start(
+    with_operator: bool,
+    flavour: Flavour,
+) -> Result<(World, (Sim, RouteProxy)), String> {
     let cp = ControlPlane::shared().await.map_err(|e| e.to_string())?;
     let client = cp.client().map_err(|e| e.to_string())?;
     super::ensure_namespace(&client, OPERATOR_NS).await;
@@ -136,7 +154,7 @@ async fn start(with_operator: bool) -> Result<(World, (Sim, RouteProxy)), String
                 .unwrap_or(IMAGE)
                 .to_owned(),
             node_name: "scenario-node".into(),
-            flavour: Default::default(),
+            flavour,
         },
     )
     .await

@@ -282,11 +282,7 @@ pub fn configurations(base_url: &str, ca_pem: &str) -> [ValidatingWebhookConfigu
         ValidatingWebhook {
             name: webhook.name().to_owned(),
             admission_review_versions: vec!["v1".to_owned()],
-            client_config: WebhookClientConfig {
-                url: Some(format!("{base_url}{}", webhook.path())),
-                ca_bundle: Some(ByteString(ca_pem.as_bytes().to_vec())),
-                service: None,
-            },
+            client_config: client_config(webhook, base_url, ca_pem),
             failure_policy: Some("Fail".to_owned()),
             side_effects: "None".to_owned(),
             timeout_seconds: Some(timeout),
@@ -335,6 +331,15 @@ pub fn configurations(base_url: &str, ca_pem: &str) -> [ValidatingWebhookConfigu
     ]
 }
 
+/// How the API server calls `webhook`: our URL, our CA.
+fn client_config(webhook: Webhook, base_url: &str, ca_pem: &str) -> WebhookClientConfig {
+    WebhookClientConfig {
+        url: Some(format!("{base_url}{}", webhook.path())),
+        ca_bundle: Some(ByteString(ca_pem.as_bytes().to_vec())),
+        service: None,
+    }
+}
+
 /// SCC admission's registration: every new pod but virt-launcher's (KubeVirt's own SCC,
 /// `kubevirt-controller`, admits those upstream; it is not modelled), `failurePolicy: Fail`.
 pub fn scc_configuration(base_url: &str, ca_pem: &str) -> MutatingWebhookConfiguration {
@@ -349,11 +354,7 @@ pub fn scc_configuration(base_url: &str, ca_pem: &str) -> MutatingWebhookConfigu
         webhooks: Some(vec![MutatingWebhook {
             name: webhook.name().to_owned(),
             admission_review_versions: vec!["v1".to_owned()],
-            client_config: WebhookClientConfig {
-                url: Some(format!("{base_url}{}", webhook.path())),
-                ca_bundle: Some(ByteString(ca_pem.as_bytes().to_vec())),
-                service: None,
-            },
+            client_config: client_config(webhook, base_url, ca_pem),
             failure_policy: Some("Fail".to_owned()),
             side_effects: "None".to_owned(),
             timeout_seconds: Some(10),

@@ -3,7 +3,6 @@
 //! an SELinux MCS level of its own, as annotations; admission reads them from there.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
@@ -13,7 +12,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use super::{Block, MCS, NamespaceRanges, Namespaces, SUPPLEMENTAL_GROUPS, UID_RANGE};
-use crate::{Error, SimContext};
+use crate::Error;
 
 /// The default range: `1000000000-1999999999/10000`.
 const FIRST_ID: u32 = 1_000_000_000;
@@ -60,8 +59,8 @@ pub fn next_free(used: &BTreeSet<u32>) -> Option<u32> {
 /// Watches namespaces: records every namespace's ranges for admission and allocates ranges to
 /// those without. Level-triggered: allocations are re-derived from the annotations, so a restart
 /// never hands out a block twice.
-pub async fn run(ctx: Arc<SimContext>, namespaces: Namespaces) -> Result<(), Error> {
-    let api: Api<Namespace> = Api::all(ctx.client.clone());
+pub async fn run(client: Client, namespaces: Namespaces) -> Result<(), Error> {
+    let api: Api<Namespace> = Api::all(client.clone());
     let mut known: BTreeMap<String, NamespaceRanges> = BTreeMap::new();
     let mut events = watcher(api.clone(), watcher::Config::default())
         .default_backoff()
@@ -83,7 +82,7 @@ pub async fn run(ctx: Arc<SimContext>, namespaces: Namespaces) -> Result<(), Err
                 namespaces.set(&ns.name_any(), ranges.clone());
                 known.insert(ns.name_any(), ranges);
                 if known.get(&ns.name_any()).is_some_and(|r| r.uids.is_none()) {
-                    allocate(&ctx.client, &ns.name_any(), &mut known, &namespaces).await;
+                    allocate(&client, &ns.name_any(), &mut known, &namespaces).await;
                 }
             }
             watcher::Event::Delete(ns) => {

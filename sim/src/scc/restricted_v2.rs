@@ -206,15 +206,7 @@ impl Provider {
                 "{pod_path}.fsGroup: Invalid value: []int64{{{group}}}: {group} is not an allowed group"
             ));
         }
-        if let Some(user) = context["runAsUser"].as_i64()
-            && !self.uids.contains(user)
-        {
-            errors.push(format!(
-                "{pod_path}.runAsUser: Invalid value: {user}: must be in the ranges: [{}, {}]",
-                self.uids.first,
-                self.uids.last()
-            ));
-        }
+        self.check_user(&pod_path, context, &mut errors);
         if let Some(level) = context["seLinuxOptions"]["level"].as_str()
             && level != self.level
         {
@@ -223,13 +215,7 @@ impl Provider {
                 self.level
             ));
         }
-        for (flag, what) in HOST_NAMESPACES {
-            if spec[flag] == true {
-                errors.push(format!(
-                    "{pod_path}.{flag}: Invalid value: true: {what} is not allowed to be used"
-                ));
-            }
-        }
+        host_namespaces(&pod_path, spec, &mut errors);
         for (i, volume) in spec["volumes"].as_array().into_iter().flatten().enumerate() {
             let kind = volume
                 .as_object()
@@ -256,6 +242,19 @@ impl Provider {
         errors
     }
 
+    /// `MustRunAsRange`: a `runAsUser` set in `context` lies in the namespace's range.
+    fn check_user(&self, path: &str, context: &Value, errors: &mut Vec<String>) {
+        if let Some(user) = context["runAsUser"].as_i64()
+            && !self.uids.contains(user)
+        {
+            errors.push(format!(
+                "{path}.runAsUser: Invalid value: {user}: must be in the ranges: [{}, {}]",
+                self.uids.first,
+                self.uids.last()
+            ));
+        }
+    }
+
     /// A container's errors: its effective settings, and the pod's host namespaces and every
     /// container's host ports again, as the plugin visits them per container.
     fn validate_container(
@@ -267,22 +266,8 @@ impl Provider {
     ) {
         let own = &container["securityContext"];
         let context = path;
-        for (flag, what) in HOST_NAMESPACES {
-            if spec[flag] == true {
-                errors.push(format!(
-                    "{path}.{flag}: Invalid value: true: {what} is not allowed to be used"
-                ));
-            }
-        }
-        if let Some(user) = own["runAsUser"].as_i64()
-            && !self.uids.contains(user)
-        {
-            errors.push(format!(
-                "{context}.runAsUser: Invalid value: {user}: must be in the ranges: [{}, {}]",
-                self.uids.first,
-                self.uids.last()
-            ));
-        }
+        host_namespaces(path, spec, errors);
+        self.check_user(path, own, errors);
         if own["privileged"] == true {
             errors.push(format!(
                 "{context}.privileged: Invalid value: true: Privileged containers are not allowed"
@@ -308,6 +293,17 @@ impl Provider {
                     "{path}.hostPort: Invalid value: {host_port}: Host ports are not allowed to be used"
                 ));
             }
+        }
+    }
+}
+
+/// The pod's host network, PID and IPC namespaces, refused (reported at `path`).
+fn host_namespaces(path: &str, spec: &Value, errors: &mut Vec<String>) {
+    for (flag, what) in HOST_NAMESPACES {
+        if spec[flag] == true {
+            errors.push(format!(
+                "{path}.{flag}: Invalid value: true: {what} is not allowed to be used"
+            ));
         }
     }
 }

@@ -145,6 +145,8 @@ pub struct VmSeen {
     /// `status.runStrategy` is `Halted`: KubeVirt has acted on the stop.
     pub halt_observed: bool,
     pub vmi: Option<VmiSeen>,
+    /// KubeVirt could not create its VMI (`Failure`), as it says.
+    pub failure: Option<String>,
     /// A virt-launcher pod of the VM still exists (it may still hold the disks). Read only
     /// once the VM is halted and its VMI gone; assumed true before.
     pub launcher_pod: bool,
@@ -157,6 +159,8 @@ pub struct VmiSeen {
     pub phase: String,
     /// The address once it runs.
     pub ip: Option<String>,
+    /// What KubeVirt says keeps it from running (a disk QEMU cannot open, a missing volume).
+    pub blocked: Option<String>,
 }
 
 impl VmiSeen {
@@ -1261,12 +1265,23 @@ fn guest_session(
         return SessionState::Started;
     }
     let Some(vmi) = &vm.vmi else {
-        step.progress(
-            stage,
-            format!("{label}: waiting for KubeVirt to start VirtualMachine {vm_name}"),
-        );
+        let waiting = match &vm.failure {
+            Some(failure) => format!("KubeVirt cannot start VirtualMachine {vm_name}: {failure}"),
+            None => format!("waiting for KubeVirt to start VirtualMachine {vm_name}"),
+        };
+        step.progress(stage, format!("{label}: {waiting}"));
         return SessionState::Pending;
     };
+    if let Some(blocked) = vmi.blocked.as_ref().filter(|_| vmi.running_at().is_none()) {
+        step.progress(
+            stage,
+            format!(
+                "{label}: VMI {} of VirtualMachine {vm_name} cannot start: {blocked}",
+                vmi.uid
+            ),
+        );
+        return SessionState::Pending;
+    }
     if vmi.running_at().is_none() {
         step.progress(
             stage,
@@ -1771,6 +1786,7 @@ mod tests {
             halted: true,
             halt_observed: true,
             vmi: None,
+            failure: None,
             launcher_pod: false,
         });
         let d = decide(&b, &observed, HOUR, at(103));
@@ -1912,6 +1928,7 @@ mod tests {
                 uid: uid.into(),
                 phase: "Running".into(),
                 ip: Some("10.128.0.9".into()),
+                blocked: None,
             }),
             launcher_pod: true,
             ..Default::default()
@@ -1956,6 +1973,41 @@ mod tests {
                 .unwrap()
                 .name,
             "custom-b1-generator-vmi1aaa"
+        );
+    }
+
+    #[test]
+    fn a_vmi_kubevirt_cannot_start_is_waited_for_with_kubevirts_reason() {
+        let mut vm = running("vmi-1aaa", generator_boot());
+        if let Some(vmi) = vm.vmi.as_mut() {
+            vmi.phase = "Scheduled".into();
+            vmi.ip = None;
+            vmi.blocked = Some("Synchronizing with the Domain failed.: Could not open 'disk.img': Permission denied".into());
+        }
+        let (b, observed) = installing(InstallStep::Generator, vm, JobState::Unreported);
+        let d = decide(&b, &observed, HOUR, at(70));
+        assert!(d.actions.is_empty(), "{:?}", d.actions);
+        let message = d.status.build.as_ref().unwrap().message.clone().unwrap();
+        assert!(
+            message.contains("VMI vmi-1aaa of VirtualMachine")
+                && message.contains("cannot start: Synchronizing with the Domain failed.: Could not open 'disk.img': Permission denied"),
+            "{message}"
+        );
+
+        let mut vm = running("vmi-1aaa", generator_boot());
+        vm.vmi = None;
+        vm.failure = Some("FailedCreate: Failure while starting VMI: denied".into());
+        let (b, observed) = installing(InstallStep::Generator, vm, JobState::Unreported);
+        let message = decide(&b, &observed, HOUR, at(70))
+            .status
+            .build
+            .unwrap()
+            .message
+            .unwrap();
+        assert!(
+            message.contains("KubeVirt cannot start VirtualMachine")
+                && message.ends_with("FailedCreate: Failure while starting VMI: denied"),
+            "{message}"
         );
     }
 

@@ -611,7 +611,9 @@ fn vm_seen(
             uid: vmi.metadata.uid.clone().unwrap_or_default(),
             phase: vmi.phase().as_str().to_owned(),
             ip: vmi.first_ip().map(str::to_owned),
+            blocked: vmi.start_blocker(),
         }),
+        failure: vm.start_failure(),
         launcher_pod,
     }
 }

@@ -214,6 +214,7 @@ mod tests {
                 uid: "vmi".into(),
                 phase: "Running".into(),
                 ip: None,
+                blocked: None,
             }),
             ..Default::default()
         }

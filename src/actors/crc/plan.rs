@@ -897,6 +897,18 @@ impl<'a> Walk<'a> {
     ) -> Flow<(String, String)> {
         let ready = vm.status.as_ref().is_some_and(|s| s.ready);
         // The VM and DataVolume (owned) and the VMI (labelled) wake the instance.
+        let blocked = vmi
+            .and_then(VirtualMachineInstance::start_blocker)
+            .or_else(|| vm.start_failure());
+        if let Some(blocked) = blocked.filter(|_| !ready) {
+            return Err(Stop::watched(
+                reasons::VM_START_BLOCKED,
+                format!(
+                    "KubeVirt cannot start VirtualMachine {}: {blocked}",
+                    vm.name_any()
+                ),
+            ));
+        }
         let Some(vmi) = vmi.filter(|v| ready && is_running(Some(v))) else {
             return Err(Stop::watched(
                 reasons::CRC_BACKING_PENDING,

@@ -499,8 +499,29 @@ fn a_turnkey_instance_walks_every_step_in_order_to_ready() {
         stop(&p).message
     );
 
-    // The VMI runs: its UID is recorded before anything is named after it.
+    // KubeVirt cannot start it (QEMU cannot open a disk): the instance says so, and waits.
     w.disk_cloned();
+    w.o.vmi = Some(
+        serde_json::from_value(json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+            "metadata": {"name": "crc-1", "namespace": NS, "uid": "vmi-0"},
+            "spec": {},
+            "status": {"phase": "Scheduled", "conditions": [{"type": "Synchronized",
+                "status": "False", "reason": "Synchronizing with the Domain failed.",
+                "message": "Could not open 'disk.img': Permission denied"}]},
+        }))
+        .unwrap(),
+    );
+    let p = w.pass();
+    assert!(p.actions.is_empty());
+    assert_eq!(stop(&p).reason, reasons::VM_START_BLOCKED);
+    assert_eq!(
+        stop(&p).message,
+        "KubeVirt cannot start VirtualMachine crc-1: Synchronizing with the Domain failed.: \
+         Could not open 'disk.img': Permission denied"
+    );
+
+    // The VMI runs: its UID is recorded before anything is named after it.
     w.vm_runs("vmi-1", "10.128.0.7");
     let p = w.pass();
     assert!(p.actions.is_empty());
