@@ -44,10 +44,7 @@ pub fn fs_group(spec: &PodSpec) -> Result<Option<u32>, PlanError> {
 /// must not run as root (`runAsNonRoot`) and would is refused, with the kubelet's message.
 pub fn credentials(spec: &PodSpec, container: &Container) -> Result<Credentials, PlanError> {
     let pod = pod_context(spec);
-    let own = container
-        .security_context
-        .clone()
-        .unwrap_or_else(SecurityContext::default);
+    let own: SecurityContext = container.security_context.clone().unwrap_or_default();
     let uid = match own.run_as_user.or(pod.run_as_user) {
         Some(uid) => id(uid, "runAsUser")?,
         None => IMAGE_USER,
