@@ -235,7 +235,8 @@ impl Drop for Sim {
 
 /// Pods run as their own users and reach their sandboxes, volumes and our binary by host paths:
 /// each directory above `path` that others cannot search (a test's private temporary directory,
-/// a home directory) gets search permission only (`o+x`: no listing).
+/// a home directory) gets search permission only (`go+x`: no listing). The group too: a pod's
+/// primary group is 0, and a directory of group 0 without `g+x` stops it whatever `o+x` says.
 fn searchable(path: &std::path::Path) -> Result<(), Error> {
     use std::os::unix::fs::PermissionsExt;
     let io = |path: &std::path::Path| {
@@ -248,9 +249,9 @@ fn searchable(path: &std::path::Path) -> Result<(), Error> {
             .map_err(io(dir))?
             .permissions()
             .mode();
-        if mode & 0o001 == 0 {
+        if mode & 0o011 != 0o011 {
             tracing::info!(dir = %dir.display(), "simulation: made searchable for pods' users");
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o001))
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o011))
                 .map_err(io(dir))?;
         }
     }
