@@ -6,7 +6,8 @@
 //! Upstream: `openshift/apiserver-library-go` `pkg/securitycontextconstraints/sccadmission`
 //! (the message) and `sccmatching`, `user`, `group`, `capabilities` (the strategies), and the
 //! `restricted-v2` definition in `openshift/cluster-kube-apiserver-operator`
-//! `bindata/assets/config/defaultconfig...` (docs/simulation.md cites the versions).
+//! `bindata/bootkube/scc-manifests/0000_20_kube-apiserver-operator_00_scc-restricted-v2.yaml`
+//! (docs/simulation.md cites the versions).
 
 use serde_json::{Map, Value, json};
 
