@@ -14,10 +14,10 @@ mod support;
 use std::collections::BTreeSet;
 
 use guestcluster::api::CRCBundle;
+use guestcluster::api::ClusterInstance;
 use guestcluster::api::bundle::{BuildStage, BundlePhase, InstallStep};
 use guestcluster::api::common::ObjectIdentity;
 use guestcluster::api::conditions::{self, reasons, types};
-use guestcluster::api::{ClusterInstance, ClusterPool};
 use guestcluster::cdi::{DataSource, DataVolume};
 use guestcluster::kubevirt::{VirtualMachine, VirtualMachineInstance};
 use k8s_openapi::api::batch::v1::Job;
@@ -27,7 +27,10 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
 use kube::api::{ListParams, PostParams};
 use support::build::*;
-use support::crc::{assert_configured, ready_bundle, ready_instance, team_namespace, template};
+use support::crc::{
+    assert_configured, create_instance, create_pool, ready_bundle, ready_instance, team_namespace,
+    template,
+};
 use support::wait_for;
 use support::world::OPERATOR_NS;
 use support::world::world;
@@ -431,26 +434,10 @@ async fn a_built_bundle_goes_through_every_stage_to_ready_and_serves_a_pool_besi
     let ocp = status.ocp_version.clone().unwrap_or_default();
     let built_template =
         template(serde_json::json!({"crcBundleRef": {"name": name}, "ocpVersion": ocp}));
-    let pool: ClusterPool = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "built", "namespace": ns},
-        "spec": {"type": "crc", "minSize": 2, "maxSize": 2, "template": built_template}
-    }))
-    .unwrap();
-    Api::<ClusterPool>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &pool)
-        .await
-        .expect("create the pool");
+    create_pool(&client, &ns, "built", 2, built_template).await;
     let downloaded_template = template(serde_json::json!({"crcBundleRef": {"name": downloaded}}));
-    let instance: ClusterInstance = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "downloaded", "namespace": ns},
-        "spec": {"type": "crc", "template": downloaded_template}
-    }))
-    .unwrap();
+    create_instance(&client, &ns, "downloaded", downloaded_template).await;
     let instances: Api<ClusterInstance> = Api::namespaced(client.clone(), &ns);
-    instances
-        .create(&PostParams::default(), &instance)
-        .await
-        .expect("create the instance");
     let built = support::wait_long("two Ready instances of the built bundle's pool", || async {
         let params = ListParams::default().labels("opdev.io/pool=built");
         let ready = support::ready_instances(&instances, &params).await?;

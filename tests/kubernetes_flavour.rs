@@ -9,11 +9,12 @@
 mod support;
 
 use guestcluster::api::bundle::{BuildStage, BundlePhase};
-use guestcluster::api::{CRCBundle, ClusterInstance, ClusterPool};
-use kube::api::{Api, ListParams, PostParams};
+use guestcluster::api::{CRCBundle, ClusterInstance};
+use kube::api::{Api, ListParams};
 use support::build::{create_build, good_inputs};
 use support::crc::{
-    agent_pod_users, assert_configured, ready_bundle, ready_instance, team_namespace, template,
+    agent_pod_users, assert_configured, create_instance, create_pool, ready_bundle, ready_instance,
+    team_namespace, template,
 };
 use support::world::kubernetes_world;
 
@@ -49,27 +50,12 @@ async fn downloaded_and_built_bundles_serve_pools_on_plain_kubernetes() {
 
     let ns = team_namespace(&client).await;
     let ocp = built.status.and_then(|s| s.ocp_version).unwrap_or_default();
-    let pool: ClusterPool = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "built", "namespace": ns},
-        "spec": {"type": "crc", "minSize": 1, "maxSize": 1, "template":
-            template(serde_json::json!({"crcBundleRef": {"name": name}, "ocpVersion": ocp}))}
-    }))
-    .unwrap();
-    Api::<ClusterPool>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &pool)
-        .await
-        .expect("create the pool");
-    let instance: ClusterInstance = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "downloaded", "namespace": ns},
-        "spec": {"type": "crc", "template":
-            template(serde_json::json!({"crcBundleRef": {"name": downloaded}}))}
-    }))
-    .unwrap();
+    let built_template =
+        template(serde_json::json!({"crcBundleRef": {"name": name}, "ocpVersion": ocp}));
+    create_pool(&client, &ns, "built", 1, built_template).await;
+    let downloaded_template = template(serde_json::json!({"crcBundleRef": {"name": downloaded}}));
+    create_instance(&client, &ns, "downloaded", downloaded_template).await;
     let instances: Api<ClusterInstance> = Api::namespaced(client.clone(), &ns);
-    instances
-        .create(&PostParams::default(), &instance)
-        .await
-        .expect("create the instance");
     let from_pool = support::wait_long("a Ready instance of the built bundle's pool", || async {
         let params = ListParams::default().labels("opdev.io/pool=built");
         let ready = support::ready_instances(&instances, &params).await?;

@@ -281,3 +281,40 @@ pub async fn agent_pod_users(
         })
         .collect()
 }
+
+/// Creates the ClusterPool `ns/name` of exactly `size` instances from `template`.
+pub async fn create_pool(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    size: i32,
+    template: serde_json::Value,
+) {
+    let pool: guestcluster::api::ClusterPool = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"type": "crc", "minSize": size, "maxSize": size, "template": template}
+    }))
+    .unwrap();
+    Api::<guestcluster::api::ClusterPool>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &pool)
+        .await
+        .expect("create the pool");
+}
+
+/// Creates the ClusterInstance `ns/name` from `template`.
+pub async fn create_instance(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    template: serde_json::Value,
+) {
+    let instance: ClusterInstance = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"type": "crc", "template": template}
+    }))
+    .unwrap();
+    Api::<ClusterInstance>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &instance)
+        .await
+        .expect("create the instance");
+}
