@@ -1,5 +1,6 @@
 //! The simulated storage (`sim::volumes`) and CDI (`sim::cdi`) against the real control plane:
-//! PVC binding and cleanup, and DataVolumes with blank, pvc-clone and http sources.
+//! PVC binding and cleanup, DataVolumes with blank, pvc-clone and http sources, StorageProfiles
+//! and Block volumes.
 // Tests act as users and other controllers: they write directly, not through the operator's write path.
 #![allow(clippy::disallowed_methods)]
 
@@ -32,7 +33,7 @@ async fn setup() -> (VolumeStore, Client) {
     let sim = shared_sim::start(|| Setup {
         root: shared_sim::temp_root("sim-storage-"),
         node_name: "sim-storage-node",
-        // No pod of these tests runs a process.
+        // Pods of these tests never get as far as running a process.
         our_image_prefix: "registry.invalid/sim-storage-tests/",
         flavour: Default::default(),
     })
@@ -176,9 +177,10 @@ async fn a_plain_claim_is_bound_and_its_directory_follows_it() {
     assert!(dir.is_dir(), "{} exists once bound", dir.display());
     assert_eq!(
         volumes
-            .claim_dir(&client, &ns, "scratch")
+            .claim_volume(&client, &ns, "scratch")
             .await
-            .expect("claim dir"),
+            .expect("claim volume")
+            .map(|v| v.dir),
         Some(dir.clone())
     );
     let pv_name = bound.spec.as_ref().and_then(|s| s.volume_name.clone());
@@ -331,6 +333,7 @@ async fn a_clone_waits_while_its_source_is_in_use() {
     let ns = namespace(&client, "sim-clone-busy").await;
     create_data_volume(&client, &ns, "golden", blank("64Mi")).await;
     wait_phase(&client, &ns, "golden", "Succeeded").await;
+    write_pattern(&disk_of(&volumes, &client, &ns, "golden").await, MI);
     pod_using(&client, &ns, "builder", "golden").await;
 
     let spec = json!({
@@ -351,9 +354,11 @@ async fn a_clone_waits_while_its_source_is_in_use() {
         waiting["message"],
         format!("pod {ns}/builder using PersistentVolumeClaim golden")
     );
+    // A Block target's device exists from the start, a Filesystem target's disk only once
+    // populated: either way it does not hold the source's data yet.
     let target = disk_of(&volumes, &client, &ns, "copy").await;
     assert!(
-        !target.exists(),
+        !target.exists() || read_at(&target, MI, PATTERN.len()) != PATTERN,
         "nothing copied while the source is in use"
     );
 
@@ -362,7 +367,7 @@ async fn a_clone_waits_while_its_source_is_in_use() {
         .await
         .expect("delete the pod");
     wait_phase(&client, &ns, "copy", "Succeeded").await;
-    assert!(target.exists());
+    assert_eq!(read_at(&target, MI, PATTERN.len()), PATTERN);
 }
 
 /// A tiny HTTP/1.1 server: `files` by path, 404 otherwise. Returns its base URL.
@@ -639,4 +644,116 @@ async fn cdis_admission_refuses_bad_data_volumes_with_its_message() {
         .map(|dv| dv.name_any())
         .collect();
     assert_eq!(names, ["kept"], "only the valid DataVolume was stored");
+}
+
+/// The PVC's `(volumeMode, accessModes, storageClassName)`.
+async fn claim_modes(client: &Client, ns: &str, name: &str) -> (String, Vec<String>, String) {
+    let pvc = claim(client, ns, name).await.expect("the DataVolume's PVC");
+    let spec = pvc.spec.expect("spec");
+    (
+        spec.volume_mode.unwrap_or_default(),
+        spec.access_modes.unwrap_or_default(),
+        spec.storage_class_name.unwrap_or_default(),
+    )
+}
+
+#[tokio::test]
+async fn storage_profiles_give_unset_modes_block_on_the_default_rbd_class() {
+    let (volumes, client) = setup().await;
+    let ns = namespace(&client, "sim-block").await;
+    let profiles = Api::<DynamicObject>::all_with(
+        client.clone(),
+        &sim::storage::storage_profile_resource(),
+    );
+    let first = wait_for("the RBD class's StorageProfile", || async {
+        let profile = profiles.get_opt(sim::storage::RBD_CLASS).await.ok().flatten()?;
+        let first = profile.data["status"]["claimPropertySets"][0].clone();
+        (!first.is_null()).then_some(first)
+    })
+    .await;
+    assert_eq!(
+        first,
+        json!({"accessModes": ["ReadWriteMany"], "volumeMode": "Block"})
+    );
+
+    create_data_volume(&client, &ns, "raw", blank("64Mi")).await;
+    let explicit = json!({"source": {"blank": {}}, "storage": {
+        "resources": {"requests": {"storage": "64Mi"}}, "volumeMode": "Filesystem"}});
+    create_data_volume(&client, &ns, "files", explicit).await;
+    let hostpath = json!({"source": {"blank": {}}, "storage": {
+        "resources": {"requests": {"storage": "64Mi"}},
+        "storageClassName": sim::storage::HOSTPATH_CLASS}});
+    create_data_volume(&client, &ns, "hpp", hostpath).await;
+    for name in ["raw", "files", "hpp"] {
+        wait_phase(&client, &ns, name, "Succeeded").await;
+    }
+    let rbd = sim::storage::RBD_CLASS.to_owned();
+    let (rwx, rwo) = (vec!["ReadWriteMany".to_owned()], vec!["ReadWriteOnce".to_owned()]);
+    assert_eq!(
+        claim_modes(&client, &ns, "raw").await,
+        ("Block".into(), rwx, rbd.clone())
+    );
+    assert_eq!(
+        claim_modes(&client, &ns, "files").await,
+        ("Filesystem".into(), rwo.clone(), rbd)
+    );
+    assert_eq!(
+        claim_modes(&client, &ns, "hpp").await,
+        ("Filesystem".into(), rwo, sim::storage::HOSTPATH_CLASS.into())
+    );
+    // A Block volume is its device, of the claim's size; no `disk.img` anywhere.
+    let device = disk_of(&volumes, &client, &ns, "raw").await;
+    assert_eq!(device.file_name().unwrap(), sim::volumes::DEVICE_FILE);
+    assert_eq!(std::fs::metadata(&device).expect("device").len(), 64 * MI);
+    assert!(!device.with_file_name(sim::volumes::DISK_FILE).exists());
+    let disk = disk_of(&volumes, &client, &ns, "files").await;
+    assert_eq!(disk.file_name().unwrap(), sim::volumes::DISK_FILE);
+}
+
+#[tokio::test]
+async fn a_block_claim_in_volume_mounts_is_refused_by_the_kubelet_with_a_failed_mount_event() {
+    let (_, client) = setup().await;
+    let ns = namespace(&client, "sim-block-mount").await;
+    create_data_volume(&client, &ns, "raw", blank("64Mi")).await;
+    wait_phase(&client, &ns, "raw", "Succeeded").await;
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "reader"},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "reader", "image": "registry.invalid/sim-storage-tests/reader",
+                "command": ["/bin/true"],
+                "volumeMounts": [{"name": "disk", "mountPath": "/disk"}]}],
+            "volumes": [{"name": "disk", "persistentVolumeClaim": {"claimName": "raw"}}],
+        },
+    }))
+    .expect("pod");
+    wait_for("pod created", || async {
+        pods.create(&PostParams::default(), &pod).await.ok()
+    })
+    .await;
+    let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), &ns);
+    let message = wait_for("the kubelet's FailedMount event", || async {
+        let list = events.list(&Default::default()).await.ok()?;
+        list.items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("FailedMount"))
+            .and_then(|e| e.message)
+    })
+    .await;
+    assert_eq!(
+        message,
+        "Unable to attach or mount volumes: unmounted volumes=[disk], unattached volumes=[disk], \
+         failed to process volumes=[disk]: volume disk has volumeMode Block, but is specified in \
+         volumeMounts"
+    );
+    let pod = pods.get("reader").await.expect("pod");
+    let status = pod.status.expect("status");
+    assert_eq!(status.phase.as_deref(), Some("Pending"));
+    let waiting = status.container_statuses.expect("statuses")[0]
+        .state
+        .clone()
+        .and_then(|s| s.waiting)
+        .expect("waiting");
+    assert_eq!(waiting.reason.as_deref(), Some("ContainerCreating"));
 }

@@ -24,6 +24,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{
     PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod, VolumeResourceRequirements,
 };
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -37,7 +38,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 
-use super::{Error, SimContext, volumes::VolumeStore};
+use super::storage::{self, ClaimPropertySet};
+use super::volumes::{ClaimVolume, VolumeMode, VolumeStore};
+use super::{Error, SimContext};
 
 pub const GROUP: &str = "cdi.kubevirt.io";
 pub const VERSION: &str = "v1beta1";
@@ -61,6 +64,8 @@ pub mod reason {
     pub const BOUND: &str = "Bound";
     pub const PENDING: &str = "Pending";
     pub const NOT_FOUND: &str = "NotFound";
+    /// The PVC CDI would render is not valid (no modes to be had from the StorageProfile).
+    pub const CLAIM_NOT_VALID: &str = "ErrClaimNotValid";
 }
 
 /// CDI's annotations on the PVCs it creates (the ones the sim sets).
@@ -546,12 +551,21 @@ enum Claim {
     Pending,
     Bound {
         uid: String,
+        mode: VolumeMode,
         /// Capacity (else request) in bytes; `None` if it does not parse.
         bytes: Option<u64>,
-        /// `disk.img` exists: population completed (it only appears by rename).
+        /// Population completed: `disk.img` exists (it only appears by rename), or a Block
+        /// volume's population record does.
         disk_present: bool,
     },
 }
+
+/// What records a completed population of a Block volume, whose device exists from the start
+/// (CDI records it in the PVC's annotations; the sim beside the device).
+const POPULATED_FILE: &str = ".populated";
+
+/// The access and volume modes of the PVC to create, or CDI's reason it cannot render one.
+type Modes = Result<(Vec<String>, String), String>;
 
 /// The source of a clone, as observed.
 #[derive(Clone, Debug, PartialEq)]
@@ -577,6 +591,8 @@ struct Observation {
     clone_source: Option<CloneSource>,
     /// The size for the PVC: the DataVolume's request, else (clones) the source's size.
     size: Option<String>,
+    /// The modes its PVC gets.
+    modes: Modes,
 }
 
 /// What to do next for one DataVolume.
@@ -584,6 +600,8 @@ struct Observation {
 enum Plan {
     CreateClaim {
         size: String,
+        access_modes: Vec<String>,
+        volume_mode: String,
     },
     /// Show this status and wait for something to change.
     Wait(View),
@@ -625,9 +643,21 @@ fn plan(obs: &Observation) -> Plan {
                 ..view(Phase::Pending, no_claim(), without_source(name))
             })
         }
-        (Claim::Missing, _, _) => match &obs.size {
-            Some(size) => Plan::CreateClaim { size: size.clone() },
-            None => Plan::Fail(Failure::new(
+        (Claim::Missing, _, _) => match (&obs.size, &obs.modes) {
+            (Some(_), Err(why)) => Plan::Wait(View {
+                claim_name: None,
+                ..view(
+                    Phase::Pending,
+                    Cond::new(false, reason::CLAIM_NOT_VALID, why.clone()),
+                    idle(),
+                )
+            }),
+            (Some(size), Ok((access_modes, volume_mode))) => Plan::CreateClaim {
+                size: size.clone(),
+                access_modes: access_modes.clone(),
+                volume_mode: volume_mode.clone(),
+            },
+            (None, _) => Plan::Fail(Failure::new(
                 reason::ERROR,
                 "missing storage size: set spec.storage.resources.requests.storage",
             )),
@@ -781,6 +811,7 @@ fn target_claim(
     spec: &DataVolumeSpec,
     source: &Source,
     size: &str,
+    (access_modes, volume_mode): (Vec<String>, String),
 ) -> PersistentVolumeClaim {
     let claim_spec = spec.claim_spec().cloned().unwrap_or_default();
     let mut labels = dv.labels.clone();
@@ -810,11 +841,6 @@ fn target_claim(
             );
         }
     }
-    // Without a StorageProfile to ask, `spec.storage` defaults like a plain RWO filesystem PVC.
-    let access_modes = claim_spec
-        .access_modes
-        .filter(|m| !m.is_empty())
-        .unwrap_or_else(|| vec!["ReadWriteOnce".to_owned()]);
     PersistentVolumeClaim {
         metadata: ObjectMeta {
             name: Some(dv.name.clone()),
@@ -841,11 +867,7 @@ fn target_claim(
                 ..VolumeResourceRequirements::default()
             }),
             storage_class_name: claim_spec.storage_class_name,
-            volume_mode: Some(
-                claim_spec
-                    .volume_mode
-                    .unwrap_or_else(|| "Filesystem".to_owned()),
-            ),
+            volume_mode: Some(volume_mode),
             ..PersistentVolumeClaimSpec::default()
         }),
         status: None,
@@ -936,6 +958,9 @@ struct Shared {
     data_volumes: Store<DynamicObject>,
     claims: Store<PersistentVolumeClaim>,
     pods: Store<Pod>,
+    classes: Store<StorageClass>,
+    /// StorageProfiles (cluster-scoped).
+    profiles: Store<DynamicObject>,
     /// Bumped on every watch event; waiting workers re-plan when it moves.
     changes: tokio::sync::watch::Sender<u64>,
 }
@@ -951,6 +976,8 @@ enum Listed {
     No,
     Claims,
     Pods,
+    Classes,
+    Profiles,
 }
 
 fn listed<K>(event: &Result<watcher::Event<K>, watcher::Error>) -> bool {
@@ -964,6 +991,9 @@ pub async fn run(ctx: Arc<SimContext>) -> Result<(), Error> {
     let dv_writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
     let (claims, claim_writer) = reflector::store::<PersistentVolumeClaim>();
     let (pods, pod_writer) = reflector::store::<Pod>();
+    let (classes, class_writer) = reflector::store::<StorageClass>();
+    let profile_resource = storage::storage_profile_resource();
+    let profile_writer = reflector::store::Writer::<DynamicObject>::new(profile_resource.clone());
     let shared = Arc::new(Shared {
         client: client.clone(),
         volumes: ctx.volumes.clone(),
@@ -973,6 +1003,8 @@ pub async fn run(ctx: Arc<SimContext>) -> Result<(), Error> {
         data_volumes: dv_writer.as_reader(),
         claims,
         pods,
+        classes,
+        profiles: profile_writer.as_reader(),
         changes: tokio::sync::watch::Sender::new(0),
     });
     let dv_api = Api::<DynamicObject>::all_with(client.clone(), &resource);
@@ -993,32 +1025,72 @@ pub async fn run(ctx: Arc<SimContext>) -> Result<(), Error> {
     });
     let pod_events = reflector::reflector(
         pod_writer,
-        watcher(Api::all(client), watcher::Config::default()),
+        watcher(Api::all(client.clone()), watcher::Config::default()),
     )
     .default_backoff()
     .map(|e| Fed::Others {
         listed: if listed(&e) { Listed::Pods } else { Listed::No },
     });
+    let class_events = reflector::reflector(
+        class_writer,
+        watcher(Api::all(client.clone()), watcher::Config::default()),
+    )
+    .default_backoff()
+    .map(|e| Fed::Others {
+        listed: if listed(&e) {
+            Listed::Classes
+        } else {
+            Listed::No
+        },
+    });
+    let profile_events = reflector::reflector(
+        profile_writer,
+        watcher(
+            Api::<DynamicObject>::all_with(client, &profile_resource),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .map(|e| Fed::Others {
+        listed: if listed(&e) {
+            Listed::Profiles
+        } else {
+            Listed::No
+        },
+    });
     let mut events = std::pin::pin!(futures::stream::select(
-        dv_events,
-        futures::stream::select(claim_events, pod_events)
+        futures::stream::select(dv_events, profile_events),
+        futures::stream::select(
+            class_events,
+            futures::stream::select(claim_events, pod_events)
+        )
     ));
     let mut workers = Workers::default();
-    let (mut dvs_listed, mut claims_listed, mut pods_listed) = (false, false, false);
+    let mut seen = [false; 5];
     while let Some(fed) = events.next().await {
-        match fed {
-            Fed::DataVolumes { listed } => dvs_listed |= listed,
+        let index = match fed {
+            Fed::DataVolumes { listed: true } => Some(0),
+            Fed::DataVolumes { listed: false } | Fed::Others { listed: Listed::No } => None,
             Fed::Others {
                 listed: Listed::Claims,
-            } => claims_listed = true,
+            } => Some(1),
             Fed::Others {
                 listed: Listed::Pods,
-            } => pods_listed = true,
-            Fed::Others { listed: Listed::No } => {}
+            } => Some(2),
+            Fed::Others {
+                listed: Listed::Classes,
+            } => Some(3),
+            Fed::Others {
+                listed: Listed::Profiles,
+            } => Some(4),
+        };
+        if let Some(index) = index {
+            seen[index] = true;
         }
         shared.changes.send_modify(|n| *n = n.wrapping_add(1));
-        // Planning on a half-listed cache could clone a source whose pods are not seen yet.
-        if dvs_listed && claims_listed && pods_listed {
+        // Planning on a half-listed cache could clone a source whose pods are not seen yet, or
+        // render a PVC without its StorageProfile.
+        if seen.iter().all(|s| *s) {
             workers.sync(&shared);
         }
     }
@@ -1117,8 +1189,13 @@ async fn step(shared: &Shared, key: &ObjectRef<DynamicObject>, uid: &str) -> Res
     };
     let obs = observe(shared, &dv, &spec, source);
     match plan(&obs) {
-        Plan::CreateClaim { size } => {
-            create_claim(shared, &target_claim(&dv, &spec, &obs.source, &size)).await?;
+        Plan::CreateClaim {
+            size,
+            access_modes,
+            volume_mode,
+        } => {
+            let claim = target_claim(&dv, &spec, &obs.source, &size, (access_modes, volume_mode));
+            create_claim(shared, &claim).await?;
             Ok(Next::Wait)
         }
         Plan::Wait(view) => {
@@ -1136,14 +1213,15 @@ async fn step(shared: &Shared, key: &ObjectRef<DynamicObject>, uid: &str) -> Res
         Plan::Populate(job) => {
             let Claim::Bound {
                 uid: claim_uid,
+                mode,
                 bytes: Some(target),
                 ..
             } = &obs.claim
             else {
                 return Ok(Next::Wait);
             };
-            let dir = shared.volumes.dir(claim_uid);
-            let outcome = populate(shared, &dv, &obs.source, job, &dir, *target).await?;
+            let volume = shared.volumes.volume(claim_uid, *mode);
+            let outcome = populate(shared, &dv, &obs.source, job, &volume, *target).await?;
             let view = match outcome {
                 Ok(()) => succeeded_view(&dv.name, &obs.source),
                 Err(failure) => failed_view(&dv.name, &obs.claim, &failure),
@@ -1172,11 +1250,20 @@ fn observe(shared: &Shared, dv: &DataVolume, spec: &DataVolumeSpec, source: Sour
         Some(pvc) if controller_uid(&pvc.metadata) != Some(dv.uid.as_str()) => Claim::Foreign,
         Some(pvc) => match pvc.uid().filter(|_| is_bound(&pvc)) {
             None => Claim::Pending,
-            Some(uid) => Claim::Bound {
-                disk_present: shared.volumes.disk_path(&uid).exists(),
-                bytes: claim_bytes(&pvc),
-                uid,
-            },
+            Some(uid) => {
+                let mode = VolumeMode::of(&pvc);
+                let volume = shared.volumes.volume(&uid, mode);
+                let record = match mode {
+                    VolumeMode::Filesystem => volume.content(),
+                    VolumeMode::Block => volume.dir.join(POPULATED_FILE),
+                };
+                Claim::Bound {
+                    disk_present: record.exists(),
+                    mode,
+                    bytes: claim_bytes(&pvc),
+                    uid,
+                }
+            }
         },
     };
     let (clone_source, source_size) = match &source {
@@ -1193,7 +1280,40 @@ fn observe(shared: &Shared, dv: &DataVolume, spec: &DataVolumeSpec, source: Sour
         source,
         claim,
         clone_source,
+        modes: modes(shared, spec),
     }
+}
+
+/// The modes of the DataVolume's PVC: `spec.pvc` as written (the API server's defaults for what
+/// it leaves out), `spec.storage` rendered against the StorageProfile of its class.
+fn modes(shared: &Shared, spec: &DataVolumeSpec) -> Modes {
+    let Some(storage) = spec.storage.as_ref() else {
+        let pvc = spec.pvc.clone().unwrap_or_default();
+        let access = pvc.access_modes.filter(|m| !m.is_empty());
+        return Ok((
+            access.unwrap_or_else(|| vec!["ReadWriteOnce".to_owned()]),
+            pvc.volume_mode.unwrap_or_else(|| "Filesystem".to_owned()),
+        ));
+    };
+    let classes: Vec<StorageClass> = shared.classes.state().iter().map(|c| (**c).clone()).collect();
+    let class = match storage.storage_class_name.as_deref().filter(|c| !c.is_empty()) {
+        Some(name) => Some(name.to_owned()),
+        None => storage::default_class(&classes).map(ResourceExt::name_any),
+    };
+    let sets: Option<(String, Vec<ClaimPropertySet>)> = class.map(|name| {
+        let key = ObjectRef::new_with(&name, storage::storage_profile_resource());
+        let sets = shared
+            .profiles
+            .get(&key)
+            .map(|p| storage::profile_sets(&p))
+            .unwrap_or_default();
+        (name, sets)
+    });
+    storage::render_modes(
+        storage.access_modes.as_deref(),
+        storage.volume_mode.as_deref(),
+        sets.as_ref().map(|(name, sets)| (name.as_str(), sets.as_slice())),
+    )
 }
 
 fn clone_source(
@@ -1228,7 +1348,7 @@ fn clone_source(
     if !users.is_empty() {
         return CloneSource::InUse(users);
     }
-    let disk = shared.volumes.disk_path(&uid);
+    let disk = shared.volumes.volume(&uid, VolumeMode::of(pvc)).content();
     match std::fs::metadata(&disk) {
         Ok(meta) => CloneSource::Ready {
             disk,
@@ -1292,9 +1412,10 @@ async fn populate(
     dv: &DataVolume,
     source: &Source,
     job: Job,
-    dir: &Path,
+    volume: &ClaimVolume,
     target: u64,
 ) -> Result<Result<(), Failure>, Error> {
+    let dir = volume.dir.as_path();
     let per_gib = if source.is_clone() {
         shared.clone_time
     } else {
@@ -1363,11 +1484,19 @@ async fn populate(
             partial.display()
         ))));
     }
-    let disk = dir.join(super::volumes::DISK_FILE);
+    let disk = volume.content();
     if let Err(err) = tokio::fs::rename(&partial, &disk).await {
         return Ok(Err(Failure::processing(format!(
             "renaming {} into place: {err}",
             partial.display()
+        ))));
+    }
+    if volume.mode == VolumeMode::Block
+        && let Err(err) = tokio::fs::write(dir.join(POPULATED_FILE), b"").await
+    {
+        return Ok(Err(Failure::processing(format!(
+            "recording the population of {}: {err}",
+            dir.display()
         ))));
     }
     Ok(Ok(()))
@@ -1911,12 +2040,14 @@ mod tests {
             claim,
             clone_source,
             size: Some("1Gi".into()),
+            modes: Ok((vec!["ReadWriteOnce".into()], "Filesystem".into())),
         }
     }
 
     fn bound(disk_present: bool) -> Claim {
         Claim::Bound {
             uid: "u".into(),
+            mode: VolumeMode::Filesystem,
             bytes: Some(1 << 30),
             disk_present,
         }
@@ -1940,11 +2071,29 @@ mod tests {
     fn a_missing_claim_is_created_with_the_size() {
         assert_eq!(
             plan(&obs(Source::Blank, Claim::Missing, None)),
-            Plan::CreateClaim { size: "1Gi".into() }
+            Plan::CreateClaim {
+                size: "1Gi".into(),
+                access_modes: vec!["ReadWriteOnce".into()],
+                volume_mode: "Filesystem".into(),
+            }
         );
         let mut no_size = obs(Source::Blank, Claim::Missing, None);
         no_size.size = None;
         assert!(matches!(plan(&no_size), Plan::Fail(_)));
+    }
+
+    #[test]
+    fn a_claim_cdi_cannot_render_keeps_the_dv_pending_without_a_pvc() {
+        let mut unrenderable = obs(Source::Blank, Claim::Missing, None);
+        unrenderable.modes = Err("no accessMode specified in StorageProfile local".into());
+        let view = waiting(plan(&unrenderable));
+        assert_eq!(view.phase, Phase::Pending);
+        assert_eq!(view.claim_name, None);
+        assert_eq!(view.bound.reason, reason::CLAIM_NOT_VALID);
+        assert_eq!(
+            view.bound.message,
+            "no accessMode specified in StorageProfile local"
+        );
     }
 
     #[test]
@@ -2137,7 +2286,8 @@ mod tests {
             },
         }))
         .expect("spec");
-        let claim = target_claim(&data_volume(), &spec, &clone_of("golden"), "2Gi");
+        let modes = (vec!["ReadWriteMany".to_owned()], "Block".to_owned());
+        let claim = target_claim(&data_volume(), &spec, &clone_of("golden"), "2Gi", modes);
         let json = serde_json::to_value(&claim).expect("json");
         let meta = &json["metadata"];
         assert_eq!(meta["name"], "root");
@@ -2151,8 +2301,8 @@ mod tests {
         let spec = &json["spec"];
         assert_eq!(spec["resources"]["requests"]["storage"], "2Gi");
         assert_eq!(spec["storageClassName"], "fast");
-        assert_eq!(spec["volumeMode"], "Filesystem");
-        assert_eq!(spec["accessModes"], json!(["ReadWriteOnce"]));
+        assert_eq!(spec["volumeMode"], "Block");
+        assert_eq!(spec["accessModes"], json!(["ReadWriteMany"]));
         assert_eq!(controller_uid(&claim.metadata), Some("dv-uid"));
         assert_eq!(controlling_data_volume(&claim.metadata), Some("root"));
     }

@@ -46,6 +46,7 @@ pub mod platform;
 pub mod product_bin;
 pub mod route_proxy;
 pub mod scc;
+pub mod storage;
 pub mod timing;
 pub mod tools;
 pub mod volumes;
@@ -148,6 +149,7 @@ impl Sim {
         searchable(&options.root)?;
         searchable(&options.guestcluster_bin)?;
         platform::ensure(&client).await?;
+        storage::apply_classes(&client, options.flavour).await?;
         if options.flavour == Flavour::OpenShift {
             scc::crd::ensure(&client).await?;
         }
@@ -190,6 +192,7 @@ impl Sim {
         tasks.extend([
             spawn("volumes", volumes::run(ctx.clone())),
             spawn("cdi", cdi::run(ctx.clone())),
+            spawn("storage-profiles", storage::run(ctx.clone())),
             spawn("kubelet", kubelet::run(ctx.clone())),
             spawn("kubevirt", kubevirt::run(ctx.clone())),
         ]);

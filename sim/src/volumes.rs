@@ -1,5 +1,8 @@
-//! The storage provisioner: every PVC gets a directory `<root>/<pvc-uid>/` (a Filesystem-mode
-//! disk lives there as `disk.img`) and a PersistentVolume pointing at it.
+//! The storage provisioner: every PVC gets a directory `<root>/<pvc-uid>/` and a PersistentVolume
+//! pointing at it. A Filesystem-mode volume is that directory (a disk lives there as `disk.img`,
+//! CDI's and KubeVirt's convention); a Block-mode volume is a device, played by the file
+//! `device` of the claim's full size, created with the volume. Pods see a Block volume only
+//! through `volumeDevices`, never as a directory (the kubelet refuses the mismatch).
 //!
 //! The sim plays an *external dynamic provisioner*, not the binder: it creates a PV pre-bound to
 //! the claim (`claimRef` with the claim's UID, `pv.kubernetes.io/provisioned-by`), and the real
@@ -41,6 +44,60 @@ pub const PROVISIONER: &str = "sim.guestcluster.opdev.io/local";
 pub const VOLUME_LABEL: &str = "sim.guestcluster.opdev.io/volume";
 /// The disk image inside a volume directory (the CDI and KubeVirt convention).
 pub const DISK_FILE: &str = "disk.img";
+/// What stands for a Block volume's device inside its directory.
+pub const DEVICE_FILE: &str = "device";
+
+/// `spec.volumeMode` of a claim (the API server defaults it to `Filesystem`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VolumeMode {
+    Filesystem,
+    Block,
+}
+
+impl VolumeMode {
+    pub fn of(pvc: &PersistentVolumeClaim) -> Self {
+        let mode = pvc.spec.as_ref().and_then(|s| s.volume_mode.as_deref());
+        Self::parse(mode.unwrap_or("Filesystem"))
+    }
+
+    /// Anything but `Block` is a filesystem (the API server admits only the two).
+    pub fn parse(text: &str) -> Self {
+        if text == "Block" {
+            VolumeMode::Block
+        } else {
+            VolumeMode::Filesystem
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VolumeMode::Filesystem => "Filesystem",
+            VolumeMode::Block => "Block",
+        }
+    }
+
+    /// The file holding the volume's content inside its directory: a disk image or the device.
+    pub fn content_file(self) -> &'static str {
+        match self {
+            VolumeMode::Filesystem => DISK_FILE,
+            VolumeMode::Block => DEVICE_FILE,
+        }
+    }
+}
+
+/// A bound claim's volume: its directory and mode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimVolume {
+    pub dir: PathBuf,
+    pub mode: VolumeMode,
+}
+
+impl ClaimVolume {
+    /// The disk: `disk.img` of a Filesystem volume, the device of a Block one.
+    pub fn content(&self) -> PathBuf {
+        self.dir.join(self.mode.content_file())
+    }
+}
 
 /// How often everything is re-derived even without events (covers failed API calls).
 const RESYNC: Duration = Duration::from_secs(5);
@@ -65,35 +122,43 @@ impl VolumeStore {
         self.root.join(pvc_uid)
     }
 
-    /// `<dir>/disk.img`: the disk of a Filesystem-mode (and, in the sim, Block-mode) volume.
+    /// The volume of a bound claim.
+    pub fn volume(&self, pvc_uid: &str, mode: VolumeMode) -> ClaimVolume {
+        ClaimVolume {
+            dir: self.dir(pvc_uid),
+            mode,
+        }
+    }
+
+    /// `<dir>/disk.img`: the disk of a Filesystem-mode volume.
     pub fn disk_path(&self, pvc_uid: &str) -> PathBuf {
-        self.dir(pvc_uid).join(DISK_FILE)
+        self.volume(pvc_uid, VolumeMode::Filesystem).content()
     }
 
-    /// The directory of claim `namespace/name`, or `None` while the claim does not exist or is not
-    /// bound yet (its directory may not exist before binding; a real pod would not start either).
-    pub async fn claim_dir(
-        &self,
-        client: &Client,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<PathBuf>, Error> {
-        let api = Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace);
-        let Some(pvc) = api.get_opt(name).await? else {
-            return Ok(None);
-        };
-        Ok(bound_uid(&pvc).map(|uid| self.dir(&uid)))
-    }
-
-    /// [`Self::claim_dir`] joined with `disk.img`.
+    /// The disk of claim `namespace/name` ([`ClaimVolume::content`]) once it is bound.
     pub async fn claim_disk_path(
         &self,
         client: &Client,
         namespace: &str,
         name: &str,
     ) -> Result<Option<PathBuf>, Error> {
-        let dir = self.claim_dir(client, namespace, name).await?;
-        Ok(dir.map(|d| d.join(DISK_FILE)))
+        let volume = self.claim_volume(client, namespace, name).await?;
+        Ok(volume.map(|v| v.content()))
+    }
+
+    /// The volume of claim `namespace/name`, or `None` while the claim does not exist or is not
+    /// bound yet (its directory may not exist before binding; a real pod would not start either).
+    pub async fn claim_volume(
+        &self,
+        client: &Client,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<ClaimVolume>, Error> {
+        let api = Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace);
+        let Some(pvc) = api.get_opt(name).await? else {
+            return Ok(None);
+        };
+        Ok(bound_uid(&pvc).map(|uid| self.volume(&uid, VolumeMode::of(&pvc))))
     }
 
     fn ensure_dir(&self, pvc_uid: &str) -> Result<PathBuf, Error> {
@@ -102,6 +167,38 @@ impl VolumeStore {
             path: dir.clone(),
             source,
         })?;
+        Ok(dir)
+    }
+
+    /// The volume's directory and, for a Block claim, its device: a file of the claim's size,
+    /// all zeros, as a new device reads. An existing device is left as it is (it holds data).
+    fn ensure_volume(&self, pvc: &PersistentVolumeClaim, pvc_uid: &str) -> Result<PathBuf, Error> {
+        let dir = self.ensure_dir(pvc_uid)?;
+        if VolumeMode::of(pvc) != VolumeMode::Block {
+            return Ok(dir);
+        }
+        let device = dir.join(DEVICE_FILE);
+        let io = |source| Error::Io {
+            path: device.clone(),
+            source,
+        };
+        let Some(bytes) = requested_bytes(pvc) else {
+            return Ok(dir);
+        };
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&device)
+        {
+            Ok(file) => {
+                file.set_len(bytes).map_err(io)?;
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&device, std::fs::Permissions::from_mode(0o660))
+                    .map_err(io)?;
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(err) => return Err(io(err)),
+        }
         Ok(dir)
     }
 
@@ -138,6 +235,12 @@ impl VolumeStore {
         }
         Ok(uids)
     }
+}
+
+/// The claim's storage request in bytes.
+fn requested_bytes(pvc: &PersistentVolumeClaim) -> Option<u64> {
+    let requests = pvc.spec.as_ref()?.resources.as_ref()?.requests.as_ref()?;
+    crate::cdi::parse_quantity(&requests.get("storage")?.0)
 }
 
 /// The claim's UID when it is bound (its directory exists from then on).
@@ -349,11 +452,11 @@ async fn provision(
     if !needs_volume(pvc, pv_claims) {
         if pv_claims.contains(&uid) {
             // Ours already: recreate a directory lost with a wiped sim root.
-            ctx.volumes.ensure_dir(&uid)?;
+            ctx.volumes.ensure_volume(pvc, &uid)?;
         }
         return Ok(());
     }
-    let dir = ctx.volumes.ensure_dir(&uid)?;
+    let dir = ctx.volumes.ensure_volume(pvc, &uid)?;
     let Some(pv) = volume_for(pvc, &dir) else {
         return Ok(());
     };
@@ -438,8 +541,12 @@ mod tests {
         let store = VolumeStore::new(PathBuf::from("/sim/volumes"));
         assert_eq!(store.dir("u1"), PathBuf::from("/sim/volumes/u1"));
         assert_eq!(
-            store.disk_path("u1"),
+            store.volume("u1", VolumeMode::Filesystem).content(),
             PathBuf::from("/sim/volumes/u1/disk.img")
+        );
+        assert_eq!(
+            store.volume("u1", VolumeMode::Block).content(),
+            PathBuf::from("/sim/volumes/u1/device")
         );
     }
 

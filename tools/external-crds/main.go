@@ -71,6 +71,8 @@ var kinds = []kind{
 		plural: "datasources", scope: apiextensionsv1.NamespaceScoped},
 	{pkg: cdiPkg, module: cdiModule, name: "CDI", group: "cdi.kubevirt.io",
 		plural: "cdis", scope: apiextensionsv1.ClusterScoped},
+	{pkg: cdiPkg, module: cdiModule, name: "StorageProfile", group: "cdi.kubevirt.io",
+		plural: "storageprofiles", scope: apiextensionsv1.ClusterScoped},
 	{pkg: "github.com/openshift/api/route/v1", module: openshiftModule, name: "Route",
 		group: "route.openshift.io", plural: "routes", scope: apiextensionsv1.NamespaceScoped,
 		manifest: "zz_generated.crd-manifests/routes.crd.yaml"},

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Volume};
 
 use super::expand::expand;
+use crate::volumes::{ClaimVolume, VolumeMode};
 
 mod env;
 pub mod identity;
@@ -34,6 +35,10 @@ pub enum PlanError {
     /// The pod's settings cannot work (a root user under `runAsNonRoot`).
     #[error("{0}")]
     Invalid(String),
+    /// The volume manager refuses a volume (a Block claim in `volumeMounts`, a Filesystem one in
+    /// `volumeDevices`): the pod stays `ContainerCreating` and a `FailedMount` Event says why.
+    #[error("unmounted volumes=[{volume}], unattached volumes=[{volume}], failed to process volumes=[{volume}]: {why}")]
+    Mount { volume: String, why: String },
 }
 
 impl PlanError {
@@ -43,6 +48,7 @@ impl PlanError {
             PlanError::Missing(_) | PlanError::Unsupported(_) | PlanError::Invalid(_) => {
                 "CreateContainerConfigError"
             }
+            PlanError::Mount { .. } => "ContainerCreating",
         }
     }
 }
@@ -63,8 +69,8 @@ pub struct References {
 pub struct Inputs {
     pub secrets: BTreeMap<String, BTreeMap<String, Vec<u8>>>,
     pub config_maps: BTreeMap<String, BTreeMap<String, Vec<u8>>>,
-    /// Claim name → the volume's directory.
-    pub claims: BTreeMap<String, PathBuf>,
+    /// Claim name → its volume.
+    pub claims: BTreeMap<String, ClaimVolume>,
     /// Audience (`""` = default) → token.
     pub tokens: BTreeMap<String, String>,
 }
@@ -329,6 +335,14 @@ fn mounts(
         let dir = volume_dirs.get(&mount.name).ok_or_else(|| {
             PlanError::Unsupported(format!("volumeMount of unknown volume {:?}", mount.name))
         })?;
+        let claim = volumes(spec)
+            .iter()
+            .find(|v| v.name == mount.name)
+            .and_then(|v| v.persistent_volume_claim.as_ref())
+            .and_then(|c| inputs.claims.get(&c.claim_name));
+        if let Some(claim) = claim.filter(|c| c.mode == VolumeMode::Block) {
+            return Err(mode_mismatch(&mount.name, claim.mode, "volumeMounts"));
+        }
         if mount.sub_path_expr.is_some() {
             return Err(PlanError::Unsupported("volumeMounts[].subPathExpr".into()));
         }
@@ -357,16 +371,31 @@ fn mounts(
             .ok_or_else(|| {
                 PlanError::Unsupported(format!("volumeDevice {:?} is not a claim", device.name))
             })?;
-        let dir = inputs.claims.get(&claim.claim_name).ok_or_else(|| {
+        let volume = inputs.claims.get(&claim.claim_name).ok_or_else(|| {
             PlanError::Missing(format!("persistentvolumeclaim {:?}", claim.claim_name))
         })?;
+        if volume.mode != VolumeMode::Block {
+            return Err(mode_mismatch(&device.name, volume.mode, "volumeDevices"));
+        }
         mounts.push(Mount {
             container_path: normalize(&device.device_path),
-            host_path: dir.join(crate::volumes::DISK_FILE),
+            host_path: volume.content(),
         });
     }
     mounts.sort_by_key(|m| std::cmp::Reverse(m.container_path.len()));
     Ok(mounts)
+}
+
+/// The volume manager's refusal of a claim used in the other mode
+/// (`desired_state_of_world_populator.go`).
+fn mode_mismatch(volume: &str, mode: VolumeMode, used_in: &str) -> PlanError {
+    PlanError::Mount {
+        volume: volume.to_owned(),
+        why: format!(
+            "volume {volume} has volumeMode {}, but is specified in {used_in}",
+            mode.as_str()
+        ),
+    }
 }
 
 fn normalize(path: &str) -> String {

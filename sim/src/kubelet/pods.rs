@@ -283,6 +283,22 @@ fn unenforced_placement(pod: &Pod) -> String {
 }
 
 async fn record_scheduled(client: &Client, pod: &Pod, node: &str) {
+    let message = format!(
+        "Successfully assigned {} to {node} ({})",
+        pod_key(pod),
+        unenforced_placement(pod)
+    );
+    record_event(client, pod, ("Normal", "Scheduled"), &message, "default-scheduler").await;
+}
+
+/// Records an Event about `pod` as `component` (`(type, reason)`); failures are only logged.
+pub(super) async fn record_event(
+    client: &Client,
+    pod: &Pod,
+    (type_, reason): (&str, &str),
+    message: &str,
+    component: &str,
+) {
     let now = serde_json::to_value(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
         Timestamp::now(),
     ))
@@ -298,11 +314,11 @@ async fn record_scheduled(client: &Client, pod: &Pod, node: &str) {
             "name": pod.name_any(),
             "uid": pod.uid(),
         },
-        "reason": "Scheduled",
-        "message": format!("Successfully assigned {} to {node} ({})", pod_key(pod), unenforced_placement(pod)),
-        "type": "Normal",
-        "source": { "component": "default-scheduler" },
-        "reportingComponent": "default-scheduler",
+        "reason": reason,
+        "message": message,
+        "type": type_,
+        "source": { "component": component },
+        "reportingComponent": component,
         "firstTimestamp": now,
         "lastTimestamp": now,
         "count": 1,
@@ -314,7 +330,7 @@ async fn record_scheduled(client: &Client, pod: &Pod, node: &str) {
         Err(err) => Some(kube::Error::SerdeError(err)),
     };
     if let Some(err) = created {
-        tracing::debug!(pod = %pod_key(pod), "Scheduled event not recorded: {err}");
+        tracing::debug!(pod = %pod_key(pod), "{reason} event not recorded: {err}");
     }
 }
 

@@ -17,7 +17,7 @@ use tokio::sync::watch;
 
 use super::node::NODE_IP;
 use super::plan::{self, Host, Inputs, PlanError, PodPlan, References};
-use super::pods::{Control, DEFAULT_GRACE, delete_now, patch_status, pod_key};
+use super::pods::{Control, DEFAULT_GRACE, delete_now, patch_status, pod_key, record_event};
 use super::process::{self, Process};
 use super::status::{self, Terminated};
 use crate::SimContext;
@@ -141,13 +141,29 @@ impl Worker {
                     let message = err.to_string();
                     if shown.as_ref() != Some(&message) {
                         tracing::info!(pod = %pod_key(&self.pod), "pod cannot start yet: {message}");
+                        // A volume the volume manager refuses leaves the containers waiting in
+                        // `ContainerCreating`, without a message; the kubelet says why in an
+                        // Event (`kubelet.go` syncPod).
+                        let mount = matches!(err, PlanError::Mount { .. });
+                        let shown_message = (!mount).then_some(message.as_str());
                         let patch = status::waiting(
                             &self.pod,
                             err.reason(),
-                            Some(&message),
+                            shown_message,
                             Timestamp::now(),
                         );
                         self.patch(patch).await;
+                        if mount {
+                            let what = format!("Unable to attach or mount volumes: {message}");
+                            record_event(
+                                &self.ctx.client,
+                                &self.pod,
+                                ("Warning", "FailedMount"),
+                                &what,
+                                "kubelet",
+                            )
+                            .await;
+                        }
                         shown = Some(message);
                     }
                 }
@@ -252,10 +268,10 @@ async fn fetch(ctx: &SimContext, pod: &Pod, refs: &References) -> Result<Inputs,
         }
     }
     for claim in &refs.claims {
-        let dir = ctx.volumes.claim_dir(&ctx.client, &namespace, claim).await;
-        let dir = dir.map_err(|e| PlanError::Missing(format!("claim {claim:?}: {e}")))?;
-        if let Some(dir) = dir {
-            inputs.claims.insert(claim.clone(), dir);
+        let volume = ctx.volumes.claim_volume(&ctx.client, &namespace, claim).await;
+        let volume = volume.map_err(|e| PlanError::Missing(format!("claim {claim:?}: {e}")))?;
+        if let Some(volume) = volume {
+            inputs.claims.insert(claim.clone(), volume);
         }
     }
     for (audience, expiration) in &refs.token_audiences {

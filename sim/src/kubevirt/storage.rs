@@ -1,7 +1,6 @@
 //! Volumes of VMs and VMIs: which PVC (or DataVolume) backs each, whether it is usable, and the
 //! `disk.img` inside it.
 
-use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
@@ -129,15 +128,16 @@ pub async fn summary(
     Ok(summary)
 }
 
-/// The disk image of the bound PVC `claim`, or why there is none.
+/// The volume of the bound PVC `claim` (its disk is [`ClaimVolume::content`]), or why there is
+/// none.
 pub async fn disk_image(
     ctx: &SimContext,
     namespace: &str,
     claim: &str,
-) -> Result<Result<PathBuf, String>, Error> {
+) -> Result<Result<crate::volumes::ClaimVolume, String>, Error> {
     Ok(ctx
         .volumes
-        .claim_disk_path(&ctx.client, namespace, claim)
+        .claim_volume(&ctx.client, namespace, claim)
         .await?
         .ok_or_else(|| format!("PVC {namespace}/{claim} does not exist or is not bound")))
 }

@@ -422,9 +422,10 @@ async fn qemu_opens_every_disk(
             continue;
         };
         // A missing or unbound claim, or no image yet: the boot reports those.
-        let Ok(image) = storage::disk_image(&shared.ctx, &namespace, claim).await? else {
+        let Ok(claim_volume) = storage::disk_image(&shared.ctx, &namespace, claim).await? else {
             continue;
         };
+        let image = claim_volume.content();
         if !image.exists() {
             continue;
         }
@@ -433,7 +434,15 @@ async fn qemu_opens_every_disk(
             .as_ref()
             .and_then(|p| p.read_only)
             == Some(true);
-        if let Some(dir) = image.parent().filter(|_| !read_only_volume) {
+        let block = claim_volume.mode == crate::volumes::VolumeMode::Block;
+        if block {
+            // virt-handler hands a Block volume's device to QEMU
+            // (`changeOwnershipOfBlockDevices`); the kubelet's `fsGroup` is for filesystems.
+            let qemu = crate::permissions::QEMU_ID;
+            if let Err(err) = std::os::unix::fs::chown(&image, Some(qemu), Some(qemu)) {
+                return Ok(Err(format!("changing the owner of {}: {err}", image.display())));
+            }
+        } else if let Some(dir) = image.parent().filter(|_| !read_only_volume) {
             let ownership = crate::permissions::Ownership {
                 dir: dir.to_owned(),
                 group: crate::permissions::QEMU_ID,
@@ -449,11 +458,15 @@ async fn qemu_opens_every_disk(
             crate::permissions::may_open(&image, &crate::permissions::qemu(), write)
         {
             tracing::debug!(disk = %disk.name, "QEMU cannot open the disk: {denied}");
-            let path = format!(
-                "{VMI_DISKS_DIR}/{}/{}",
-                volume.name,
-                crate::volumes::DISK_FILE
-            );
+            let path = if block {
+                format!("/dev/{}", volume.name)
+            } else {
+                format!(
+                    "{VMI_DISKS_DIR}/{}/{}",
+                    volume.name,
+                    crate::volumes::DISK_FILE
+                )
+            };
             return Ok(Err(format!(
                 "server error. command SyncVMI failed: \"LibvirtError(Code=1, Domain=10, Message='internal error: process exited while connecting to monitor: qemu-kvm: Could not open '{path}': Permission denied')\""
             )));
@@ -484,13 +497,14 @@ async fn boot(
             continue;
         };
         let image = match storage::disk_image(&shared.ctx, &namespace, claim).await? {
-            Ok(image) => image,
+            Ok(volume) => volume.content(),
             Err(message) => return Ok(Err(message)),
         };
         if !image.exists() {
             return Ok(Err(format!(
-                "disk {}: PVC {namespace}/{claim} holds no disk.img",
-                disk.name
+                "disk {}: PVC {namespace}/{claim} holds no {}",
+                disk.name,
+                crate::volumes::DISK_FILE
             )));
         }
         disks.push(BootDisk {

@@ -53,9 +53,20 @@ fn inputs() -> Inputs {
             ("blob".into(), vec![0, 1, 2]),
         ]),
     );
-    inputs
-        .claims
-        .insert("golden".into(), PathBuf::from("/sim/volumes/pvc-uid"));
+    inputs.claims.insert(
+        "golden".into(),
+        ClaimVolume {
+            dir: PathBuf::from("/sim/volumes/pvc-uid"),
+            mode: VolumeMode::Filesystem,
+        },
+    );
+    inputs.claims.insert(
+        "raw".into(),
+        ClaimVolume {
+            dir: PathBuf::from("/sim/volumes/raw-uid"),
+            mode: VolumeMode::Block,
+        },
+    );
     inputs.tokens.insert(String::new(), "jwt".into());
     inputs
 }
@@ -185,14 +196,34 @@ fn paths_under_mounts_are_rewritten_at_path_boundaries() {
 }
 
 #[test]
-fn block_devices_map_to_the_claims_disk_image() {
+fn block_devices_map_to_the_claims_device() {
     let container = json!({
-        "args": ["disk", "--device", "/dev/golden"],
-        "volumeDevices": [{ "name": "golden", "devicePath": "/dev/golden" }],
+        "args": ["disk", "--device", "/dev/raw"],
+        "volumeDevices": [{ "name": "raw", "devicePath": "/dev/raw" }],
     });
-    let volumes = json!([{ "name": "golden", "persistentVolumeClaim": { "claimName": "golden" } }]);
+    let volumes = json!([{ "name": "raw", "persistentVolumeClaim": { "claimName": "raw" } }]);
     let p = process(&pod(container, volumes));
-    assert_eq!(p.args[2], "/sim/volumes/pvc-uid/disk.img");
+    assert_eq!(p.args[2], "/sim/volumes/raw-uid/device");
+}
+
+#[test]
+fn a_claim_used_in_the_other_mode_is_refused_like_the_volume_manager() {
+    let volumes = |claim: &str| json!([{ "name": "disk", "persistentVolumeClaim": { "claimName": claim } }]);
+    let mounted = json!({ "volumeMounts": [{ "name": "disk", "mountPath": "/disk" }] });
+    let err = plan_pod(&pod(mounted, volumes("raw")), &inputs(), &host()).unwrap_err();
+    assert_eq!(err.reason(), "ContainerCreating");
+    assert_eq!(
+        err.to_string(),
+        "unmounted volumes=[disk], unattached volumes=[disk], failed to process volumes=[disk]: \
+         volume disk has volumeMode Block, but is specified in volumeMounts"
+    );
+    let mapped = json!({ "volumeDevices": [{ "name": "disk", "devicePath": "/dev/disk" }] });
+    let err = plan_pod(&pod(mapped, volumes("golden")), &inputs(), &host()).unwrap_err();
+    assert!(
+        err.to_string()
+            .ends_with("volume disk has volumeMode Filesystem, but is specified in volumeDevices"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -33,17 +33,18 @@ pub(super) fn plan_volume(
         }
     };
     if let Some(pvc) = &volume.persistent_volume_claim {
-        let dir = inputs.claims.get(&pvc.claim_name).cloned().ok_or_else(|| {
+        let volume = inputs.claims.get(&pvc.claim_name).ok_or_else(|| {
             PlanError::Missing(format!(
                 "persistentvolumeclaim {:?} does not exist or is not bound",
                 pvc.claim_name
             ))
         })?;
-        // A CSI volume mounted read-only keeps its owners (`supportsFSGroup`).
-        if pvc.read_only != Some(true) {
-            own(&dir, false, plan);
+        // A CSI volume mounted read-only keeps its owners (`supportsFSGroup`); `fsGroup` is a
+        // filesystem's matter, a device is never chowned by the kubelet.
+        if pvc.read_only != Some(true) && volume.mode == crate::volumes::VolumeMode::Filesystem {
+            own(&volume.dir, false, plan);
         }
-        return Ok(dir);
+        return Ok(volume.dir.clone());
     }
     let dir = host.sandbox.join("volumes").join(&volume.name);
     // An emptyDir is made world-writable; the other kinds are the kubelet's read-only files.
