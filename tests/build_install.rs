@@ -492,6 +492,12 @@ async fn a_built_bundle_goes_through_every_stage_to_ready_and_serves_a_pool_besi
             "assigned by restricted-v2 from {range}"
         );
     }
+    // The default class's StorageProfile prefers Block: the instances' disks are devices, cloned
+    // from the Filesystem golden disk the disk Job wrote.
+    assert_eq!(
+        support::crc::volume_modes(&client, &ns).await,
+        std::collections::BTreeSet::from(["Block".to_owned()])
+    );
 }
 
 /// The objects of an attempt still there, by the name part they share (`<bundle>-b<n>-`).

@@ -75,4 +75,9 @@ async fn downloaded_and_built_bundles_serve_pools_on_plain_kubernetes() {
             "the image's user, unassigned"
         );
     }
+    assert_eq!(
+        support::crc::volume_modes(&client, &ns).await,
+        std::collections::BTreeSet::from(["Filesystem".to_owned()]),
+        "the hostpath class offers Filesystem only"
+    );
 }

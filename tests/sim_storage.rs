@@ -661,12 +661,14 @@ async fn claim_modes(client: &Client, ns: &str, name: &str) -> (String, Vec<Stri
 async fn storage_profiles_give_unset_modes_block_on_the_default_rbd_class() {
     let (volumes, client) = setup().await;
     let ns = namespace(&client, "sim-block").await;
-    let profiles = Api::<DynamicObject>::all_with(
-        client.clone(),
-        &sim::storage::storage_profile_resource(),
-    );
+    let profiles =
+        Api::<DynamicObject>::all_with(client.clone(), &sim::storage::storage_profile_resource());
     let first = wait_for("the RBD class's StorageProfile", || async {
-        let profile = profiles.get_opt(sim::storage::RBD_CLASS).await.ok().flatten()?;
+        let profile = profiles
+            .get_opt(sim::storage::RBD_CLASS)
+            .await
+            .ok()
+            .flatten()?;
         let first = profile.data["status"]["claimPropertySets"][0].clone();
         (!first.is_null()).then_some(first)
     })
@@ -688,7 +690,10 @@ async fn storage_profiles_give_unset_modes_block_on_the_default_rbd_class() {
         wait_phase(&client, &ns, name, "Succeeded").await;
     }
     let rbd = sim::storage::RBD_CLASS.to_owned();
-    let (rwx, rwo) = (vec!["ReadWriteMany".to_owned()], vec!["ReadWriteOnce".to_owned()]);
+    let (rwx, rwo) = (
+        vec!["ReadWriteMany".to_owned()],
+        vec!["ReadWriteOnce".to_owned()],
+    );
     assert_eq!(
         claim_modes(&client, &ns, "raw").await,
         ("Block".into(), rwx, rbd.clone())
@@ -699,7 +704,11 @@ async fn storage_profiles_give_unset_modes_block_on_the_default_rbd_class() {
     );
     assert_eq!(
         claim_modes(&client, &ns, "hpp").await,
-        ("Filesystem".into(), rwo, sim::storage::HOSTPATH_CLASS.into())
+        (
+            "Filesystem".into(),
+            rwo,
+            sim::storage::HOSTPATH_CLASS.into()
+        )
     );
     // A Block volume is its device, of the claim's size; no `disk.img` anywhere.
     let device = disk_of(&volumes, &client, &ns, "raw").await;

@@ -1295,8 +1295,17 @@ fn modes(shared: &Shared, spec: &DataVolumeSpec) -> Modes {
             pvc.volume_mode.unwrap_or_else(|| "Filesystem".to_owned()),
         ));
     };
-    let classes: Vec<StorageClass> = shared.classes.state().iter().map(|c| (**c).clone()).collect();
-    let class = match storage.storage_class_name.as_deref().filter(|c| !c.is_empty()) {
+    let classes: Vec<StorageClass> = shared
+        .classes
+        .state()
+        .iter()
+        .map(|c| (**c).clone())
+        .collect();
+    let class = match storage
+        .storage_class_name
+        .as_deref()
+        .filter(|c| !c.is_empty())
+    {
         Some(name) => Some(name.to_owned()),
         None => storage::default_class(&classes).map(ResourceExt::name_any),
     };
@@ -1312,7 +1321,8 @@ fn modes(shared: &Shared, spec: &DataVolumeSpec) -> Modes {
     storage::render_modes(
         storage.access_modes.as_deref(),
         storage.volume_mode.as_deref(),
-        sets.as_ref().map(|(name, sets)| (name.as_str(), sets.as_slice())),
+        sets.as_ref()
+            .map(|(name, sets)| (name.as_str(), sets.as_slice())),
     )
 }
 

@@ -57,11 +57,9 @@ pub fn capabilities(provisioner: &str) -> Vec<ClaimPropertySet> {
     let (rwx, rwo) = ("ReadWriteMany", "ReadWriteOnce");
     match provisioner {
         // `createRbdCapabilities`: Block first, so an unset mode becomes Block.
-        RBD_PROVISIONER | "rbd.csi.ceph.com" | "rook-ceph.rbd.csi.ceph.com" => vec![
-            set(rwx, "Block"),
-            set(rwo, "Block"),
-            set(rwo, "Filesystem"),
-        ],
+        RBD_PROVISIONER | "rbd.csi.ceph.com" | "rook-ceph.rbd.csi.ceph.com" => {
+            vec![set(rwx, "Block"), set(rwo, "Block"), set(rwo, "Filesystem")]
+        }
         // `createTopoLVMCapabilities` (LVMS).
         "topolvm.io" | "topolvm.cybozu.com" => vec![set(rwo, "Block"), set(rwo, "Filesystem")],
         HOSTPATH_PROVISIONER | "kubevirt.io/hostpath-provisioner" => {
@@ -98,13 +96,18 @@ pub fn render_modes(
     let Some((name, sets)) = profile else {
         return Err("PVC spec is missing accessMode and no storageClass to choose profile".into());
     };
-    let usable: Vec<&ClaimPropertySet> = sets.iter().filter(|s| !s.access_modes.is_empty()).collect();
+    let usable: Vec<&ClaimPropertySet> =
+        sets.iter().filter(|s| !s.access_modes.is_empty()).collect();
     let Some(first) = usable.first() else {
         return Err(format!("no accessMode specified in StorageProfile {name}"));
     };
     // A named volume mode takes the access modes of the first set with that mode.
     let chosen = volume_mode
-        .and_then(|mode| usable.iter().find(|s| s.volume_mode.as_deref() == Some(mode)))
+        .and_then(|mode| {
+            usable
+                .iter()
+                .find(|s| s.volume_mode.as_deref() == Some(mode))
+        })
         .unwrap_or(first);
     let mode = volume_mode
         .map(str::to_owned)
@@ -125,7 +128,10 @@ pub fn storage_profile_resource() -> ApiResource {
 /// DefaultStorageClass admission picks the same).
 pub fn default_class(classes: &[StorageClass]) -> Option<&StorageClass> {
     classes.iter().find(|c| {
-        c.annotations().get(DEFAULT_CLASS_ANNOTATION).map(String::as_str) == Some("true")
+        c.annotations()
+            .get(DEFAULT_CLASS_ANNOTATION)
+            .map(String::as_str)
+            == Some("true")
     })
 }
 
@@ -133,7 +139,9 @@ pub fn default_class(classes: &[StorageClass]) -> Option<&StorageClass> {
 /// `status` (CDI's).
 pub fn profile_sets(profile: &DynamicObject) -> Vec<ClaimPropertySet> {
     let parse = |v: &Value| serde_json::from_value::<Vec<ClaimPropertySet>>(v.clone()).ok();
-    let spec = profile.data["spec"]["claimPropertySets"].as_array().filter(|s| !s.is_empty());
+    let spec = profile.data["spec"]["claimPropertySets"]
+        .as_array()
+        .filter(|s| !s.is_empty());
     match spec {
         Some(_) => parse(&profile.data["spec"]["claimPropertySets"]),
         None => parse(&profile.data["status"]["claimPropertySets"]),
@@ -195,7 +203,9 @@ pub async fn apply_classes(client: &Client, flavour: Flavour) -> Result<(), Erro
 async fn sync_profiles(client: &Client) -> Result<(), Error> {
     let resource = storage_profile_resource();
     let profiles = Api::<DynamicObject>::all_with(client.clone(), &resource);
-    let classes = Api::<StorageClass>::all(client.clone()).list(&Default::default()).await?;
+    let classes = Api::<StorageClass>::all(client.clone())
+        .list(&Default::default())
+        .await?;
     let existing: BTreeMap<String, DynamicObject> = profiles
         .list(&Default::default())
         .await?
@@ -206,7 +216,10 @@ async fn sync_profiles(client: &Client) -> Result<(), Error> {
     for class in &classes.items {
         let status = profile_status(class, &capabilities(&class.provisioner));
         let name = class.name_any();
-        if existing.get(&name).is_some_and(|p| p.data["status"] == status) {
+        if existing
+            .get(&name)
+            .is_some_and(|p| p.data["status"] == status)
+        {
             continue;
         }
         if !existing.contains_key(&name) {
@@ -218,7 +231,11 @@ async fn sync_profiles(client: &Client) -> Result<(), Error> {
             }))
             .map_err(|e| Error::Other(format!("StorageProfile {name}: {e}")))?;
             profiles
-                .patch(&name, &PatchParams::apply(FIELD_MANAGER), &Patch::Apply(&profile))
+                .patch(
+                    &name,
+                    &PatchParams::apply(FIELD_MANAGER),
+                    &Patch::Apply(&profile),
+                )
                 .await?;
         }
         let patch = json!({"status": status});
@@ -298,6 +315,9 @@ mod tests {
             "status": {"claimPropertySets": [{"accessModes": ["ReadWriteMany"], "volumeMode": "Block"}]},
         }))
         .unwrap();
-        assert_eq!(profile_sets(&profile), vec![set("ReadWriteOnce", "Filesystem")]);
+        assert_eq!(
+            profile_sets(&profile),
+            vec![set("ReadWriteOnce", "Filesystem")]
+        );
     }
 }

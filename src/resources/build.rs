@@ -416,7 +416,9 @@ pub fn credentials_secret(bundle: &CRCBundle, namespace: &str, names: &Names) ->
 }
 
 /// The build VM's root disk: a blank DataVolume of `spec.build.vm.diskSize`, the guest's
-/// `/dev/vda`, installed by the install boot.
+/// `/dev/vda`, installed by the install boot. Always `Filesystem`, whatever the StorageProfile
+/// prefers: the disk Job reads it as the file `disk.img` and copies only its allocated extents
+/// (`SEEK_DATA`), which a Block device does not offer (`docs/decisions.md`, "Volume modes").
 pub fn root_data_volume(
     bundle: &CRCBundle,
     build: &BuildSpec,
@@ -427,18 +429,19 @@ pub fn root_data_volume(
         bundle,
         namespace,
         names,
-        &names.root_data_volume,
-        &build.vm.disk_size,
+        (&names.root_data_volume, &build.vm.disk_size),
+        Some(super::common::FILESYSTEM),
     )
 }
 
-/// A blank DataVolume `name` of `size` in the bundle's storage class.
+/// A blank DataVolume `name` of `size` in the bundle's storage class; `volume_mode` unset
+/// follows the class's StorageProfile.
 fn root_data_volume_of(
     bundle: &CRCBundle,
     namespace: &str,
     names: &Names,
-    name: &str,
-    size: &str,
+    (name, size): (&str, &str),
+    volume_mode: Option<&str>,
 ) -> DataVolume {
     DataVolume {
         metadata: meta(bundle, namespace, name, names.attempt),
@@ -457,7 +460,7 @@ fn root_data_volume_of(
                     .clone()
                     .filter(|s| !s.is_empty()),
                 access_modes: None,
-                volume_mode: None,
+                volume_mode: volume_mode.map(str::to_owned),
             }),
         },
         status: None,
@@ -502,12 +505,16 @@ pub fn validation_data_volume(
     names: &Names,
     golden_pvc: &str,
 ) -> DataVolume {
+    // Only the validation VM uses it, and KubeVirt takes either mode: the profile decides.
     let blank = root_data_volume_of(
         bundle,
         namespace,
         names,
-        &names.validation_data_volume,
-        &bundle.spec.golden_volume_size,
+        (
+            &names.validation_data_volume,
+            &bundle.spec.golden_volume_size,
+        ),
+        None,
     );
     DataVolume {
         spec: DataVolumeSpec {

@@ -145,6 +145,9 @@ pub(super) fn pvc(
                 .storage_class_name
                 .clone()
                 .filter(|s| !s.is_empty()),
+            // Jobs write and read these as files (the API default, said out loud: a plain PVC
+            // never takes a StorageProfile's mode).
+            volume_mode: Some(super::common::FILESYSTEM.to_owned()),
             ..Default::default()
         }),
         ..Default::default()

@@ -247,6 +247,10 @@ pub fn job_container(
     }
 }
 
+/// `volumeMode` of a volume a Job reads or writes as a file (`docs/decisions.md`, "Volume
+/// modes").
+pub const FILESYSTEM: &str = "Filesystem";
+
 #[cfg(test)]
 mod containerfile_tests {
     /// The image the Jobs run: what the pods' settings assume of it.

@@ -318,3 +318,15 @@ pub async fn create_instance(
         .await
         .expect("create the instance");
 }
+
+/// The `volumeMode`s of the PVCs in `ns` (a team namespace holds the instances' root disks).
+pub async fn volume_modes(client: &kube::Client, ns: &str) -> std::collections::BTreeSet<String> {
+    Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(client.clone(), ns)
+        .list(&kube::api::ListParams::default())
+        .await
+        .expect("list PVCs")
+        .items
+        .into_iter()
+        .filter_map(|pvc| pvc.spec?.volume_mode)
+        .collect()
+}

@@ -37,7 +37,9 @@ pub enum PlanError {
     Invalid(String),
     /// The volume manager refuses a volume (a Block claim in `volumeMounts`, a Filesystem one in
     /// `volumeDevices`): the pod stays `ContainerCreating` and a `FailedMount` Event says why.
-    #[error("unmounted volumes=[{volume}], unattached volumes=[{volume}], failed to process volumes=[{volume}]: {why}")]
+    #[error(
+        "unmounted volumes=[{volume}], unattached volumes=[{volume}], failed to process volumes=[{volume}]: {why}"
+    )]
     Mount { volume: String, why: String },
 }
 

@@ -288,7 +288,14 @@ async fn record_scheduled(client: &Client, pod: &Pod, node: &str) {
         pod_key(pod),
         unenforced_placement(pod)
     );
-    record_event(client, pod, ("Normal", "Scheduled"), &message, "default-scheduler").await;
+    record_event(
+        client,
+        pod,
+        ("Normal", "Scheduled"),
+        &message,
+        "default-scheduler",
+    )
+    .await;
 }
 
 /// Records an Event about `pod` as `component` (`(type, reason)`); failures are only logged.

@@ -268,7 +268,10 @@ async fn fetch(ctx: &SimContext, pod: &Pod, refs: &References) -> Result<Inputs,
         }
     }
     for claim in &refs.claims {
-        let volume = ctx.volumes.claim_volume(&ctx.client, &namespace, claim).await;
+        let volume = ctx
+            .volumes
+            .claim_volume(&ctx.client, &namespace, claim)
+            .await;
         let volume = volume.map_err(|e| PlanError::Missing(format!("claim {claim:?}: {e}")))?;
         if let Some(volume) = volume {
             inputs.claims.insert(claim.clone(), volume);

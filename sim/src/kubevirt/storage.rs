@@ -1,7 +1,6 @@
 //! Volumes of VMs and VMIs: which PVC (or DataVolume) backs each, whether it is usable, and the
 //! `disk.img` inside it.
 
-
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Client, ResourceExt};

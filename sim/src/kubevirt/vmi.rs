@@ -440,7 +440,10 @@ async fn qemu_opens_every_disk(
             // (`changeOwnershipOfBlockDevices`); the kubelet's `fsGroup` is for filesystems.
             let qemu = crate::permissions::QEMU_ID;
             if let Err(err) = std::os::unix::fs::chown(&image, Some(qemu), Some(qemu)) {
-                return Ok(Err(format!("changing the owner of {}: {err}", image.display())));
+                return Ok(Err(format!(
+                    "changing the owner of {}: {err}",
+                    image.display()
+                )));
             }
         } else if let Some(dir) = image.parent().filter(|_| !read_only_volume) {
             let ownership = crate::permissions::Ownership {

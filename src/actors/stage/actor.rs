@@ -39,19 +39,28 @@ impl<S> Default for StageActor<S> {
     }
 }
 
-/// What a child receives: what its watch shows under the recorded name (`None`: nothing).
-pub struct Seen<K>(pub Option<K>);
+/// What a child receives.
+pub enum StageMsg<K> {
+    /// What its watch shows under the recorded name (`None`: nothing).
+    Seen(Option<K>),
+    /// Time to read the object's surroundings again ([`Stage::RECHECK`]).
+    Recheck,
+}
 
-pub struct StageState {
+pub struct StageState<K> {
     args: StageArgs,
     /// The last observation reported, so an unchanged object is not reported again.
     reported: Option<Observation>,
+    /// What the watch showed last, for a recheck.
+    last: Option<K>,
+    /// A recheck is scheduled.
+    recheck_pending: bool,
     watch: JoinHandle<()>,
 }
 
 impl<S: Stage> Actor for StageActor<S> {
-    type Msg = Seen<S::Object>;
-    type State = StageState;
+    type Msg = StageMsg<S::Object>;
+    type State = StageState<S::Object>;
     type Arguments = StageArgs;
 
     async fn pre_start(
@@ -69,7 +78,7 @@ impl<S: Stage> Actor for StageActor<S> {
             while let Some(event) = events.next().await {
                 match event {
                     Ok(object) => {
-                        if crate::actors::mailbox::post(&myself, Seen(object)).is_err() {
+                        if crate::actors::mailbox::post(&myself, StageMsg::Seen(object)).is_err() {
                             return;
                         }
                     }
@@ -82,6 +91,8 @@ impl<S: Stage> Actor for StageActor<S> {
         Ok(StageState {
             args,
             reported: None,
+            last: None,
+            recheck_pending: false,
             watch,
         })
     }
@@ -98,10 +109,15 @@ impl<S: Stage> Actor for StageActor<S> {
     async fn handle(
         &self,
         myself: ActorRef<Self::Msg>,
-        Seen(object): Self::Msg,
+        message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         crate::actors::mailbox::taken(&myself);
+        match message {
+            StageMsg::Seen(object) => state.last = object,
+            StageMsg::Recheck => state.recheck_pending = false,
+        }
+        let object = state.last.clone();
         let span = tracing::info_span!(
             "stage",
             kind = S::KIND,
@@ -119,6 +135,12 @@ impl<S: Stage> Actor for StageActor<S> {
                     None => Observation::Lost,
                 },
             };
+            if let (Some(every), Observation::Progress(_), false) =
+                (S::RECHECK, &observation, state.recheck_pending)
+            {
+                crate::actors::mailbox::send_after(&myself, every, || StageMsg::Recheck);
+                state.recheck_pending = true;
+            }
             if state.reported.as_ref() != Some(&observation) {
                 tracing::debug!(kind = S::KIND, object = %args.recorded.name, ?observation, "reporting");
                 (args.report)(Report {

@@ -18,6 +18,7 @@ impl Stage for DiskCopy {
     type Object = Job;
     const KIND: &'static str = "crcbundle.diskcopy";
     const WHEN_LOST: WhenLost = WhenLost::FailAttempt;
+    const RECHECK: Option<std::time::Duration> = Some(super::prep_job::JOB_RECHECK);
 
     fn slot(status: &CRCBundleStatus) -> Option<&ObjectIdentity> {
         build_slot(status, |r| r.disk_job.as_ref())

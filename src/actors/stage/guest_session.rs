@@ -18,6 +18,7 @@ impl Stage for GuestSession {
     type Object = Job;
     const KIND: &'static str = "crcbundle.guestsession";
     const WHEN_LOST: WhenLost = WhenLost::Recreate;
+    const RECHECK: Option<std::time::Duration> = Some(super::prep_job::JOB_RECHECK);
 
     fn slot(status: &CRCBundleStatus) -> Option<&ObjectIdentity> {
         build_slot(status, |r| r.helper_job.as_ref())

@@ -5,7 +5,7 @@
 
 use k8s_openapi::api::batch::v1::Job;
 
-use super::prep_job::{last_failure, outcome, termination_message};
+use super::prep_job::{JOB_RECHECK, last_failure, outcome, termination_message, with_blocker};
 use super::{Observation, Stage, WhenLost, build_slot};
 use crate::actors::context::Context;
 use crate::api::bundle::CRCBundleStatus;
@@ -18,6 +18,7 @@ impl Stage for InstallerJob {
     type Object = Job;
     const KIND: &'static str = "crcbundle.installerjob";
     const WHEN_LOST: WhenLost = WhenLost::FailAttempt;
+    const RECHECK: Option<std::time::Duration> = Some(JOB_RECHECK);
 
     fn slot(status: &CRCBundleStatus) -> Option<&ObjectIdentity> {
         build_slot(status, |r| r.installer_job.as_ref())
@@ -43,6 +44,9 @@ pub(super) async fn observe_job(job: &Job, ctx: &Context) -> Result<Observation,
                 .await?
                 .unwrap_or(why),
         ),
+        Observation::Progress(progress) => {
+            with_blocker(progress, &ctx.client, &ctx.namespace, name).await?
+        }
         other => other,
     })
 }

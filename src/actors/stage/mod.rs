@@ -29,6 +29,7 @@ pub mod children;
 pub mod disk_copy;
 pub mod guest_session;
 pub mod installer_job;
+pub mod job_pods;
 pub mod prep_job;
 
 use std::fmt::Debug;
@@ -97,6 +98,11 @@ pub trait Stage: Send + Sync + 'static {
 
     /// What a lost object means for the stage.
     const WHEN_LOST: WhenLost;
+
+    /// While the object is in progress, how often to observe it again without an event of its
+    /// own: what keeps a Job's pod from starting (a volume the kubelet refuses, an image it
+    /// cannot pull) changes the pod and its Events, never the Job. `None`: its events suffice.
+    const RECHECK: Option<std::time::Duration> = None;
 
     /// The stage's slot in the bundle's status: the identity of its object, once its UID is
     /// recorded (a child follows only an object that exists under a recorded UID).

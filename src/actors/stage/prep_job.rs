@@ -1,6 +1,8 @@
 //! The download source's stage: the prep Job (`<bundle>-prep`), recorded in `status.prepJob`.
 //! A lost prep Job is made again, as upstream does (`docs/decisions.md`).
 
+use std::time::Duration;
+
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -18,21 +20,43 @@ impl Stage for PrepJob {
     type Object = Job;
     const KIND: &'static str = "crcbundle.prepjob";
     const WHEN_LOST: WhenLost = WhenLost::Recreate;
+    const RECHECK: Option<Duration> = Some(JOB_RECHECK);
 
     fn slot(status: &CRCBundleStatus) -> Option<&ObjectIdentity> {
         status.prep_job.as_ref().filter(|job| !job.uid.is_empty())
     }
 
     async fn observe(job: &Job, ctx: &Context) -> Result<Observation, kube::Error> {
+        let name = job.metadata.name.as_deref().unwrap_or_default();
         Ok(match outcome(job) {
             Observation::Failed(why) => {
-                let name = job.metadata.name.as_deref().unwrap_or_default();
                 let detail = last_failure(&ctx.client, &ctx.namespace, name).await?;
                 Observation::Failed(detail.unwrap_or(why))
+            }
+            Observation::Progress(progress) => {
+                with_blocker(progress, &ctx.client, &ctx.namespace, name).await?
             }
             other => other,
         })
     }
+}
+
+/// How often a running Job's pods are looked at again for what keeps them from starting.
+pub(super) const JOB_RECHECK: Duration = Duration::from_secs(20);
+
+/// `progress`, followed by what keeps the Job's pod from starting, if anything does.
+pub(super) async fn with_blocker(
+    progress: String,
+    client: &kube::Client,
+    ns: &str,
+    job: &str,
+) -> Result<Observation, kube::Error> {
+    Ok(Observation::Progress(
+        match super::job_pods::blocker(client, ns, job).await? {
+            Some(blocker) => format!("{progress}; {blocker}"),
+            None => progress,
+        },
+    ))
 }
 
 /// A Job's outcome from its conditions (authoritative) or counters, as upstream read them.

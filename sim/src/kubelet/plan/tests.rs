@@ -208,7 +208,8 @@ fn block_devices_map_to_the_claims_device() {
 
 #[test]
 fn a_claim_used_in_the_other_mode_is_refused_like_the_volume_manager() {
-    let volumes = |claim: &str| json!([{ "name": "disk", "persistentVolumeClaim": { "claimName": claim } }]);
+    let volumes =
+        |claim: &str| json!([{ "name": "disk", "persistentVolumeClaim": { "claimName": claim } }]);
     let mounted = json!({ "volumeMounts": [{ "name": "disk", "mountPath": "/disk" }] });
     let err = plan_pod(&pod(mounted, volumes("raw")), &inputs(), &host()).unwrap_err();
     assert_eq!(err.reason(), "ContainerCreating");
