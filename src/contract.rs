@@ -119,7 +119,8 @@ pub mod agent {
     pub const VMI_UID_KEY: &str = "vmiUID";
 }
 
-/// `guestcluster installer`, the Prepare stage's Job of a build (mission §5, stage 1).
+/// `guestcluster installer`, the Prepare stage's Job of a build (`docs/architecture.md`, "The
+/// build source").
 pub mod installer {
     use serde::{Deserialize, Serialize};
 
@@ -193,7 +194,7 @@ pub mod installer {
 }
 
 /// `guestcluster build-helper`, the Install stage's guest session of a build: one Job per step
-/// and VMI (mission §5, stage 2; `docs/design/certificates-and-time.md` §2–§4).
+/// and VMI (`docs/design/certificates-and-time.md`, "2. Generator boot" to "4. Cold restart").
 pub mod build_helper {
     use serde::{Deserialize, Serialize};
 
@@ -312,8 +313,9 @@ pub mod build_helper {
     ];
 }
 
-/// `guestcluster disk`, the Publish stage's Job of a build (mission §5, stage 5): copies the
-/// stopped build VM's raw root disk into the golden PVC, sparsely, with its digest.
+/// `guestcluster disk`, the Publish stage's Job of a build (`docs/architecture.md`, "The build
+/// source"): copies the stopped build VM's raw root disk into the golden PVC, sparsely, with its
+/// digest.
 pub mod disk {
     use serde::{Deserialize, Serialize};
 

@@ -1,5 +1,6 @@
-//! The instance identity (upstream §3.5): the `<instance>-crc-identity` Secret that the operator
-//! creates once per instance and the crc-agent installs into the guest.
+//! The instance identity (`docs/decisions.md`, "ECDSA P-256 instance identities"): the
+//! `<instance>-crc-identity` Secret that the operator creates once per instance and the crc-agent
+//! installs into the guest.
 //!
 //! - a **client CA** (`admin-kubeconfig-signer-custom`), whose private key is thrown away as soon
 //!   as it has signed the client certificate, so nobody can mint more admin certificates;
@@ -232,7 +233,8 @@ fn random_serial() -> Result<SerialNumber, Error> {
     Ok(SerialNumber::from_slice(&bytes))
 }
 
-/// Checks that `identity` can be trusted for `host` at `now_unix` (upstream §3.5 / §5.1).
+/// Checks that `identity` can be trusted for `host` at `now_unix`: on every operator pass and in
+/// the agent's pre-flight, as upstream does.
 pub fn validate(identity: &Identity, host: &str, now_unix: i64) -> Result<(), Error> {
     let now = ASN1Time::from_timestamp(now_unix).map_err(|e| Error::Parse {
         cert: CLIENT_CA,

@@ -1140,7 +1140,7 @@ mod tests {
 
     #[test]
     fn upstream_crc_vm_reads() {
-        // The VirtualMachine of upstream §3.4.
+        // The VirtualMachine the Go operator creates for an instance.
         let vm: VirtualMachine = serde_json::from_value(json!({
             "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
             "metadata": {"name": "demo", "namespace": "ns"},

@@ -44,6 +44,7 @@ pub mod openshift;
 pub mod permissions;
 pub mod platform;
 pub mod product_bin;
+pub mod quantity;
 pub mod route_proxy;
 pub mod scc;
 pub mod storage;

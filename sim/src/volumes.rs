@@ -240,7 +240,7 @@ impl VolumeStore {
 /// The claim's storage request in bytes.
 fn requested_bytes(pvc: &PersistentVolumeClaim) -> Option<u64> {
     let requests = pvc.spec.as_ref()?.resources.as_ref()?.requests.as_ref()?;
-    crate::cdi::parse_quantity(&requests.get("storage")?.0)
+    crate::quantity::parse_quantity(&requests.get("storage")?.0)
 }
 
 /// The claim's UID when it is bound (its directory exists from then on).

@@ -6,7 +6,8 @@
 //! [`super::download::decide`], act, record — the bundle's actor alone writes its status — and
 //! then start (or stop) the prep Job's child from the identity just recorded. Build-sourced
 //! bundles run the build source ([`super::build`]) the same way, with one child per stage in
-//! flight (the installer Job so far).
+//! flight: the installer Job, the build VM, the guest session (its helper Job), the disk copy
+//! (the disk Job) and the validation clone.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;

@@ -1,4 +1,5 @@
-//! Claims on a pool's instances, owned by the pool's actor (upstream §4.2 binding).
+//! Claims on a pool's instances, owned by the pool's actor (the binding of `docs/operations.md`,
+//! "ClusterLease").
 //!
 //! A Pending lease does not bind itself: its actor asks the actor of its pool
 //! (`clusterpool/<uid>`) with a [`ClaimRequest`] ([`super::pool::request_bind`]), and the pool's

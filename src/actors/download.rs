@@ -1,5 +1,5 @@
-//! The download source of a CRCBundle (upstream-behaviour §2.2) as a pure decision: observed
-//! objects in, the next status and the actions to take out.
+//! The download source of a CRCBundle (`docs/architecture.md`, "The download source") as a pure
+//! decision: observed objects in, the next status and the actions to take out.
 //!
 //! ```text
 //! Pending ──create PVCs, record + create prep Job──▶ Preparing ──Job succeeded, key + metadata published──▶ Ready

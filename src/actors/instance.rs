@@ -1,10 +1,11 @@
 //! The ClusterInstance actor: one per instance, keyed by UID.
 //!
-//! A pass (upstream §3.1): deletion runs the ordered teardown ([`super::crc::teardown`]) and
-//! then releases our finalizer; otherwise the gates are decided (topology, namespace policy,
-//! platform: pure, in [`super::instance_gates`]), and once they are open the CRC backing takes
-//! the next step ([`super::crc`]), adding our finalizer right before its first object. The status is recorded with one server-side
-//! apply when it changed, with an Event when the `Ready` reason changed.
+//! A pass (`docs/architecture.md`, "ClusterInstance"): deletion runs the ordered teardown
+//! ([`super::crc::teardown`]) and then releases our finalizer; otherwise the gates are decided
+//! (topology, namespace policy, platform: pure, in [`super::instance_gates`]), and once they are
+//! open the CRC backing takes the next step ([`super::crc`]), adding our finalizer right before
+//! its first object. The status is recorded with one server-side apply when it changed, with an
+//! Event when the `Ready` reason changed.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -259,8 +260,8 @@ async fn record(
     Ok(())
 }
 
-/// `status.leaseRef`: the lease that claims this instance (informational, upstream §4.3), from
-/// the shared lease view.
+/// `status.leaseRef`: the lease that claims this instance (informational only, as in the Go
+/// operator), from the shared lease view.
 async fn lease_projection(
     ctx: &Context,
     instance: &ClusterInstance,

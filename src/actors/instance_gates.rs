@@ -1,6 +1,6 @@
-//! The gates a ClusterInstance passes before any backing object exists (upstream §3.1, §4.4):
-//! topology, namespace policy and platform. Pure decisions: the actor (`super::instance`)
-//! observes, these functions decide the next status, the actor records it.
+//! The gates a ClusterInstance passes before any backing object exists (`docs/operations.md`,
+//! "Gates"): topology, namespace policy and platform. Pure decisions: the actor
+//! (`super::instance`) observes, these functions decide the next status, the actor records it.
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};

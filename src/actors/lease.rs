@@ -1,4 +1,4 @@
-//! The ClusterLease actor: one per lease, keyed by UID (upstream §4.2).
+//! The ClusterLease actor: one per lease, keyed by UID (`docs/operations.md`, "ClusterLease").
 //!
 //! A lease gets the finalizer `guestcluster.opdev.io/release`; while Pending it binds the first
 //! Ready instance of its pool that no lease claims, copying the instance's kubeconfig Secret into

@@ -1,7 +1,7 @@
-//! Pure decisions of the ClusterLease controller (upstream §4.2, §4.3): what a reconcile does
-//! next, which instance a pending lease binds, the kubeconfig copy, the TTL (Go duration syntax)
-//! and the `status.leaseRef` projection of an instance. The lease's pool actor binds on live
-//! reads (`super::claims`), these functions decide, the actors act and record.
+//! Pure decisions of the ClusterLease controller (`docs/operations.md`, "ClusterLease"): what a
+//! reconcile does next, which instance a pending lease binds, the kubeconfig copy, the TTL (Go
+//! duration syntax) and the `status.leaseRef` projection of an instance. The lease's pool actor
+//! binds on live reads (`super::claims`), these functions decide, the actors act and record.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -151,8 +151,8 @@ pub fn ttl(lease: &ClusterLease) -> Result<Option<Duration>, DurationError> {
     }
 }
 
-/// The instance a lease claims for that instance's `status.leaseRef` (upstream §4.3): the one
-/// its `status.instanceRef` names, unless the lease is being deleted.
+/// The instance a lease claims for that instance's `status.leaseRef` (informational only, as in
+/// the Go operator): the one its `status.instanceRef` names, unless the lease is being deleted.
 pub fn claim(lease: &ClusterLease) -> Option<&str> {
     lease
         .metadata

@@ -1,11 +1,11 @@
 //! The ClusterPool actor: one per pool, keyed by UID.
 //!
-//! Upstream §4.1: it records the namespace policy (`ProvisioningAllowed`), ensures the pool's
-//! CRCBundle (§2.5), accounts the pool's instances and its namespace's leases, and makes at most
-//! one change per reconcile: create one instance, or delete the newest idle unclaimed one. The
-//! decisions are pure ([`super::pool_decide`]); this module observes with live reads, acts, and
-//! records the status with one server-side apply when it changed. Its instances (owned) and the
-//! leases naming it trigger it.
+//! As upstream's pool controller (`docs/operations.md`, "ClusterPool"): it records the namespace
+//! policy (`ProvisioningAllowed`), ensures the pool's CRCBundle, accounts the pool's instances
+//! and its namespace's leases, and makes at most one change per reconcile: create one instance,
+//! or delete the newest idle unclaimed one. The decisions are pure ([`super::pool_decide`]); this
+//! module observes with live reads, acts, and records the status with one server-side apply when
+//! it changed. Its instances (owned) and the leases naming it trigger it.
 //!
 //! It also owns the claims on its instances: its leases ask it to bind them
 //! ([`request_bind`], [`super::claims`]). It handles one message at a time, so a binding and a

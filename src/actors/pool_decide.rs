@@ -1,7 +1,8 @@
-//! Pure decisions of the ClusterPool controller (upstream §4.1, §2.5): the namespace policy, the
-//! lease and instance accounting, need/room/excess, the CRCBundle a pool ensures, and the one
-//! change a reconcile makes: create one instance, or delete the newest idle one. The actor
-//! (`super::pool`) observes, these functions decide, the actor acts and records the status.
+//! Pure decisions of the ClusterPool controller (`docs/operations.md`, "ClusterPool"): the
+//! namespace policy, the lease and instance accounting, need/room/excess, the CRCBundle a pool
+//! ensures, and the one change a reconcile makes: create one instance, or delete the newest idle
+//! one. The actor (`super::pool`) observes, these functions decide, the actor acts and records the
+//! status.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -36,7 +37,7 @@ pub struct Counts {
     pub pending: i32,
 }
 
-/// The size the pool works toward (upstream §4.1 steps 6 and 10).
+/// The size the pool works toward (`docs/operations.md`, "ClusterPool", steps 5 and 6).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Sizing {
     /// Instances to add: `max(minSize − total, warmSpares − (available + pending),
@@ -65,7 +66,7 @@ pub struct Decision {
     pub requeue: Option<Duration>,
 }
 
-/// Lease accounting of a pool (upstream §4.1 step 4).
+/// Lease accounting of a pool (`docs/operations.md`, "ClusterPool", step 3).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LeaseDemand {
     /// Instance names in any lease's `status.instanceRef`, deleting leases included.

@@ -1,6 +1,6 @@
-//! The one template resolver (mission §2.3): which CRCBundle a ClusterTemplate runs. Pools use it
-//! to know which bundle to ensure, instances to bind their boot key, and recovery to find the
-//! bound bundle again.
+//! The one template resolver (`docs/architecture.md`, "ClusterInstance"): which CRCBundle a
+//! ClusterTemplate runs. Pools use it to know which bundle to ensure, instances to bind their
+//! boot key, and recovery to find the bound bundle again.
 
 use crate::api::template::ClusterTemplate;
 pub use crate::resources::bundle::published_bundle_name;

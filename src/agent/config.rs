@@ -1,5 +1,5 @@
-//! The crc-agent's settings, from the environment the operator's Job sets (upstream §5.1,
-//! [`crate::contract::agent`]).
+//! The crc-agent's settings, from the environment the operator's Job sets (the Go agent's
+//! variables plus the instance key's path, [`crate::contract::agent`]).
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,7 +1,7 @@
-//! `guestcluster agent`: the crc-agent (upstream §5). Run by the operator's per-VMI Job, it turns
-//! a freshly booted CRC guest into a usable cluster — DNS, kubelet, the instance identity, CSRs,
-//! pull secret, users, the external certificate — and hands the admin kubeconfig over in the
-//! handoff Secret.
+//! `guestcluster agent`: the crc-agent (`docs/architecture.md`, "The crc-agent"). Run by the
+//! operator's per-VMI Job, it turns a freshly booted CRC guest into a usable cluster — DNS,
+//! kubelet, the instance identity, CSRs, pull secret, users, the external certificate — and hands
+//! the admin kubeconfig over in the handoff Secret.
 //!
 //! - [`config`]: settings from the Job's environment;
 //! - [`scope`]: the agent works only while its VMI (by UID) is `Running`;
@@ -146,8 +146,8 @@ fn read_key(path: &std::path::Path, optional: bool) -> Result<Option<keys::Priva
         })
 }
 
-/// Pre-flight (upstream §5.1): the SSH keys parse, the identity is valid for the API host, the
-/// pull secret is readable — before the guest is touched.
+/// Pre-flight, like the Go agent's: the SSH keys parse, the identity is valid for the API host,
+/// the pull secret is readable — before the guest is touched.
 fn preflight(config: &Config) -> Result<Inputs, Error> {
     let guest_key = read_key(&config.guest_key_path, false)?.expect("required keys are read");
     let bundle_key = read_key(&config.ssh_key_path, true)?;
@@ -300,11 +300,12 @@ async fn connect_with_either(
     }
 }
 
-/// The CRC startup path, steps 1–18 (upstream §5.3): SSH with the instance key or else the
-/// bundle key, DNS, only the instance key authorized (the bundle key revoked once it works), the kubelet
-/// and API started, CSRs, pull-secret injection, users, the external certificate, operators
-/// and version; returns the handoff kubeconfig and the OpenShift version. Instances run it
-/// through the agent Job; a build runs it on its validation clone.
+/// The CRC startup path, the upstream agent's steps 1–18 in its order (`docs/architecture.md`,
+/// "The crc-agent"): SSH with the instance key or else the bundle key, DNS, only the instance key
+/// authorized (the bundle key revoked once it works), the kubelet and API started, CSRs,
+/// pull-secret injection, users, the external certificate, operators and version; returns the
+/// handoff kubeconfig and the OpenShift version. Instances run it through the agent Job; a build
+/// runs it on its validation clone.
 pub async fn startup_path(startup: &Startup<'_>) -> Result<(String, String), Error> {
     let (settings, addr) = (startup.settings, startup.addr.as_str());
     let patiences: &Patiences = &settings.patiences;

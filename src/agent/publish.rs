@@ -1,4 +1,5 @@
-//! The handoff Secret (upstream §3.6, §5.3 step 19): the only thing the agent tells the operator.
+//! The handoff Secret, the agent's last step (`docs/architecture.md`, "The crc-agent"): the only
+//! thing the agent tells the operator.
 //! `<instance>-crc-raw-kubeconfig-<vmiUID>` with the kubeconfig, the OpenShift version and the
 //! VMI UID, owned by the ClusterInstance.
 

@@ -1,7 +1,7 @@
-//! VMI scoping (upstream §5.2): the agent works for exactly one VMI — the one the operator saw,
-//! by UID, while it is `Running`. A replaced, stopped or deleted VMI ends the work at once and
-//! the agent exits successfully without publishing, because its result would describe a guest
-//! that no longer exists.
+//! VMI scoping (`docs/architecture.md`, "The crc-agent"): the agent works for exactly one VMI —
+//! the one the operator saw, by UID, while it is `Running`. A replaced, stopped or deleted VMI
+//! ends the work at once and the agent exits successfully without publishing, because its result
+//! would describe a guest that no longer exists.
 
 use std::time::Duration;
 

@@ -9,7 +9,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 pub mod types {
     /// The object is usable (bundle: consumers may clone it; instance: guest handed off).
     pub const READY: &str = "Ready";
-    // CRCBundle build stages (mission §5), one condition each.
+    // CRCBundle build stages (`docs/operations.md`, "CRCBundle (build source)"), one condition
+    // each.
     pub const PREPARED: &str = "Prepared";
     pub const INSTALLED: &str = "Installed";
     pub const CUSTOMIZED: &str = "Customized";
@@ -36,7 +37,7 @@ pub mod types {
 
 /// Condition reasons.
 pub mod reasons {
-    // CRCBundle (download source, upstream §2.2).
+    // CRCBundle, download source (`docs/operations.md`, "CRCBundle (download source)").
     /// Observed, no source work has started yet.
     pub const PENDING: &str = "Pending";
     pub const PREPARING: &str = "Preparing";
@@ -50,7 +51,7 @@ pub mod reasons {
     /// Event: a bundle made for pools is deleted after its grace with no pool or instance.
     pub const BUNDLE_UNREFERENCED: &str = "BundleUnreferenced";
     pub const REPROVISIONING: &str = "Reprovisioning";
-    // ClusterInstance (upstream §3.9) and topology.
+    // ClusterInstance (`docs/operations.md`, "Provisioning, in order") and topology.
     pub const TOPOLOGY_UNSUPPORTED: &str = "TopologyUnsupported";
     pub const INVALID_PULL_SECRET: &str = "InvalidPullSecret";
     pub const MISSING_BUNDLE_SSH_KEY: &str = "MissingBundleSSHKey";
@@ -78,7 +79,8 @@ pub mod reasons {
     pub const CLEANUP_IN_PROGRESS: &str = "CleanupInProgress";
     pub const CLEANUP_ERROR: &str = "CleanupError";
     pub const CLEANUP_TIMED_OUT: &str = "CleanupTimedOut";
-    // `CRCAgent` diagnostics (upstream §3.6); the reason is mirrored into `Ready`.
+    // `CRCAgent` diagnostics (`docs/operations.md`, "Provisioning, in order"); the reason is
+    // mirrored into `Ready`.
     pub const HANDOFF_RECEIVED: &str = "HandoffReceived";
     pub const HANDOFF_PENDING: &str = "HandoffPending";
     pub const HANDOFF_INVALID: &str = "HandoffInvalid";
@@ -88,18 +90,18 @@ pub mod reasons {
     pub const AGENT_POD_CREATION_FAILED: &str = "AgentPodCreationFailed";
     pub const AGENT_POD_PENDING: &str = "AgentPodPending";
     pub const AGENT_WORKING: &str = "AgentWorking";
-    // Namespace policy (upstream §4.4).
+    // Namespace policy (`docs/operations.md`, "Gates").
     pub const NAMESPACE_UNAVAILABLE: &str = "NamespaceUnavailable";
     pub const NAMESPACE_TERMINATING: &str = "NamespaceTerminating";
     pub const NAMESPACE_DISABLED: &str = "NamespaceDisabled";
     pub const NAMESPACE_ENABLED: &str = "NamespaceEnabled";
     pub const PROVISIONING_AUTHORIZED: &str = "ProvisioningAuthorized";
-    // ClusterPool `CapacityAvailable` (upstream §4.1).
+    // ClusterPool `CapacityAvailable` (`docs/operations.md`, "ClusterPool").
     pub const MAX_SIZE_TOO_SMALL: &str = "MaxSizeTooSmall";
     pub const AT_CAPACITY: &str = "AtCapacity";
     pub const CAPACITY_SUFFICIENT: &str = "CapacitySufficient";
-    // ClusterLease `Bound` (upstream §4.2); errors use `KubeconfigUnavailable`,
-    // `ResourceOwnershipConflict` and the namespace reasons.
+    // ClusterLease `Bound` (`docs/operations.md`, "ClusterLease"); errors use
+    // `KubeconfigUnavailable`, `ResourceOwnershipConflict` and the namespace reasons.
     pub const WAITING_FOR_CAPACITY: &str = "WaitingForCapacity";
     /// `spec.poolRef.name` is empty (Go clients may write `poolRef: {}`).
     pub const POOL_NOT_SET: &str = "PoolNotSet";
@@ -107,13 +109,13 @@ pub mod reasons {
     // ClusterLease `Bound`: binding is asked of the pool's actor, which is missing.
     pub const POOL_NOT_FOUND: &str = "PoolNotFound";
     pub const POOL_UNAVAILABLE: &str = "PoolUnavailable";
-    // Platform gate (upstream §3.1).
+    // Platform gate (`docs/operations.md`, "Gates").
     pub const OPERAND_READY: &str = "OperandReady";
     pub const OPERAND_NOT_FOUND: &str = "OperandNotFound";
     pub const MULTIPLE_OPERANDS_FOUND: &str = "MultipleOperandsFound";
     pub const OPERAND_NOT_READY: &str = "OperandNotReady";
     pub const STATUS_STALE: &str = "StatusStale";
-    // Build source (mission §5).
+    // Build source (`docs/operations.md`, "CRCBundle (build source)").
     pub const RESOURCE_REPLACED: &str = "ResourceReplaced";
     pub const RESOURCE_LOST: &str = "ResourceLost";
     /// Admit: a referenced Secret or ConfigMap does not exist.

@@ -1,7 +1,8 @@
-//! The build helper's steps in the guest (mission §5 stage 2,
-//! `docs/design/certificates-and-time.md` §2–§4): the single-node Ignition made in the generator
-//! boot, the install followed through the guest API, SNC's certificate steps, and the kubelet
-//! certificates brought to 25 days after the cold restart — every validity judged by guest time.
+//! The build helper's steps in the guest for the Install stage
+//! (`docs/design/certificates-and-time.md`, "2. Generator boot" to "4. Cold restart"): the
+//! single-node Ignition made in the generator boot, the install followed through the guest API,
+//! SNC's certificate steps, and the kubelet certificates brought to 25 days after the cold restart
+//! — every validity judged by guest time.
 //!
 //! The same rules as the crc-agent's steps ([`crate::guest`]): simple commands only, decisions in
 //! Rust from their output, the guest API only through the SSH tunnel with TLS checked at the
@@ -237,9 +238,9 @@ async fn edit_manifest(
     .await
 }
 
-/// The generator boot (§2): the installer and its inputs into the live system's memory, the
-/// manifests made and completed, the single-node Ignition made — all at the guest's clock — and
-/// read back with the credentials.
+/// The generator boot (`docs/design/certificates-and-time.md`, "2. Generator boot"): the
+/// installer and its inputs into the live system's memory, the manifests made and completed, the
+/// single-node Ignition made — all at the guest's clock — and read back with the credentials.
 pub async fn generate(
     guest: &SshGuest,
     installer: &[u8],
@@ -465,8 +466,9 @@ done
     .expect("a static DaemonSet")
 }
 
-/// The install boot's certificate steps (§3): the cred-manager applied, the installer's CSR
-/// signer Secrets deleted, and a new signer seen in their place.
+/// The install boot's certificate steps (`docs/design/certificates-and-time.md`, "3. Install
+/// boot"): the cred-manager applied, the installer's CSR signer Secrets deleted, and a new signer
+/// seen in their place.
 pub async fn snc_certificate_steps(client: &kube::Client, patience: Patience) -> Result<(), Error> {
     // Single calls give up sooner than the wait for the new signer, so a refusal surfaces.
     let calls = Patience::new(patience.interval, patience.deadline.min(CALL_WAIT));
@@ -628,9 +630,9 @@ pub async fn kubelet_cert<G: Guest>(
     })
 }
 
-/// After the cold restart (§4): approves the kubelet's CSRs every `patience.interval` until both
-/// kubelet certificates pass the 25-day check by guest time and were issued by a signer other
-/// than the installer's.
+/// After the cold restart (`docs/design/certificates-and-time.md`, "4. Cold restart"): approves
+/// the kubelet's CSRs every `patience.interval` until both kubelet certificates pass the 25-day
+/// check by guest time and were issued by a signer other than the installer's.
 pub async fn rotate_kubelet_certs(
     guest: &SshGuest,
     client: &kube::Client,

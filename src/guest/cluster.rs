@@ -1,7 +1,7 @@
-//! The crc-agent's steps against the guest cluster (upstream §5.3 steps 8 and 10–18): install the
-//! instance identity, approve the kubelet's CSRs, inject the pull secret and the htpasswd users,
-//! serve the external certificate, wait for the cluster to settle, and produce the kubeconfig for
-//! the Route.
+//! The crc-agent's steps against the guest cluster (`docs/architecture.md`, "The crc-agent"):
+//! install the instance identity, approve the kubelet's CSRs, inject the pull secret and the
+//! htpasswd users, serve the external certificate, wait for the cluster to settle, and produce the
+//! kubeconfig for the Route.
 //!
 //! Every step that waits does so with a [`Patience`] (poll interval and overall deadline) so that
 //! tests can be quick; [`Patiences::upstream`] is the Go agent's 10 s / 10–20 min.

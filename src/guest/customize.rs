@@ -1,7 +1,8 @@
-//! Stage 3 in the guest (mission §5): the profile's post-install steps
-//! ([`crate::resources::profile::post_install`]) and the user's post-install manifests sent
-//! through the guest API, then the MachineConfigPool rollouts they caused waited for. Every
-//! read decides from the cluster's own objects; nothing is assumed done because it was sent.
+//! The Customize stage in the guest (`docs/architecture.md`, "The build source"): the profile's
+//! post-install steps ([`crate::resources::profile::post_install`]) and the user's post-install
+//! manifests sent through the guest API, then the MachineConfigPool rollouts they caused waited
+//! for. Every read decides from the cluster's own objects; nothing is assumed done because it was
+//! sent.
 
 use std::collections::BTreeSet;
 
@@ -61,7 +62,8 @@ impl Error {
     }
 }
 
-/// SNC §3.6: the DHCP name (`crc`) kept as the static hostname, for networks that hand out none.
+/// As SNC does: the DHCP name (`crc`) kept as the static hostname, for networks that hand out
+/// none.
 pub async fn keep_hostname<G: Guest>(guest: &G) -> Result<String, Error> {
     let step = "make the hostname static";
     let err = |source| Error::Guest { step, source };
@@ -154,7 +156,7 @@ fn target_api(client: &kube::Client, target: &Target) -> Api<DynamicObject> {
     }
 }
 
-/// SNC §3.16: the router's CA trusted for the exposed registry's route.
+/// As SNC does: the router's CA trusted for the exposed registry's route.
 pub async fn trust_router_ca(client: &kube::Client, calls: Patience) -> Result<(), Error> {
     let step = "trust the router CA for the registry route";
     let secrets: Api<Secret> =

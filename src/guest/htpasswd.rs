@@ -1,6 +1,6 @@
-//! The guest's htpasswd identity provider data (upstream §5.3 step 14): `kubeadmin` with a fresh
-//! random password and `developer`/`developer`, bcrypt-hashed, merged into whatever other users
-//! the Secret already holds.
+//! The guest's htpasswd identity provider data, as upstream's crc-agent writes it: `kubeadmin`
+//! with a fresh random password and `developer`/`developer`, bcrypt-hashed, merged into whatever
+//! other users the Secret already holds.
 
 /// The cluster administrator user CRC creates.
 pub const KUBEADMIN: &str = "kubeadmin";

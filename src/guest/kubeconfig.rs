@@ -1,6 +1,7 @@
-//! The guest's `/opt/kubeconfig`, read and rewritten by the crc-agent (upstream §5.3 steps 8 and
-//! 18). Fields we do not touch are kept as they are: the document is handled as a JSON value, not
-//! a typed struct that would drop what it does not know.
+//! The guest's `/opt/kubeconfig`, read and rewritten by the crc-agent (the client-CA bootstrap
+//! and the Route kubeconfig: `docs/architecture.md`, "The crc-agent"). Fields we do not touch are
+//! kept as they are: the document is handled as a JSON value, not a typed struct that would drop
+//! what it does not know.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;

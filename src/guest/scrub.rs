@@ -1,5 +1,6 @@
-//! What sealing removes from the disk besides credentials and logs (`snc-reference.md` §3.19,
-//! §3.25 and createdisk §5.19), done in the guest:
+//! What sealing removes from the disk besides credentials and logs, as SNC's `snc.sh` and
+//! `createdisk.sh` do (`docs/decisions.md`, "Customize, Seal, Publish, Validate, Ready"), done in
+//! the guest:
 //!
 //! - **The image cache** keeps what the cluster runs and drops what only the install needed
 //!   (`crictl rmi --prune`). `nodeip-configuration.service` runs before the kubelet and needs the
@@ -116,8 +117,9 @@ pub async fn node_ip_image<G: Guest>(guest: &G) -> Result<String, Error> {
         })
 }
 
-/// SNC §3.19 and §3.25: the runtimecfg image pinned, every image no container uses pruned, the
-/// pin removed. Runs while the kubelet runs, so the cluster's own images are in use and stay.
+/// As SNC does after the install: the runtimecfg image pinned, every image no container uses
+/// pruned, the pin removed. Runs while the kubelet runs, so the cluster's own images are in use
+/// and stay.
 /// Returns how many images the prune deleted.
 pub async fn prune_images<G: Guest>(guest: &G) -> Result<usize, Error> {
     let image = node_ip_image(guest).await?;
@@ -206,8 +208,9 @@ pub fn scrubbed_pod_prefixes(keys: &[String]) -> Vec<String> {
     prefixes
 }
 
-/// createdisk §5.19, after the kubelet is stopped: the pods removed, a throwaway etcd over
-/// `/var/lib/etcd`, pod records (but the network operator's) and leases deleted and read back.
+/// SNC's etcd scrub (`createdisk.sh`), after the kubelet is stopped: the pods removed, a
+/// throwaway etcd over `/var/lib/etcd`, pod records (but the network operator's) and leases
+/// deleted and read back.
 /// Returns how many namespaces' pod records went.
 pub async fn scrub_etcd<G: Guest>(guest: &G, ready: Patience) -> Result<usize, Error> {
     sudo(

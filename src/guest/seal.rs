@@ -1,5 +1,6 @@
-//! Stage 4 in the guest (mission §5; `snc-reference.md` §3.5, §3.12, §3.17, §3.20 and §5): what
-//! SNC does before a disk is exported, done in the guest and never to the disk from outside.
+//! The Seal stage in the guest (`docs/architecture.md`, "The build source"; `docs/decisions.md`,
+//! "Customize, Seal, Publish, Validate, Ready"): what SNC's `snc.sh` and `createdisk.sh` do
+//! before a disk is exported, done in the guest and never to the disk from outside.
 //! First through the guest API while it runs — the pull secret emptied and its rollout to the
 //! node's `/var/lib/kubelet/config.json`, the cred-manager and the chronyd mask removed, the
 //! installer's temporary kubeadmin login deleted — then over SSH: `/opt/kubeconfig`, the image
@@ -61,7 +62,7 @@ fn guest_err(step: &'static str) -> impl Fn(GuestError) -> Error {
     move |source| Error::Guest { step, source }
 }
 
-/// SNC §3.20: `openshift-config/pull-secret` becomes `{}`, the MachineConfig rollout writes it
+/// As SNC does: `openshift-config/pull-secret` becomes `{}`, the MachineConfig rollout writes it
 /// to the node, and the node's file is read back until it is `{}`.
 pub async fn remove_pull_secret<G: Guest>(
     client: &kube::Client,
@@ -131,8 +132,8 @@ where
     Ok(())
 }
 
-/// SNC §3.5 and §3.17: the cred-manager DaemonSet goes (the cluster's certificates are
-/// rotated), and the chronyd mask with its rollout (an instance keeps real time).
+/// As SNC does: the cred-manager DaemonSet goes (the cluster's certificates are rotated), and
+/// the chronyd mask with its rollout (an instance keeps real time).
 pub async fn remove_build_helpers(
     client: &kube::Client,
     calls: Patience,
@@ -158,7 +159,7 @@ pub async fn remove_build_helpers(
     Ok(())
 }
 
-/// SNC §3.12.5: the installer's temporary kubeadmin login goes; the htpasswd users stay.
+/// As SNC does: the installer's temporary kubeadmin login goes; the htpasswd users stay.
 pub async fn remove_installer_login(client: &kube::Client, calls: Patience) -> Result<(), Error> {
     let (namespace, name) = INSTALLER_LOGIN;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
@@ -178,10 +179,10 @@ pub struct Scrubbed {
     pub pod_namespaces: usize,
 }
 
-/// SNC §3.15, §3.19, §3.25 and createdisk §5.2, §5.17, §5.19: `/opt/kubeconfig` (the admin
-/// kubeconfig the guest's units use), the image cache pruned to what the cluster runs, the
-/// kubelet stopped and disabled, etcd's pod records and leases scrubbed, the journal and
-/// `/var/log` emptied, free space trimmed so the export copies only data.
+/// As SNC's `snc.sh` and `createdisk.sh` do: `/opt/kubeconfig` (the admin kubeconfig the
+/// guest's units use), the image cache pruned to what the cluster runs, the kubelet stopped and
+/// disabled, etcd's pod records and leases scrubbed, the journal and `/var/log` emptied, free
+/// space trimmed so the export copies only data.
 pub async fn seal_disk<G: Guest>(
     guest: &G,
     admin_kubeconfig: &[u8],

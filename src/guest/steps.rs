@@ -1,6 +1,7 @@
-//! The crc-agent's first guest steps (upstream §5.3 steps 2–7), each an idempotent async function
-//! over any [`Guest`]. Every decision is made here from simple command output; nothing but simple
-//! commands is sent to the guest.
+//! The crc-agent's first guest steps, from the guest IP to the kubelet start in upstream's order
+//! (`docs/architecture.md`, "Guest operations"), each an idempotent async function over any
+//! [`Guest`]. Every decision is made here from simple command output; nothing but simple commands
+//! is sent to the guest.
 
 use std::net::Ipv4Addr;
 

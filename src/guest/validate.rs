@@ -1,7 +1,7 @@
-//! Stage 6 in the guest (mission §5): before anything is injected into a fresh clone of the golden
-//! disk, read what sealing promised — no pull secret on the node, the kubelet disabled, the node
-//! IP image cached (the disk cannot pull it), the kubelet's and the control plane's certificates
-//! valid 25 days by the guest's own clock. The
+//! The Validate stage in the guest (`docs/architecture.md`, "The build source"): before anything
+//! is injected into a fresh clone of the golden disk, read what sealing promised — no pull secret
+//! on the node, the kubelet disabled, the node IP image cached (the disk cannot pull it), the
+//! kubelet's and the control plane's certificates valid 25 days by the guest's own clock. The
 //! startup path that follows is the crc-agent's ([`crate::agent::startup_path`]).
 
 use super::build::{

@@ -1,8 +1,8 @@
-//! Objects of a build-sourced CRCBundle's attempt, in the operator namespace (mission §5): the
-//! installer's ServiceAccount, its input Secret, the work and ISO PVCs and the installer Job
-//! (Prepare); the helper's account and role, the credentials Secret, the root DataVolume, the
-//! install ISO PVC, the build VM and the helper Job of each guest step (Install, Customize,
-//! Seal); the disk Job (Publish).
+//! Objects of a build-sourced CRCBundle's attempt, in the operator namespace
+//! (`docs/operations.md`, "CRCBundle (build source)"): the installer's ServiceAccount, its input
+//! Secret, the work and ISO PVCs and the installer Job (Prepare); the helper's account and role,
+//! the credentials Secret, the root DataVolume, the install ISO PVC, the build VM and the helper
+//! Job of each guest step (Install, Customize, Seal); the disk Job (Publish).
 //! Every one is named after the bundle and the attempt, carries the attempt label and is
 //! controlled by the bundle, so an object of another attempt is never mistaken for this one's.
 

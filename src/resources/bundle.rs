@@ -1,5 +1,6 @@
-//! Objects of a download-sourced CRCBundle, in the operator namespace (upstream-behaviour §2):
-//! the golden and scratch PVCs and the prep Job, plus the names of what the Job publishes.
+//! Objects of a download-sourced CRCBundle, in the operator namespace (`docs/operations.md`,
+//! "CRCBundle (download source)"): the golden and scratch PVCs and the prep Job, plus the names
+//! of what the Job publishes.
 
 use std::collections::BTreeMap;
 

@@ -1,5 +1,5 @@
-//! Objects a ClusterLease makes (upstream §4.2): its copy of the bound instance's kubeconfig,
-//! `<lease>-kubeconfig`.
+//! Objects a ClusterLease makes (`docs/operations.md`, "ClusterLease"): its copy of the bound
+//! instance's kubeconfig, `<lease>-kubeconfig`.
 
 use std::collections::BTreeMap;
 

@@ -1,5 +1,6 @@
-//! Objects a ClusterPool makes (upstream §4.1): its instances `<pool>-<N>` and the CRCBundle of
-//! its template's `crcVersion`, and the labels that make an instance a member of the pool.
+//! Objects a ClusterPool makes (`docs/operations.md`, "ClusterPool"): its instances `<pool>-<N>`
+//! and the CRCBundle of its template's `crcVersion`, and the labels that make an instance a
+//! member of the pool.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -137,14 +137,14 @@ fn quantity(value: Option<&Value>) -> Option<Amount> {
         _ => return None,
     };
     match text.strip_prefix('-') {
-        Some(rest) => crate::cdi::parse_quantity(rest).map(|n| {
+        Some(rest) => crate::quantity::parse_quantity(rest).map(|n| {
             if n == 0 {
                 Amount::Bytes(0)
             } else {
                 Amount::Negative
             }
         }),
-        None => crate::cdi::parse_quantity(&text).map(Amount::Bytes),
+        None => crate::quantity::parse_quantity(&text).map(Amount::Bytes),
     }
 }
 

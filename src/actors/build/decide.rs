@@ -1,12 +1,16 @@
-//! The build source of a CRCBundle (mission §5) as a pure decision: what the pass observed in,
-//! the next status and the actions out. Stages so far: Admit and Prepare; the attempt then waits
-//! in Install, which is not built yet.
+//! The build source of a CRCBundle (`docs/architecture.md`, "The build source") as a pure
+//! decision: what the pass observed in, the next status and the actions out. An attempt runs
+//! every stage in turn — Admit, Prepare, Install, Customize, Seal, Publish, Validate, each with
+//! its condition — then Ready, which publishes the bundle (`Ready=True`) and deletes the
+//! temporary objects. A failure in any stage ends the attempt in Failed until a new retry value
+//! starts the next one.
 //!
 //! ```text
-//!  new attempt ──▶ Admit ──inputs recorded──▶ Prepare ──installer Job done──▶ Install
-//!   ▲                │ bad input                │ Job failed, object lost/replaced,
-//!   │                ▼                          ▼ inputs changed, deadline
-//!   └─retry value── Failed ◀────────────────────┘   (temporary objects deleted)
+//! new attempt ─▶ Admit ─▶ Prepare ─▶ Install ─▶ Customize ─▶ Seal ─▶ Publish ─▶ Validate ─▶ Ready
+//!  ▲               │         │          │           │         │         │          │          │
+//!  │               ▼         ▼          ▼           ▼         ▼         ▼          ▼          ▼
+//!  └─retry value─ Failed ◀── bad input, a Job failed, an object lost or replaced, inputs changed,
+//!                            a manifest rejected, the deadline (temporary objects deleted)
 //! ```
 //!
 //! Write-ahead: the pass writes the status this returns — the attempt, its inputs and the name
@@ -733,8 +737,9 @@ fn ensure_temps(
     true
 }
 
-/// Stage 2 (`docs/design/certificates-and-time.md` §2–§4): the build VM's three boots, each
-/// with its helper Job, and the cold restart between the second and the third.
+/// The Install stage (`docs/design/certificates-and-time.md`, "2. Generator boot" to "4. Cold
+/// restart"): the build VM's three boots, each with its helper Job, and the cold restart between
+/// the second and the third.
 fn install(step: &mut Step, observed: &Observed, names: &Names, actions: &mut Vec<Action>) {
     let install_step = step.build().install_step.unwrap_or(InstallStep::Generator);
     // After the cold restart the ISOs are gone on purpose: their absence fails nothing.
@@ -1306,7 +1311,8 @@ fn guest_session(
             let progress = match &observed.helper {
                 JobState::Seen(Observation::Progress(p)) => p.clone(),
                 JobState::Seen(Observation::Lost) => {
-                    // A helper Job is safe to make again (mission §5): it works from status.
+                    // A helper Job is safe to make again: it works from status
+                    // (`docs/decisions.md`, "The Install stage").
                     let resources = step
                         .build_mut()
                         .resources

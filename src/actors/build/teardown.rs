@@ -1,8 +1,9 @@
-//! Deleting a build-sourced bundle (mission §5, lifecycle): under the `build-cleanup` finalizer,
-//! the Jobs are stopped and the build VM halted first; only once no Job, VMI or virt-launcher
-//! pod remains are the VM, the volumes and the rest deleted; the finalizer goes once nothing
-//! recorded is left. So no guest or helper ever runs on a volume that is being deleted, and
-//! nothing of the build outlives its bundle. Pure: [`super::teardown_pass`] reads and acts.
+//! Deleting a build-sourced bundle (`docs/operations.md`, "CRCBundle (build source)"): under the
+//! `build-cleanup` finalizer, the Jobs are stopped and the build VM halted first; only once no
+//! Job, VMI or virt-launcher pod remains are the VM, the volumes and the rest deleted; the
+//! finalizer goes once nothing recorded is left. So no guest or helper ever runs on a volume that
+//! is being deleted, and nothing of the build outlives its bundle. Pure: [`super::teardown_pass`]
+//! reads and acts.
 
 use std::collections::BTreeMap;
 

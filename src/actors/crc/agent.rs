@@ -1,6 +1,6 @@
-//! What the crc-agent tells the operator, decided from what the API shows (upstream §3.6): the
-//! handoff Secret (the agent's only output) and, while there is none, a diagnosis of its Job and
-//! pods for the `CRCAgent` condition.
+//! What the crc-agent tells the operator, decided from what the API shows (`docs/operations.md`,
+//! "Provisioning, in order"): the handoff Secret (the agent's only output) and, while there is
+//! none, a diagnosis of its Job and pods for the `CRCAgent` condition.
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;

@@ -1,8 +1,8 @@
-//! Boot-key binding (upstream §3.3, mission §2.3): before any disk exists, an instance records
-//! which bundle disk and SSH key it boots with. Afterwards the instance keeps its own copy of the
-//! key and never re-resolves the bundle; a lost copy is restored only when the bundle's disk and
-//! key are provably the ones recorded, because a different key could not log in to the cloned
-//! disk — or worse, would belong to a different disk.
+//! Boot-key binding (`docs/architecture.md`, "ClusterInstance"): before any disk exists, an
+//! instance records which bundle disk and SSH key it boots with. Afterwards the instance keeps its
+//! own copy of the key and never re-resolves the bundle; a lost copy is restored only when the
+//! bundle's disk and key are provably the ones recorded, because a different key could not log in
+//! to the cloned disk — or worse, would belong to a different disk.
 //!
 //! Downloaded bundles bind to their archive `sha256`; built bundles to their raw `diskSHA256`.
 

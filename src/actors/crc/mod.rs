@@ -1,4 +1,5 @@
-//! The CRC backing of a ClusterInstance (upstream §3.2–§3.7), once its gates are open.
+//! The CRC backing of a ClusterInstance (`docs/architecture.md`, "ClusterInstance"), once its
+//! gates are open.
 //!
 //! A pass is *observe → plan → act*:
 //!

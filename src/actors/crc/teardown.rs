@@ -1,8 +1,8 @@
-//! Ordered teardown of a CRC instance's backing (upstream §3.8): observe what is left, take the
-//! next step of [`super::teardown_plan`], look again. Only objects the instance controls (or
-//! whose parent's UID it recorded) are touched, and every delete carries a UID precondition, so
-//! a same-named object created by someone else is never removed. Shared bundle artifacts and the
-//! user's Secrets are never touched.
+//! Ordered teardown of a CRC instance's backing (`docs/operations.md`, "Deleting an instance"):
+//! observe what is left, take the next step of [`super::teardown_plan`], look again. Only objects
+//! the instance controls (or whose parent's UID it recorded) are touched, and every delete
+//! carries a UID precondition, so a same-named object created by someone else is never removed.
+//! Shared bundle artifacts and the user's Secrets are never touched.
 
 use std::sync::Arc;
 use std::time::Duration;

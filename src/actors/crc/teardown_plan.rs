@@ -1,5 +1,6 @@
-//! The order a CRC instance is torn down in (upstream §3.8), as a pure function of what still
-//! exists. Each pass takes the first step that applies; the actor performs it and looks again.
+//! The order a CRC instance is torn down in (`docs/operations.md`, "Deleting an instance"), as a
+//! pure function of what still exists. Each pass takes the first step that applies; the actor
+//! performs it and looks again.
 //!
 //! Why this order: agent Jobs go first, because their pods mount the boot-key copy and run as the
 //! per-instance account; the VM is halted and its VMI and launcher pods are gone before storage is

@@ -1,7 +1,8 @@
 //! The Install stage's guest session: the helper Job of the current step and VMI, recorded in
 //! `status.build.resources.helperJob`. Its result is the termination message of its succeeded pod
 //! ([`crate::contract::build_helper::Outcome`]). A lost helper Job is made again by the parent
-//! (mission §5: a helper works from status, so another run is safe); the child only reports.
+//! (a helper works from status, so another run is safe: `docs/decisions.md`, "The Install
+//! stage"); the child only reports.
 
 use k8s_openapi::api::batch::v1::Job;
 

@@ -77,7 +77,8 @@ pub enum WhenLost {
     /// The object is made again (the download source's prep Job, as upstream does).
     Recreate,
     /// The attempt fails with `ResourceLost`: the object held work that cannot be redone
-    /// safely in the same attempt (the build's temporary objects, mission §5).
+    /// safely in the same attempt (the build's temporary objects; `docs/decisions.md`, "A
+    /// deleted prep Job is made again; a replaced one fails the bundle").
     FailAttempt,
 }
 

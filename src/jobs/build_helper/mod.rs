@@ -1,6 +1,6 @@
 //! `guestcluster build-helper`: the guest session of a bundle build's Install stage
-//! (`docs/design/certificates-and-time.md` §2–§4). One Job per step and VMI; the steps
-//! themselves are [`crate::guest::build`]:
+//! (`docs/design/certificates-and-time.md`, "2. Generator boot" to "4. Cold restart"). One Job
+//! per step and VMI; the steps themselves are [`crate::guest::build`]:
 //!
 //! - **generator** (guest a day behind): the installer and its staging directory into the live
 //!   system's memory, the single-node Ignition made there, patched, embedded into the install

@@ -1,8 +1,9 @@
-//! `guestcluster disk`: the Publish stage's Job (mission §5, stage 5). Copies the stopped build
-//! VM's raw root disk (`$SOURCE_DIR/disk.img`) into the golden PVC (`$TARGET_DIR/disk.img`)
-//! sparsely, hashing it in the same pass ([`sparse::copy`]); the copy is written to a partial
-//! file, flushed, and renamed, so the golden PVC holds either no disk or the whole one. Its
-//! termination message is [`Outcome`]: the digest and virtual size the bundle publishes.
+//! `guestcluster disk`: the Publish stage's Job (`docs/architecture.md`, "The build source").
+//! Copies the stopped build VM's raw root disk (`$SOURCE_DIR/disk.img`) into the golden PVC
+//! (`$TARGET_DIR/disk.img`) sparsely, hashing it in the same pass ([`sparse::copy`]); the copy is
+//! written to a partial file, flushed, and renamed, so the golden PVC holds either no disk or the
+//! whole one. Its termination message is [`Outcome`]: the digest and virtual size the bundle
+//! publishes.
 //!
 //! It runs with no API token: it reads one volume and writes another.
 

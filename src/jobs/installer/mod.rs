@@ -1,6 +1,6 @@
-//! `guestcluster installer`: the Prepare stage's Job of a bundle build (mission §5, stage 1;
-//! `docs/design/certificates-and-time.md` §1). It runs on real time, so it creates nothing with
-//! a clock in it:
+//! `guestcluster installer`: the Prepare stage's Job of a bundle build (`docs/architecture.md`,
+//! "The build source"; `docs/design/certificates-and-time.md`, "1. Prepare"). It runs on real
+//! time, so it creates nothing with a clock in it:
 //!
 //! 1. resolve the release pull spec to its digest once (`oc adm release info`) and pin it;
 //! 2. extract `openshift-install` of that release onto the work volume and check it names the

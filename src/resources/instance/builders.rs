@@ -1,6 +1,6 @@
-//! The instance's backing objects other than the VM (upstream-behaviour §3.3–§3.6): agent RBAC,
-//! boot-key copy, root DataVolume, API Service and Route, identity and kubeconfig Secrets, and
-//! the crc-agent Job.
+//! The instance's backing objects other than the VM (`docs/architecture.md`, "ClusterInstance"):
+//! agent RBAC, boot-key copy, root DataVolume, API Service and Route, identity and kubeconfig
+//! Secrets, and the crc-agent Job.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1,6 +1,7 @@
-//! Objects of a CRC ClusterInstance, in the instance namespace (upstream-behaviour §3.3–§3.6):
-//! names, the root DataVolume and its size, the VirtualMachine, agent RBAC, the API Service and
-//! Route, the boot-key copy, identity and kubeconfig Secrets, and the crc-agent Job.
+//! Objects of a CRC ClusterInstance, in the instance namespace (`docs/architecture.md`,
+//! "ClusterInstance"): names, the root DataVolume and its size, the VirtualMachine, agent RBAC,
+//! the API Service and Route, the boot-key copy, identity and kubeconfig Secrets, and the
+//! crc-agent Job.
 //!
 //! Every namespaced object carries the common instance labels and a controller owner reference
 //! to the instance (which must have been read from the API: it needs a UID).

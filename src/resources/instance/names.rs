@@ -1,6 +1,6 @@
-//! Names of a CRC instance's backing objects and its API host (upstream-behaviour §3.3–§3.6,
-//! §8). These strings are the compatibility contract with the Go operator: existing objects are
-//! found by them.
+//! Names of a CRC instance's backing objects and its API host, as the Go operator names them.
+//! These strings are the compatibility contract with the Go operator: existing objects are found
+//! by them.
 
 use sha2::{Digest, Sha256};
 

@@ -1,6 +1,6 @@
-//! Root disk sizing (mission §2.3): `rootVolumeSize` (default 80Gi) is at least the golden
-//! disk's virtual size plus the filesystem overhead; a smaller size is raised to a whole Gi and
-//! the caller says so with an Event.
+//! Root disk sizing (`docs/operations.md`, "Provisioning, in order"): `rootVolumeSize` (default
+//! 80Gi) is at least the golden disk's virtual size plus the filesystem overhead; a smaller size
+//! is raised to a whole Gi and the caller says so with an Event.
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 

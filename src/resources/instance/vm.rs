@@ -23,8 +23,8 @@ pub const ROOT_DISK: &str = "rootdisk";
 /// How an instance VM is shaped for a bundle's disk (`CRCBundle.status.vmProfile`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum VmProfile {
-    /// `crc-download-v0`: the upstream VM of a downloaded bundle (upstream-behaviour §3.4): BIOS,
-    /// KubeVirt's default pod network, one virtio disk; nothing else set.
+    /// `crc-download-v0`: the VM the Go operator makes for a downloaded bundle: BIOS, KubeVirt's
+    /// default pod network, one virtio disk; nothing else set.
     CrcDownloadV0,
     /// `crc-kubevirt-v1`: the VM a built bundle was installed in (`resources::profile::vm`):
     /// EFI, the machine type of `arch`, masquerade binding with a pinned guest network, the

@@ -1,6 +1,7 @@
-//! The profile's post-install steps (`snc-reference.md` §3, in SNC's order): what the Customize
-//! stage changes in the installed cluster before the user's own manifests. Pure: the objects to
-//! apply and the patches to send; the build helper sends them through the guest API
+//! The profile's post-install steps (SNC's post-install customisation, in SNC's order;
+//! `docs/decisions.md`, "Customize, Seal, Publish, Validate, Ready"): what the Customize stage
+//! changes in the installed cluster before the user's own manifests. Pure: the objects to apply
+//! and the patches to send; the build helper sends them through the guest API
 //! ([`crate::guest::customize`]). The steps that need something read from the cluster first (the
 //! router CA, the kubeadmin password for the htpasswd file) are the helper's.
 
