@@ -1253,14 +1253,16 @@ fn modes(shared: &Shared, spec: &DataVolumeSpec) -> Modes {
         .iter()
         .map(|c| (**c).clone())
         .collect();
+    // A named class that does not exist is no class at all (CDI's `GetStorageClassByName`).
     let class = match storage
         .storage_class_name
         .as_deref()
         .filter(|c| !c.is_empty())
     {
-        Some(name) => Some(name.to_owned()),
-        None => storage::default_class(&classes).map(ResourceExt::name_any),
-    };
+        Some(name) => classes.iter().find(|c| c.name_any() == name),
+        None => storage::default_class(&classes),
+    }
+    .map(ResourceExt::name_any);
     let sets: Option<(String, Vec<ClaimPropertySet>)> = class.map(|name| {
         let key = ObjectRef::new_with(&name, storage::storage_profile_resource());
         let sets = shared

@@ -419,6 +419,7 @@ pub fn credentials_secret(bundle: &CRCBundle, namespace: &str, names: &Names) ->
 /// `/dev/vda`, installed by the install boot. Always `Filesystem`, whatever the StorageProfile
 /// prefers: the disk Job reads it as the file `disk.img` and copies only its allocated extents
 /// (`SEEK_DATA`), which a Block device does not offer (`docs/decisions.md`, "Volume modes").
+/// `ReadWriteOnce` is said as well (one VM uses it), so CDI needs nothing from the profile.
 pub fn root_data_volume(
     bundle: &CRCBundle,
     build: &BuildSpec,
@@ -430,18 +431,18 @@ pub fn root_data_volume(
         namespace,
         names,
         (&names.root_data_volume, &build.vm.disk_size),
-        Some(super::common::FILESYSTEM),
+        Some((super::common::READ_WRITE_ONCE, super::common::FILESYSTEM)),
     )
 }
 
-/// A blank DataVolume `name` of `size` in the bundle's storage class; `volume_mode` unset
-/// follows the class's StorageProfile.
+/// A blank DataVolume `name` of `size` in the bundle's storage class with `modes` (access mode,
+/// volume mode); unset, both follow the class's StorageProfile.
 fn root_data_volume_of(
     bundle: &CRCBundle,
     namespace: &str,
     names: &Names,
     (name, size): (&str, &str),
-    volume_mode: Option<&str>,
+    modes: Option<(&str, &str)>,
 ) -> DataVolume {
     DataVolume {
         metadata: meta(bundle, namespace, name, names.attempt),
@@ -459,8 +460,8 @@ fn root_data_volume_of(
                     .storage_class_name
                     .clone()
                     .filter(|s| !s.is_empty()),
-                access_modes: None,
-                volume_mode: volume_mode.map(str::to_owned),
+                access_modes: modes.map(|(access, _)| vec![access.to_owned()]),
+                volume_mode: modes.map(|(_, mode)| mode.to_owned()),
             }),
         },
         status: None,

@@ -133,7 +133,7 @@ pub(super) fn pvc(
             ..Default::default()
         },
         spec: Some(PersistentVolumeClaimSpec {
-            access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
+            access_modes: Some(vec![super::common::READ_WRITE_ONCE.to_owned()]),
             resources: Some(VolumeResourceRequirements {
                 requests: Some(BTreeMap::from([(
                     "storage".to_owned(),

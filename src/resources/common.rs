@@ -251,6 +251,9 @@ pub fn job_container(
 /// modes").
 pub const FILESYSTEM: &str = "Filesystem";
 
+/// The access mode of a volume one pod or VM uses at a time.
+pub const READ_WRITE_ONCE: &str = "ReadWriteOnce";
+
 #[cfg(test)]
 mod containerfile_tests {
     /// The image the Jobs run: what the pods' settings assume of it.
