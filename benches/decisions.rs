@@ -15,12 +15,14 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use guestcluster::actors::crc::agent;
-use guestcluster::actors::crc::boot_key::{self, KEY};
-use guestcluster::actors::crc::teardown_plan::{self, Obj, Remaining, Vm};
-use guestcluster::actors::instance_gates::{self, NamespaceState, Platform};
-use guestcluster::actors::stage::Observation;
-use guestcluster::actors::{download, lease_decide, pool_decide};
+use guestcluster::actors::bundle::download;
+use guestcluster::actors::instance::crc::agent;
+use guestcluster::actors::instance::crc::boot_key::{self, KEY};
+use guestcluster::actors::instance::crc::teardown_plan::{self, Obj, Remaining, Vm};
+use guestcluster::actors::instance::gates::{self as instance_gates, NamespaceState, Platform};
+use guestcluster::actors::lease::decide as lease_decide;
+use guestcluster::actors::pool::decide as pool_decide;
+use guestcluster::actors::runtime::stage::Observation;
 use guestcluster::api::bundle::{BundlePhase, BundleSource, CRCBundleSpec, CRCBundleStatus};
 use guestcluster::api::common::ObjectIdentity;
 use guestcluster::api::conditions::{self, types};
@@ -182,8 +184,8 @@ fn pool_decisions(c: &mut Criterion) {
     for n in SIZES {
         let (instances, leases) = fleet(n);
         let size = i32::try_from(n).expect("small pool");
-        let policy = guestcluster::actors::pool_bundles::PoolBundles {
-            crc_versions: guestcluster::actors::pool_bundles::VersionPatterns::parse("*"),
+        let policy = guestcluster::actors::pool::bundles::PoolBundles {
+            crc_versions: guestcluster::actors::pool::bundles::VersionPatterns::parse("*"),
             ..Default::default()
         };
         let observed = || pool_decide::Observed {

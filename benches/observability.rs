@@ -14,7 +14,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use guestcluster::actors::mailbox;
+use guestcluster::actors::runtime::mailbox;
 use guestcluster::api::ClusterInstance;
 use guestcluster::operator::dashboard::{ActorNode, Snapshot, render};
 use guestcluster::operator::inventory::{Inventory, instance_row};

@@ -112,7 +112,7 @@ struct OperatorArgs {
     #[arg(long, env = "POOL_BUNDLE_STORAGE_CLASS", default_value = "")]
     pool_bundle_storage_class: String,
     /// Seconds a bundle created for pools stays once no pool or instance refers to it.
-    #[arg(long, default_value_t = guestcluster::actors::pool_bundles::DEFAULT_GC_GRACE.as_secs())]
+    #[arg(long, default_value_t = guestcluster::actors::pool::bundles::DEFAULT_GC_GRACE.as_secs())]
     pool_bundle_gc_grace_seconds: u64,
     /// Address of `/metrics`; `0` disables it.
     #[arg(long, default_value = "0.0.0.0:8080")]
@@ -125,7 +125,7 @@ struct OperatorArgs {
     #[arg(long, default_value_t = guestcluster::operator::api_limits::ApiLimits::DEFAULT_BURST)]
     kube_api_burst: u32,
     /// Reconciles running at once across all kinds; the others queue in arrival order.
-    #[arg(long, default_value_t = guestcluster::actors::root::DEFAULT_MAX_CONCURRENT_RECONCILES)]
+    #[arg(long, default_value_t = guestcluster::actors::runtime::root::DEFAULT_MAX_CONCURRENT_RECONCILES)]
     max_concurrent_reconciles: usize,
     #[command(flatten)]
     log: LogArgs,
@@ -196,7 +196,7 @@ fn operator(args: OperatorArgs) -> Result<(), Box<dyn std::error::Error>> {
         identity: guestcluster::operator::default_identity(),
         health_addr: listen_addr(&args.health_probe_bind_address)?,
         metrics_addr: listen_addr(&args.metrics_bind_address)?,
-        tree: guestcluster::actors::root::TreeConfig {
+        tree: guestcluster::actors::runtime::root::TreeConfig {
             max_concurrent_reconciles: args.max_concurrent_reconciles,
             ..Default::default()
         },
@@ -206,9 +206,9 @@ fn operator(args: OperatorArgs) -> Result<(), Box<dyn std::error::Error>> {
             pod_users: Default::default(),
         },
         platform: args.platform,
-        guests: guestcluster::actors::context::GuestSettings::from_env(),
-        pool_bundles: guestcluster::actors::pool_bundles::PoolBundles {
-            crc_versions: guestcluster::actors::pool_bundles::VersionPatterns::parse(
+        guests: guestcluster::actors::runtime::context::GuestSettings::from_env(),
+        pool_bundles: guestcluster::actors::pool::bundles::PoolBundles {
+            crc_versions: guestcluster::actors::pool::bundles::VersionPatterns::parse(
                 &args.pool_crc_versions,
             ),
             storage_class: Some(args.pool_bundle_storage_class).filter(|s| !s.is_empty()),

@@ -12,7 +12,7 @@ mod support;
 
 use std::collections::BTreeMap;
 
-use guestcluster::actors::build::admit::{data_sha256, hex_sha256};
+use guestcluster::actors::bundle::build_source::admit::{data_sha256, hex_sha256};
 use guestcluster::api::CRCBundle;
 use guestcluster::api::bundle::{BuildStage, BundlePhase};
 use guestcluster::api::conditions::{self, reasons, types};

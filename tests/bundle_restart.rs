@@ -9,8 +9,8 @@
 
 mod support;
 
-use guestcluster::actors::stage::Stage;
-use guestcluster::actors::stage::prep_job::PrepJob;
+use guestcluster::actors::bundle::download::prep_job::PrepJob;
+use guestcluster::actors::runtime::stage::Stage;
 use guestcluster::api::bundle::BundlePhase;
 use guestcluster::api::common::ObjectIdentity;
 use guestcluster::api::{CRCBundle, CRCBundleSpec};
@@ -166,7 +166,7 @@ async fn build_objects(client: &kube::Client, name: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn a_restarted_operator_resumes_the_same_installer_job() {
-    use guestcluster::actors::stage::installer_job::InstallerJob;
+    use guestcluster::actors::bundle::build_source::stages::installer_job::InstallerJob;
     use guestcluster::api::conditions::{self, reasons, types};
 
     let world = bare_world();

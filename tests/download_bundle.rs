@@ -8,8 +8,8 @@
 
 mod support;
 
-use guestcluster::actors::stage::Stage;
-use guestcluster::actors::stage::prep_job::PrepJob;
+use guestcluster::actors::bundle::download::prep_job::PrepJob;
+use guestcluster::actors::runtime::stage::Stage;
 use guestcluster::api::bundle::BundlePhase;
 use guestcluster::api::common::ObjectIdentity;
 use guestcluster::api::conditions::{self, reasons, types};

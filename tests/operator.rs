@@ -9,7 +9,7 @@ mod support;
 use std::time::Duration;
 
 use guestcluster::actors::bundle::BundleActor;
-use guestcluster::actors::root::{self, TreeConfig};
+use guestcluster::actors::runtime::root::{self, TreeConfig};
 use guestcluster::actors::{Context, ObjectActor, object_actor_name};
 use guestcluster::api::conditions::{self, reasons, types};
 use guestcluster::api::{CRCBundle, CRCBundleSpec};
@@ -63,7 +63,7 @@ async fn bundle_actors_follow_bundles_and_restart_when_killed() {
         Default::default(),
     );
     let config = TreeConfig {
-        backoff: guestcluster::actors::backoff::Backoff {
+        backoff: guestcluster::actors::runtime::backoff::Backoff {
             base: Duration::from_millis(50),
             ..Default::default()
         },

@@ -1,4 +1,4 @@
-//! The shared copies of user Secrets (`actors::user_secrets`) against a real API server: a
+//! The shared copies of user Secrets (`actors::runtime::user_secrets`) against a real API server: a
 //! Secret is read once and then served from its copy until a watch event says it changed;
 //! absence is kept the same way.
 // Tests act as users: they write directly, not through the operator's write path.
@@ -6,7 +6,7 @@
 
 mod support;
 
-use guestcluster::actors::user_secrets::UserSecrets;
+use guestcluster::actors::runtime::user_secrets::UserSecrets;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, PostParams};
 

@@ -936,6 +936,13 @@ fn listed<K>(event: &Result<watcher::Event<K>, watcher::Error>) -> bool {
     matches!(event, Ok(watcher::Event::InitDone))
 }
 
+/// What an event of a secondary watch feeds: `cache` once its (re)list is complete.
+fn other<K>(cache: Listed) -> impl FnMut(Result<watcher::Event<K>, watcher::Error>) -> Fed {
+    move |event| Fed::Others {
+        listed: if listed(&event) { cache } else { Listed::No },
+    }
+}
+
 /// The CDI controller; runs until its watches end.
 pub async fn run(ctx: Arc<SimContext>) -> Result<(), Error> {
     let client = ctx.client.clone();
@@ -968,33 +975,19 @@ pub async fn run(ctx: Arc<SimContext>) -> Result<(), Error> {
         watcher(Api::all(client.clone()), watcher::Config::default()),
     )
     .default_backoff()
-    .map(|e| Fed::Others {
-        listed: if listed(&e) {
-            Listed::Claims
-        } else {
-            Listed::No
-        },
-    });
+    .map(other(Listed::Claims));
     let pod_events = reflector::reflector(
         pod_writer,
         watcher(Api::all(client.clone()), watcher::Config::default()),
     )
     .default_backoff()
-    .map(|e| Fed::Others {
-        listed: if listed(&e) { Listed::Pods } else { Listed::No },
-    });
+    .map(other(Listed::Pods));
     let class_events = reflector::reflector(
         class_writer,
         watcher(Api::all(client.clone()), watcher::Config::default()),
     )
     .default_backoff()
-    .map(|e| Fed::Others {
-        listed: if listed(&e) {
-            Listed::Classes
-        } else {
-            Listed::No
-        },
-    });
+    .map(other(Listed::Classes));
     let profile_events = reflector::reflector(
         profile_writer,
         watcher(
@@ -1003,13 +996,7 @@ pub async fn run(ctx: Arc<SimContext>) -> Result<(), Error> {
         ),
     )
     .default_backoff()
-    .map(|e| Fed::Others {
-        listed: if listed(&e) {
-            Listed::Profiles
-        } else {
-            Listed::No
-        },
-    });
+    .map(other(Listed::Profiles));
     let mut events = std::pin::pin!(futures::stream::select(
         futures::stream::select(dv_events, profile_events),
         futures::stream::select(

@@ -20,10 +20,10 @@ use tokio::sync::oneshot;
 
 use guestcluster::actors::ObjectActor;
 use guestcluster::actors::bundle::BundleActor;
-use guestcluster::actors::context::GuestSettings;
 use guestcluster::actors::instance::InstanceActor;
 use guestcluster::actors::pool::PoolActor;
-use guestcluster::actors::root::TreeConfig;
+use guestcluster::actors::runtime::context::GuestSettings;
+use guestcluster::actors::runtime::root::TreeConfig;
 use guestcluster::api::instance::InstancePhase;
 use guestcluster::api::labels;
 use guestcluster::api::{CRCBundle, ClusterInstance, ClusterPool};
@@ -457,8 +457,8 @@ impl RunningOperator {
             platform: Default::default(),
             guests,
             // The sample pool's crcVersion only: what an administrator would allow.
-            pool_bundles: guestcluster::actors::pool_bundles::PoolBundles {
-                crc_versions: guestcluster::actors::pool_bundles::VersionPatterns::parse(
+            pool_bundles: guestcluster::actors::pool::bundles::PoolBundles {
+                crc_versions: guestcluster::actors::pool::bundles::VersionPatterns::parse(
                     DEMO_VERSION,
                 ),
                 ..Default::default()
@@ -673,13 +673,14 @@ async fn build_stages(
         let status = b.status.clone().unwrap_or_default();
         let stage = status.build.as_ref().and_then(|b| b.stage);
         // The condition of the stage in progress: the last one set, in stage order.
-        let lines: Vec<String> = guestcluster::actors::build::decide::STAGE_CONDITIONS
-            .into_iter()
-            .rev()
-            .find_map(|t| conditions::find(&status.conditions, t))
-            .map(|c| format!("{}={} {}", c.type_, c.status, c.reason))
-            .into_iter()
-            .collect();
+        let lines: Vec<String> =
+            guestcluster::actors::bundle::build_source::decide::STAGE_CONDITIONS
+                .into_iter()
+                .rev()
+                .find_map(|t| conditions::find(&status.conditions, t))
+                .map(|c| format!("{}={} {}", c.type_, c.status, c.reason))
+                .into_iter()
+                .collect();
         let stage_name = stage.map_or_else(|| "-".to_owned(), |s| format!("{s:?}"));
         let step = status
             .build
@@ -712,7 +713,7 @@ async fn build_stages(
             )));
         }
         if conditions::find(&status.conditions, types::READY).is_some_and(|c| c.status == "True") {
-            for type_ in guestcluster::actors::build::decide::STAGE_CONDITIONS {
+            for type_ in guestcluster::actors::bundle::build_source::decide::STAGE_CONDITIONS {
                 progress.step(format!("  {type_}: {}", message_of(type_)));
             }
             progress.step(format!("  Ready: {}", message_of(types::READY)));

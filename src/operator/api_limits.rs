@@ -1,7 +1,7 @@
 //! The operator's client-side limit on API requests: a token bucket in front of every request
 //! its client sends (watches included), like client-go's QPS and burst.
 //!
-//! The reconcile concurrency bound ([`crate::actors::context::Tuning::max_concurrent_reconciles`])
+//! The reconcile concurrency bound ([`crate::actors::runtime::context::Tuning::max_concurrent_reconciles`])
 //! keeps a thousand first passes from starting at once; this bucket caps what they send
 //! together, so a restart of the operator in front of a large cluster never becomes a burst the
 //! API server's priority and fairness has to absorb.

@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 
 use crate::actors::Context;
-use crate::actors::kind_supervisor::phase_name;
+use crate::actors::runtime::object_actor::phase_name;
 use crate::api::bundle::{BundleSource, CRCBundle};
 use crate::api::conditions::types;
 use crate::api::instance::ClusterInstance;

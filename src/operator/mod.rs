@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::actors::Context;
-use crate::actors::root::{self, TreeConfig};
+use crate::actors::runtime::root::{self, TreeConfig};
 use crate::metrics::Metrics;
 
 /// Errors that end the operator.
@@ -57,9 +57,9 @@ pub struct Options {
     /// Decides who the Jobs' pods run as (overrides `jobs.pod_users`).
     pub platform: platform::Platform,
     /// How guest APIs are reached (Route proxy).
-    pub guests: crate::actors::context::GuestSettings,
+    pub guests: crate::actors::runtime::context::GuestSettings,
     /// Which bundles pools may have created, where, and how long unused ones stay.
-    pub pool_bundles: crate::actors::pool_bundles::PoolBundles,
+    pub pool_bundles: crate::actors::pool::bundles::PoolBundles,
 }
 
 /// The operator's API clients.

@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
 use super::bundle::published_bundle_name;
-use crate::actors::pool_bundles::PoolBundles;
+use crate::actors::pool::bundles::PoolBundles;
 use crate::api::bundle::DEFAULT_GOLDEN_VOLUME_SIZE;
 use crate::api::common::LocalRef;
 use crate::api::instance::{ClusterInstance, ClusterInstanceSpec};
@@ -165,7 +165,7 @@ mod tests {
 
     fn allow_all() -> PoolBundles {
         PoolBundles {
-            crc_versions: crate::actors::pool_bundles::VersionPatterns::parse("*"),
+            crc_versions: crate::actors::pool::bundles::VersionPatterns::parse("*"),
             storage_class: Some("shared-ceph".into()),
             ..Default::default()
         }
@@ -186,7 +186,7 @@ mod tests {
             "no version is allowed by default"
         );
         let only_4_21 = PoolBundles {
-            crc_versions: crate::actors::pool_bundles::VersionPatterns::parse("4.21.*"),
+            crc_versions: crate::actors::pool::bundles::VersionPatterns::parse("4.21.*"),
             ..Default::default()
         };
         assert!(bundle_for(&p.spec.template, &only_4_21).is_none());

@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use guestcluster::actors::Context;
-use guestcluster::actors::context::GuestSettings;
-use guestcluster::actors::pool_bundles::{PoolBundles, VersionPatterns};
-use guestcluster::actors::root::{self, TreeConfig};
+use guestcluster::actors::pool::bundles::{PoolBundles, VersionPatterns};
+use guestcluster::actors::runtime::context::GuestSettings;
+use guestcluster::actors::runtime::root::{self, TreeConfig};
 use guestcluster::guest::route::{ROUTE_PROXY_ENV, RouteAccess};
 use guestcluster::metrics::Metrics;
 use guestcluster::resources::bundle::JobSettings;
@@ -197,7 +197,7 @@ async fn start(
         },
     );
     let config = TreeConfig {
-        backoff: guestcluster::actors::backoff::Backoff {
+        backoff: guestcluster::actors::runtime::backoff::Backoff {
             base: std::time::Duration::from_millis(100),
             ..Default::default()
         },

@@ -1,0 +1,252 @@
+//! The ClusterLease actor: one per lease, keyed by UID (`docs/operations.md`, "ClusterLease").
+//!
+//! A lease gets the finalizer `guestcluster.opdev.io/release`; while Pending it binds the first
+//! Ready instance of its pool that no lease claims, copying the instance's kubeconfig Secret into
+//! `<lease>-kubeconfig` and recording the binding in one status write; once Bound its TTL deletes
+//! it; its deletion deletes the bound instance (the pool creates a replacement).
+//!
+//! Binding never gives one instance to two leases: a lease does not bind itself but asks its
+//! pool's actor, which owns the claims on the pool's instances and binds one lease at a time on
+//! live reads ([`crate::actors::pool::claims`]). A pool that does not exist yet is waited for
+//! (`Bound=False reason=PoolNotFound`); a pool whose actor cannot answer now is retried with
+//! backoff (`PoolUnavailable`).
+//!
+//! Releasing needs no such turn: the released instance is claimed by this lease until the
+//! instance is being deleted, and a deleting instance is never bound, so nothing can bind it in
+//! between; the pool may delete it too, which the UID precondition makes harmless.
+//!
+//! Decisions are pure ([`crate::actors::lease::decide`]). Instance changes trigger the Pending leases of
+//! the instance's pool, and pool changes the Pending leases naming the pool
+//! ([`ObjectActor::related_events`]).
+
+pub mod decide;
+
+use std::sync::Arc;
+
+use k8s_openapi::jiff::Timestamp;
+use kube::api::PropagationPolicy;
+use kube::{Api, ResourceExt};
+
+use crate::actors::lease::decide::Step;
+use crate::actors::pool;
+use crate::actors::pool::claims::{self, BindOutcome};
+use crate::actors::runtime::context::Context;
+use crate::actors::runtime::object_actor::{Next, ObjectActor, ReconcileError, phase_name};
+use crate::actors::runtime::triggers::{Related, RelatedEvents, related_events};
+use crate::api::conditions::reasons;
+use crate::api::labels::{FINALIZER_RELEASE, MANAGED_BY, MANAGED_BY_OPERATOR, POOL};
+use crate::api::{ClusterInstance, ClusterLease, ClusterPool};
+use crate::write;
+
+/// Errors of a lease reconcile.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("reading {what} for ClusterLease {name}: {source}")]
+    Observe {
+        name: String,
+        what: String,
+        source: kube::Error,
+    },
+    #[error("updating finalizers of ClusterLease {name}: {source}")]
+    Finalizer { name: String, source: kube::Error },
+    #[error("deleting {what} for ClusterLease {name}: {source}")]
+    Delete {
+        name: String,
+        what: String,
+        source: kube::Error,
+    },
+    #[error(transparent)]
+    Bind(#[from] claims::Error),
+}
+
+impl ReconcileError for Error {
+    fn reason(&self) -> &'static str {
+        match self {
+            Error::Bind(err) => err.reason(),
+            Error::Observe { .. } | Error::Finalizer { .. } | Error::Delete { .. } => {
+                reasons::RECONCILE_ERROR
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct LeaseActor;
+
+impl ObjectActor for LeaseActor {
+    type Object = ClusterLease;
+    type Error = Error;
+    type Request = std::convert::Infallible;
+    const KIND: &'static str = "clusterlease";
+
+    fn phase(object: &Self::Object) -> Option<String> {
+        phase_name(object.status.as_ref().and_then(|s| s.phase))
+    }
+    /// A terminating namespace blocks binding.
+    const WATCHES_NAMESPACES: bool = true;
+    /// A lease waits for its pool's actor to answer a bind request (up to `BIND_TIMEOUT`); it
+    /// must not hold a permit that pool's reconcile may be queued for.
+    const HOLDS_PERMIT: bool = false;
+
+    /// Any change of a pool instance, or of a pool (created, its actor about to start), wakes
+    /// the Pending leases of that pool.
+    fn related_events(ctx: &Arc<Context>) -> Vec<RelatedEvents<ClusterLease>> {
+        vec![
+            related_events(
+                Api::<ClusterInstance>::all(ctx.client.clone()),
+                |instance: &ClusterInstance| {
+                    let labels = instance.labels();
+                    if labels.get(MANAGED_BY).map(String::as_str) != Some(MANAGED_BY_OPERATOR) {
+                        return None;
+                    }
+                    pending_of(instance.namespace()?, labels.get(POOL)?.clone())
+                },
+            ),
+            related_events(
+                Api::<ClusterPool>::all(ctx.client.clone()),
+                |pool: &ClusterPool| pending_of(pool.namespace()?, pool.name_any()),
+            ),
+        ]
+    }
+
+    async fn reconcile(lease: &ClusterLease, ctx: &Arc<Context>) -> Result<Next, Error> {
+        reconcile(lease, ctx).await
+    }
+}
+
+/// The Pending leases of the pool `pool` in `namespace`.
+fn pending_of(namespace: String, pool: String) -> Option<Related<ClusterLease>> {
+    Some(Related::new(namespace, move |lease: &ClusterLease| {
+        lease.spec.pool_ref.name == pool && decide::is_pending(lease)
+    }))
+}
+
+async fn reconcile(lease: &ClusterLease, ctx: &Context) -> Result<Next, Error> {
+    let name = lease.name_any();
+    let ns = lease.namespace().unwrap_or_default();
+    let api: Api<ClusterLease> = Api::namespaced(ctx.client.clone(), &ns);
+    match decide::step(lease, Timestamp::now()) {
+        Step::Done => Ok(Next::Done),
+        Step::AddFinalizer => {
+            set_finalizer(&api, lease, true).await?;
+            tracing::info!(clusterlease = %name, namespace = %ns, "finalizer added");
+            // The update event brings us back.
+            Ok(Next::Done)
+        }
+        Step::Release => release(lease, ctx, &api).await,
+        Step::Bind => bind(lease, ctx).await,
+        Step::Delete => {
+            delete_lease(&api, lease).await?;
+            tracing::info!(clusterlease = %name, namespace = %ns, "lease expired or released; deleting");
+            Ok(Next::Done)
+        }
+        Step::WaitFor(left) => Ok(Next::Requeue(left)),
+        Step::BadTtl(err) => {
+            tracing::warn!(clusterlease = %name, namespace = %ns, "ttl ignored: {err}");
+            Ok(Next::Done)
+        }
+    }
+}
+
+/// Deletion: delete the instance the live lease is bound to, then remove our finalizer.
+async fn release(
+    lease: &ClusterLease,
+    ctx: &Context,
+    api: &Api<ClusterLease>,
+) -> Result<Next, Error> {
+    let name = lease.name_any();
+    let ns = lease.namespace().unwrap_or_default();
+    let Some(live) = read_live(api, lease).await? else {
+        return Ok(Next::Done);
+    };
+    if let Some(instance) = decide::instance_of(&live) {
+        let instances: Api<ClusterInstance> = Api::namespaced(ctx.client.clone(), &ns);
+        let err = |source| Error::Delete {
+            name: name.clone(),
+            what: format!("ClusterInstance {instance}"),
+            source,
+        };
+        // The pool reuses names: an instance created after the binding is a replacement that
+        // only shares the name, and is not ours to release.
+        let bound_time = live.status.as_ref().and_then(|s| s.bound_time.clone());
+        let target = instances.get_opt(instance).await.map_err(err)?.filter(|i| {
+            match (&i.metadata.creation_timestamp, &bound_time) {
+                (Some(created), Some(bound)) => created.0 <= bound.0,
+                _ => true,
+            }
+        });
+        if let Some(target) = target {
+            let uid = target.uid().unwrap_or_default();
+            write::delete_exact(&instances, instance, &uid, PropagationPolicy::Background)
+                .await
+                .map_err(err)?;
+            tracing::info!(clusterlease = %name, namespace = %ns, clusterinstance = %instance, "bound instance deleted");
+        }
+    }
+    set_finalizer(api, &live, false).await?;
+    tracing::info!(clusterlease = %name, namespace = %ns, "finalizer removed");
+    Ok(Next::Done)
+}
+
+/// Pending: ask the pool's actor to bind the lease. A missing pool is waited for; a pool
+/// actor that cannot answer is recorded and retried with backoff.
+async fn bind(lease: &ClusterLease, ctx: &Context) -> Result<Next, Error> {
+    // Waiting needs no timer (upstream polls every 10 s): what it waits for is watched. A
+    // change of a pool instance or of the pool wakes the pool's Pending leases
+    // (`related_events`), a change of the namespace policy those in the namespace.
+    match pool::request_bind(ctx, lease).await {
+        Ok(BindOutcome::Waiting) => Ok(Next::Done),
+        // A new binding's status event brings us back for the TTL.
+        Ok(BindOutcome::Bound { .. } | BindOutcome::Skipped) => Ok(Next::Done),
+        Err(err @ claims::Error::PoolNotFound { .. }) => {
+            claims::record_wait(ctx, lease, &err).await?;
+            Ok(Next::Done)
+        }
+        Err(err @ claims::Error::PoolUnavailable { .. }) => {
+            claims::record_wait(ctx, lease, &err).await?;
+            Err(err.into())
+        }
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// The lease as the API server has it now; `None` when it is gone or was replaced.
+async fn read_live(
+    api: &Api<ClusterLease>,
+    lease: &ClusterLease,
+) -> Result<Option<ClusterLease>, Error> {
+    let live = api
+        .get_opt(&lease.name_any())
+        .await
+        .map_err(|source| Error::Observe {
+            name: lease.name_any(),
+            what: "the lease".into(),
+            source,
+        })?;
+    Ok(live.filter(|l| l.uid() == lease.uid()))
+}
+
+async fn set_finalizer(
+    api: &Api<ClusterLease>,
+    lease: &ClusterLease,
+    add: bool,
+) -> Result<(), Error> {
+    write::finalizer(api, lease, FINALIZER_RELEASE, add)
+        .await
+        .map_err(|source| Error::Finalizer {
+            name: lease.name_any(),
+            source,
+        })
+}
+
+/// Deletes this lease (by UID); gone already is fine.
+async fn delete_lease(api: &Api<ClusterLease>, lease: &ClusterLease) -> Result<(), Error> {
+    let uid = lease.uid().unwrap_or_default();
+    write::delete_exact(api, &lease.name_any(), &uid, PropagationPolicy::Background)
+        .await
+        .map_err(|source| Error::Delete {
+            name: lease.name_any(),
+            what: "the lease".into(),
+            source,
+        })
+}

@@ -1,0 +1,244 @@
+//! The CRCBundles the operator creates on pools' behalf: which `crcVersion`s it may create one
+//! for, on which StorageClass, and when one nobody refers to any more is removed. A tenant's pool
+//! thus cannot make the operator fill shared storage with downloads of its choosing.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::api::{ClusterInstance, ClusterPool};
+
+/// The operator's policy for pool-created bundles (`--pool-crc-versions`,
+/// `--pool-bundle-storage-class`, `--pool-bundle-gc-grace`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolBundles {
+    /// The `crcVersion`s a pool may have a CRCBundle created for.
+    pub crc_versions: VersionPatterns,
+    /// StorageClass of a created bundle's volumes; `None` is the cluster's default class.
+    pub storage_class: Option<String>,
+    /// How long a created bundle stays once no pool or instance refers to it.
+    pub gc_grace: Duration,
+}
+
+/// One hour: long enough for a pool to be deleted and made again (a rename, a Helm upgrade)
+/// without downloading its bundle again.
+pub const DEFAULT_GC_GRACE: Duration = Duration::from_secs(3600);
+
+impl Default for PoolBundles {
+    /// Safe by default: no version is allowed until the administrator says which.
+    fn default() -> Self {
+        Self {
+            crc_versions: VersionPatterns::default(),
+            storage_class: None,
+            gc_grace: DEFAULT_GC_GRACE,
+        }
+    }
+}
+
+/// A list of version patterns, `*` matching any run of characters (`4.22.*`, `4.21.3`, `*`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VersionPatterns(Vec<String>);
+
+impl VersionPatterns {
+    /// From a comma-separated list; blanks are dropped, so an empty value allows nothing.
+    pub fn parse(list: &str) -> Self {
+        Self(
+            list.split(',')
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        )
+    }
+
+    pub fn allows(&self, version: &str) -> bool {
+        self.0
+            .iter()
+            .any(|p| glob(p.as_bytes(), version.as_bytes()))
+    }
+}
+
+impl std::fmt::Display for VersionPatterns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_empty() {
+            f.write_str("none")
+        } else {
+            f.write_str(&self.0.join(","))
+        }
+    }
+}
+
+/// `*`-only glob matching.
+fn glob(pattern: &[u8], text: &[u8]) -> bool {
+    match pattern.split_first() {
+        None => text.is_empty(),
+        Some((b'*', rest)) => (0..=text.len()).any(|i| glob(rest, &text[i..])),
+        Some((c, rest)) => text.first() == Some(c) && glob(rest, &text[1..]),
+    }
+}
+
+/// Whether a pool or an instance still refers to the bundle `name` (UID `uid`): a template that
+/// selects it, or an instance bound to it.
+pub fn referenced(
+    name: &str,
+    uid: &str,
+    pools: &[ClusterPool],
+    instances: &[ClusterInstance],
+) -> bool {
+    let selects = |t| crate::actors::resolve::bundle_name(t).as_deref() == Some(name);
+    pools.iter().any(|p| selects(&p.spec.template))
+        || instances.iter().any(|i| {
+            selects(&i.spec.template)
+                || i.status
+                    .as_ref()
+                    .and_then(|s| s.crc.as_ref())
+                    .and_then(|c| c.boot_key.as_ref())
+                    .is_some_and(|b| b.bundle_uid == uid)
+        })
+}
+
+/// What to do with a pool-created bundle this pass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Collect {
+    /// Referenced: keep it (and forget any earlier "unreferenced since").
+    Keep,
+    /// Unreferenced from now on: record the time and look again after the grace.
+    Since(Time),
+    /// Unreferenced, within its grace: look again after this long.
+    Wait(Duration),
+    /// Unreferenced for the whole grace: delete it.
+    Delete,
+}
+
+/// The decision for a created bundle, from when it was last seen unreferenced (its status).
+pub fn collect(since: Option<&Time>, referenced: bool, now: Timestamp, grace: Duration) -> Collect {
+    if referenced {
+        return Collect::Keep;
+    }
+    let Some(since) = since else {
+        return Collect::Since(Time(now));
+    };
+    let elapsed = now
+        .duration_since(since.0)
+        .try_into()
+        .unwrap_or(Duration::ZERO);
+    match grace.checked_sub(elapsed) {
+        Some(left) if !left.is_zero() => Collect::Wait(left),
+        _ => Collect::Delete,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn patterns_match_whole_versions_with_star_wildcards() {
+        let p = VersionPatterns::parse(" 4.22.*, 4.21.3 ,,");
+        assert!(p.allows("4.22.7"));
+        assert!(p.allows("4.22."));
+        assert!(p.allows("4.21.3"));
+        assert!(!p.allows("4.21.30"), "whole versions only");
+        assert!(!p.allows("14.22.7"));
+        assert!(!p.allows("4.99.1"));
+        assert!(VersionPatterns::parse("*").allows("anything"));
+        assert!(
+            !VersionPatterns::parse("").allows("4.22.7"),
+            "empty allows none"
+        );
+        assert!(!PoolBundles::default().crc_versions.allows("4.22.7"));
+        assert_eq!(VersionPatterns::parse("").to_string(), "none");
+        assert_eq!(p.to_string(), "4.22.*,4.21.3");
+    }
+
+    fn pool(template: serde_json::Value) -> ClusterPool {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"type": "crc", "minSize": 1, "maxSize": 1, "template": template},
+        }))
+        .unwrap()
+    }
+
+    fn instance(template: serde_json::Value, bound: Option<&str>) -> ClusterInstance {
+        let mut i: ClusterInstance = serde_json::from_value(json!({
+            "metadata": {"name": "i", "namespace": "ns"},
+            "spec": {"type": "crc", "template": template},
+        }))
+        .unwrap();
+        if let Some(uid) = bound {
+            i.status = Some(
+                serde_json::from_value(json!({"crc": {"bootKey": {
+                    "bundleUID": uid, "bundleSHA256": "", "pvcNamespace": "", "pvcName": "",
+                    "pvcUID": "", "secretNamespace": "", "secretName": "", "secretUID": "",
+                    "keySHA256": ""
+                }}}))
+                .unwrap(),
+            );
+        }
+        i
+    }
+
+    fn template(v: serde_json::Value) -> serde_json::Value {
+        let mut t = json!({"ocpVersion": "4.22.7", "memory": "16Gi", "cores": 4});
+        t.as_object_mut()
+            .unwrap()
+            .extend(v.as_object().unwrap().clone());
+        t
+    }
+
+    #[test]
+    fn a_bundle_is_referenced_by_a_selecting_template_or_a_binding() {
+        let name = "crc-4.22.7-amd64";
+        let by_version = template(json!({"crcVersion": "4.22.7"}));
+        let other = template(json!({"crcVersion": "4.21.3"}));
+        let by_ref = template(json!({"crcBundleRef": {"name": name}}));
+        assert!(referenced(name, "u", &[pool(by_version.clone())], &[]));
+        assert!(referenced(name, "u", &[], &[instance(by_ref, None)]));
+        assert!(!referenced(
+            name,
+            "u",
+            &[pool(other.clone())],
+            &[instance(other.clone(), None)]
+        ));
+        // An instance whose template moved on but whose disk came from the bundle still needs it.
+        assert!(referenced(
+            name,
+            "u",
+            &[],
+            &[instance(other.clone(), Some("u"))]
+        ));
+        assert!(!referenced(
+            name,
+            "u",
+            &[],
+            &[instance(other, Some("older-uid"))]
+        ));
+    }
+
+    #[test]
+    fn an_unreferenced_bundle_goes_after_its_grace() {
+        let grace = Duration::from_secs(60);
+        let t0 = Timestamp::from_second(1_000_000).unwrap();
+        let at = |s: i64| Timestamp::from_second(1_000_000 + s).unwrap();
+        assert_eq!(collect(None, true, t0, grace), Collect::Keep);
+        assert_eq!(
+            collect(Some(&Time(t0)), true, at(120), grace),
+            Collect::Keep
+        );
+        assert_eq!(collect(None, false, t0, grace), Collect::Since(Time(t0)));
+        assert_eq!(
+            collect(Some(&Time(t0)), false, at(20), grace),
+            Collect::Wait(Duration::from_secs(40))
+        );
+        assert_eq!(
+            collect(Some(&Time(t0)), false, at(60), grace),
+            Collect::Delete
+        );
+        assert_eq!(
+            collect(Some(&Time(t0)), false, at(600), grace),
+            Collect::Delete
+        );
+    }
+}
