@@ -1234,20 +1234,15 @@ fn modes(shared: &Shared, spec: &DataVolumeSpec) -> Modes {
             pvc.volume_mode.unwrap_or_else(|| "Filesystem".to_owned()),
         ));
     };
-    let classes: Vec<StorageClass> = shared
-        .classes
-        .state()
-        .iter()
-        .map(|c| (**c).clone())
-        .collect();
+    let classes = shared.classes.state();
     // A named class that does not exist is no class at all (CDI's `GetStorageClassByName`).
     let class = match storage
         .storage_class_name
         .as_deref()
         .filter(|c| !c.is_empty())
     {
-        Some(name) => classes.iter().find(|c| c.name_any() == name),
-        None => storage::default_class(&classes),
+        Some(name) => classes.iter().find(|c| c.name_any() == name).map(|c| &**c),
+        None => storage::default_class(classes.iter().map(|c| &**c)),
     }
     .map(ResourceExt::name_any);
     let sets: Option<(String, Vec<ClaimPropertySet>)> = class.map(|name| {

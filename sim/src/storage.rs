@@ -126,8 +126,10 @@ pub fn storage_profile_resource() -> ApiResource {
 
 /// The class a claim without `storageClassName` gets: the default one (the API server's
 /// DefaultStorageClass admission picks the same).
-pub fn default_class(classes: &[StorageClass]) -> Option<&StorageClass> {
-    classes.iter().find(|c| {
+pub fn default_class<'a>(
+    mut classes: impl Iterator<Item = &'a StorageClass>,
+) -> Option<&'a StorageClass> {
+    classes.find(|c| {
         c.annotations()
             .get(DEFAULT_CLASS_ANNOTATION)
             .map(String::as_str)
