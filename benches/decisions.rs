@@ -19,9 +19,10 @@ use guestcluster::actors::bundle::download;
 use guestcluster::actors::instance::crc::agent;
 use guestcluster::actors::instance::crc::boot_key::{self, KEY};
 use guestcluster::actors::instance::crc::teardown_plan::{self, Obj, Remaining, Vm};
-use guestcluster::actors::instance::gates::{self as instance_gates, NamespaceState, Platform};
+use guestcluster::actors::instance::gates as instance_gates;
 use guestcluster::actors::lease::decide as lease_decide;
 use guestcluster::actors::pool::decide as pool_decide;
+use guestcluster::actors::runtime::platform::{NamespaceState, Platform, platform_gate};
 use guestcluster::actors::runtime::stage::Observation;
 use guestcluster::api::bundle::{BundlePhase, BundleSource, CRCBundleSpec, CRCBundleStatus};
 use guestcluster::api::common::ObjectIdentity;
@@ -286,7 +287,7 @@ fn instance_gates_decision(c: &mut Criterion) {
     let observed = instance_gates::Observed {
         namespace: NamespaceState::Enabled,
         // The platform view computes the gate once per platform change, not per pass.
-        platform: Some(instance_gates::platform_gate(&Platform {
+        platform: Some(platform_gate(&Platform {
             kubevirt: vec![operand("KubeVirt")],
             cdi: vec![operand("CDI")],
             hyperconverged: vec![hco],

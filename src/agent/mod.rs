@@ -423,7 +423,7 @@ pub fn main() -> ExitCode {
         Err(err) => {
             let message = crate::contract::termination::message(err.reason(), &err);
             tracing::error!("{message}");
-            crate::jobs::termination::write(&message);
+            crate::contract::termination::write(&message);
             ExitCode::FAILURE
         }
     }

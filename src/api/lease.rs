@@ -90,3 +90,23 @@ pub enum LeasePhase {
     Released,
     Failed,
 }
+
+impl ClusterLease {
+    /// The instance the lease's status names.
+    pub fn instance(&self) -> Option<&str> {
+        self.status
+            .as_ref()
+            .and_then(|s| s.instance_ref.as_ref())
+            .and_then(LocalRef::name)
+    }
+
+    /// The instance the lease claims, for that instance's `status.leaseRef` (informational only,
+    /// as in the Go operator): the one its status names, unless the lease is being deleted.
+    pub fn claim(&self) -> Option<&str> {
+        self.metadata
+            .deletion_timestamp
+            .is_none()
+            .then(|| self.instance())
+            .flatten()
+    }
+}

@@ -28,6 +28,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 
 use super::api::{self, Clock, Credentials};
+use super::csr::KUBELET_SIGNERS;
 use super::kubeconfig::{self, Kubeconfig};
 use super::ssh::SshGuest;
 use super::{Command, Guest, GuestError, htpasswd};
@@ -46,11 +47,6 @@ pub const PULL_SECRET_KEY: &str = ".dockerconfigjson";
 pub const HTPASSWD_SECRET: &str = "htpass-secret";
 pub const HTPASSWD_KEY: &str = "htpasswd";
 pub const EXTERNAL_CERT_SECRET: &str = "external-api-serving-cert";
-/// CSR signers of the kubelet's client and serving certificates, approved in step 12.
-pub const KUBELET_SIGNERS: [&str; 2] = [
-    "kubernetes.io/kube-apiserver-client-kubelet",
-    "kubernetes.io/kubelet-serving",
-];
 pub const APPROVAL_REASON: &str = "CRCAgentApproval";
 /// ClusterOperators that must be Available before the cluster is handed over (step 16).
 pub const REQUIRED_OPERATORS: [&str; 5] = [

@@ -14,7 +14,12 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use x509_parser::certification_request::X509CertificationRequest;
 use x509_parser::prelude::FromDer;
 
-use super::cluster::KUBELET_SIGNERS;
+/// CSR signers of the kubelet's client and serving certificates, approved in step 12 of the
+/// CRC startup path.
+pub const KUBELET_SIGNERS: [&str; 2] = [
+    "kubernetes.io/kube-apiserver-client-kubelet",
+    "kubernetes.io/kubelet-serving",
+];
 
 /// The account the kubelet's bootstrap kubeconfig authenticates as on OpenShift.
 pub const NODE_BOOTSTRAPPER: &str =

@@ -19,6 +19,8 @@ use super::cluster::{self, Patience, retry};
 use super::{Command, Guest, GuestError};
 
 /// The unit that needs the runtimecfg image before the kubelet starts.
+/// What the kubelet pulls with on the node; a sealed disk holds `{}` there.
+pub const KUBELET_PULL_SECRET: &str = "/var/lib/kubelet/config.json";
 pub const NODE_IP_UNIT_FILE: &str = "/etc/systemd/system/nodeip-configuration.service";
 /// The podman container that keeps the runtimecfg image through the prune (SNC's name).
 pub const PIN_CONTAINER: &str = "baremetal_runtimecfg";
@@ -132,7 +134,7 @@ pub async fn prune_images<G: Guest>(guest: &G) -> Result<usize, Error> {
                 "podman",
                 "create",
                 "--authfile",
-                super::seal::KUBELET_PULL_SECRET,
+                KUBELET_PULL_SECRET,
                 "--name",
                 PIN_CONTAINER,
                 &image,

@@ -17,12 +17,10 @@ use kube::core::{ApiResource, GroupVersionKind};
 use super::build::{CRED_MANAGER, MCO_NAMESPACE};
 use super::cluster::{self, KUBECONFIG_MODE, KUBECONFIG_PATH, Patience, retry};
 use super::customize;
-use super::scrub;
+use super::scrub::{self, KUBELET_PULL_SECRET};
 use super::{Command, Guest, GuestError};
 use crate::resources::profile::manifests::CHRONYD_MASK_MC;
 
-/// What the kubelet pulls with on the node; a sealed disk holds `{}` there.
-pub const KUBELET_PULL_SECRET: &str = "/var/lib/kubelet/config.json";
 /// The pull secret a sealed cluster keeps: no credentials (SNC's `pull-secret.yaml`).
 pub const EMPTY_PULL_SECRET: &str = "{}";
 /// The installer's temporary kubeadmin login (SNC deletes it once htpasswd users exist).

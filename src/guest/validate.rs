@@ -7,7 +7,8 @@
 use super::build::{
     KUBELET_CLIENT_CERT, KUBELET_SERVER_CERT, MIN_VALIDITY_SECONDS, certificate_window,
 };
-use super::seal::{EMPTY_PULL_SECRET, KUBELET_PULL_SECRET};
+use super::scrub::KUBELET_PULL_SECRET;
+use super::seal::EMPTY_PULL_SECRET;
 use super::{Command, Guest, GuestError};
 
 /// Where an installed system keeps the control plane's certificates (`*.crt`).

@@ -61,6 +61,6 @@ where
         Err(err) => (termination::message(err.reason(), err), err.exit_code()),
     };
     eprintln!("{line}");
-    super::termination::write(&line);
+    termination::write(&line);
     code
 }

@@ -6,4 +6,3 @@ pub mod disk;
 pub mod exit;
 pub mod extents;
 pub mod installer;
-pub mod termination;

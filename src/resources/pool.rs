@@ -8,13 +8,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
 use super::bundle::published_bundle_name;
-use crate::actors::pool::bundles::PoolBundles;
 use crate::api::bundle::DEFAULT_GOLDEN_VOLUME_SIZE;
-use crate::api::common::LocalRef;
+use crate::api::common::{Arch, LocalRef};
 use crate::api::instance::{ClusterInstance, ClusterInstanceSpec};
 use crate::api::labels::{CREATED_FOR, CREATED_FOR_POOLS, MANAGED_BY, MANAGED_BY_OPERATOR, POOL};
 use crate::api::pool::ClusterPool;
-use crate::api::template::ClusterTemplate;
 use crate::api::{CRCBundle, CRCBundleSpec};
 
 /// Whether `instance` belongs to the pool named `pool`: it carries the pool label and the
@@ -70,26 +68,18 @@ pub fn new_instance(pool: &ClusterPool, name: &str) -> ClusterInstance {
     }
 }
 
-/// The CRCBundle a pool with this template ensures: only for `crcVersion` (non-empty) that the
-/// operator's policy allows, never with `crcBundleRef`. Cluster-scoped, shared, no owner
-/// reference; labelled as made for pools, on the policy's StorageClass (never the template's:
-/// the first tenant to ask must not choose where everyone's bundle lives).
-pub fn bundle_for(template: &ClusterTemplate, policy: &PoolBundles) -> Option<CRCBundle> {
-    if template.crc_bundle_ref().is_some() {
-        return None;
-    }
-    let version = template.crc_version()?;
-    if !policy.crc_versions.allows(version) {
-        return None;
-    }
-    let arch = template.arch();
+/// The CRCBundle made for pools that ask for `crcVersion` `version`: cluster-scoped, shared, no
+/// owner reference, labelled as made for pools, on `storage_class` (the operator's policy, never
+/// a template's: the first tenant to ask must not choose where everyone's bundle lives). Which
+/// versions get one is the pool actor's policy ([`crate::actors::pool::bundles`]).
+pub fn pool_bundle(version: &str, arch: Arch, storage_class: Option<String>) -> CRCBundle {
     let spec = CRCBundleSpec {
         version: Some(version.to_owned()),
         arch,
         bundle_url: None,
         sha256_url: None,
         allow_http: false,
-        storage_class_name: policy.storage_class.clone(),
+        storage_class_name: storage_class,
         golden_volume_size: DEFAULT_GOLDEN_VOLUME_SIZE.to_owned(),
         build: None,
     };
@@ -98,7 +88,7 @@ pub fn bundle_for(template: &ClusterTemplate, policy: &PoolBundles) -> Option<CR
         CREATED_FOR.to_owned(),
         CREATED_FOR_POOLS.to_owned(),
     )]));
-    Some(bundle)
+    bundle
 }
 
 #[cfg(test)]
@@ -106,7 +96,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::api::common::{Arch, ClusterType};
+    use crate::api::common::ClusterType;
 
     fn pool(template: serde_json::Value) -> ClusterPool {
         serde_json::from_value(json!({
@@ -163,47 +153,19 @@ mod tests {
         assert_eq!(instance_name("p", &[]), "p-0");
     }
 
-    fn allow_all() -> PoolBundles {
-        PoolBundles {
-            crc_versions: crate::actors::pool::bundles::VersionPatterns::parse("*"),
-            storage_class: Some("shared-ceph".into()),
-            ..Default::default()
-        }
-    }
-
     #[test]
-    fn the_bundle_of_an_allowed_crc_version_only_on_the_operators_storage_class() {
-        let mut p = crc_pool();
-        p.spec.template.storage_class_name = Some("tenant-choice".into());
-        let bundle = bundle_for(&p.spec.template, &allow_all()).expect("a bundle for crcVersion");
+    fn a_pool_bundle_is_shared_labelled_and_on_the_given_storage_class() {
+        let bundle = pool_bundle("4.22.7", Arch::Amd64, Some("shared-ceph".into()));
         assert_eq!(
             bundle.spec.storage_class_name.as_deref(),
             Some("shared-ceph")
         );
         assert_eq!(bundle.labels()[CREATED_FOR], CREATED_FOR_POOLS);
-        assert!(
-            bundle_for(&p.spec.template, &PoolBundles::default()).is_none(),
-            "no version is allowed by default"
-        );
-        let only_4_21 = PoolBundles {
-            crc_versions: crate::actors::pool::bundles::VersionPatterns::parse("4.21.*"),
-            ..Default::default()
-        };
-        assert!(bundle_for(&p.spec.template, &only_4_21).is_none());
         assert_eq!(
             bundle.name_any(),
             published_bundle_name("4.22.7", Arch::Amd64)
         );
         assert_eq!(bundle.spec.version.as_deref(), Some("4.22.7"));
         assert!(bundle.owner_references().is_empty(), "shared, no owner");
-        let mut both = p.spec.template.clone();
-        both.crc_bundle_ref = Some(LocalRef::new("custom"));
-        assert!(bundle_for(&both, &allow_all()).is_none());
-        let mut empty = p.spec.template;
-        empty.crc_version = Some(String::new());
-        assert!(
-            bundle_for(&empty, &allow_all()).is_none(),
-            "empty crcVersion"
-        );
     }
 }

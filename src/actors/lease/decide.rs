@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::{Resource, ResourceExt};
 
-use crate::actors::instance::gates::NamespaceState;
+use crate::actors::runtime::platform::NamespaceState;
 use crate::api::common::LocalRef;
 use crate::api::conditions::{self, reasons, types};
 use crate::api::instance::{ClusterInstance, InstancePhase};
@@ -151,32 +151,12 @@ pub fn ttl(lease: &ClusterLease) -> Result<Option<Duration>, DurationError> {
     }
 }
 
-/// The instance a lease claims for that instance's `status.leaseRef` (informational only, as in
-/// the Go operator): the one its `status.instanceRef` names, unless the lease is being deleted.
-pub fn claim(lease: &ClusterLease) -> Option<&str> {
-    lease
-        .metadata
-        .deletion_timestamp
-        .is_none()
-        .then(|| instance_of(lease))
-        .flatten()
-}
-
-/// The instance a lease's status names.
-pub fn instance_of(lease: &ClusterLease) -> Option<&str> {
-    lease
-        .status
-        .as_ref()
-        .and_then(|s| s.instance_ref.as_ref())
-        .and_then(LocalRef::name)
-}
-
 /// Names of the instances claimed by any of `leases`, deleting ones included (a deleting lease
 /// still holds its instance until the release has deleted it).
 pub fn claimed(leases: &[ClusterLease]) -> BTreeSet<String> {
     leases
         .iter()
-        .filter_map(instance_of)
+        .filter_map(ClusterLease::instance)
         .map(str::to_owned)
         .collect()
 }
@@ -783,7 +763,7 @@ mod tests {
     #[test]
     fn empty_refs_in_status_name_nothing() {
         let l = lease("l", Some(LeasePhase::Bound), Some(""));
-        assert_eq!(instance_of(&l), None);
+        assert_eq!(l.instance(), None);
         assert!(claimed(&[l]).is_empty());
         let mut ready = instance("p-0", "p", true);
         ready.status.as_mut().unwrap().kubeconfig_secret_ref = Some(LocalRef::default());
@@ -879,7 +859,7 @@ mod tests {
             lease("b", Some(LeasePhase::Bound), Some("p-1")),
             lease("c", Some(LeasePhase::Pending), None),
         ];
-        let claims: Vec<_> = leases.iter().map(claim).collect();
+        let claims: Vec<_> = leases.iter().map(ClusterLease::claim).collect();
         assert_eq!(claims, [None, Some("p-1"), None]);
         assert_eq!(
             claimed(&leases),

@@ -159,7 +159,7 @@ async fn release(
     let Some(live) = read_live(api, lease).await? else {
         return Ok(Next::Done);
     };
-    if let Some(instance) = decide::instance_of(&live) {
+    if let Some(instance) = live.instance() {
         let instances: Api<ClusterInstance> = Api::namespaced(ctx.client.clone(), &ns);
         let err = |source| Error::Delete {
             name: name.clone(),

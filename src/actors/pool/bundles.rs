@@ -7,7 +7,9 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::api::{ClusterInstance, ClusterPool};
+use crate::api::template::ClusterTemplate;
+use crate::api::{CRCBundle, ClusterInstance, ClusterPool};
+use crate::resources::pool::pool_bundle;
 
 /// The operator's policy for pool-created bundles (`--pool-crc-versions`,
 /// `--pool-bundle-storage-class`, `--pool-bundle-gc-grace`).
@@ -34,6 +36,19 @@ impl Default for PoolBundles {
             gc_grace: DEFAULT_GC_GRACE,
         }
     }
+}
+
+/// The CRCBundle a pool with this template ensures: only for a `crcVersion` (non-empty) that
+/// the policy allows, never with `crcBundleRef`; on the policy's StorageClass.
+pub fn bundle_for(template: &ClusterTemplate, policy: &PoolBundles) -> Option<CRCBundle> {
+    if template.crc_bundle_ref().is_some() {
+        return None;
+    }
+    let version = template.crc_version()?;
+    policy
+        .crc_versions
+        .allows(version)
+        .then(|| pool_bundle(version, template.arch(), policy.storage_class.clone()))
 }
 
 /// A list of version patterns, `*` matching any run of characters (`4.22.*`, `4.21.3`, `*`).
@@ -133,6 +148,40 @@ pub fn collect(since: Option<&Time>, referenced: bool, now: Timestamp, grace: Du
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_bundle_only_for_an_allowed_crc_version_on_the_policys_storage_class() {
+        let template: ClusterTemplate = serde_json::from_value(json!({
+            "crcVersion": "4.22.7", "ocpVersion": "4.22.7", "memory": "16Gi", "cores": 4,
+            "storageClassName": "tenant-choice"}))
+        .unwrap();
+        let allow_all = PoolBundles {
+            crc_versions: VersionPatterns::parse("*"),
+            storage_class: Some("shared-ceph".into()),
+            ..Default::default()
+        };
+        let bundle = bundle_for(&template, &allow_all).expect("a bundle for crcVersion");
+        assert_eq!(
+            bundle.spec.storage_class_name.as_deref(),
+            Some("shared-ceph"),
+            "never the template's class"
+        );
+        assert!(
+            bundle_for(&template, &PoolBundles::default()).is_none(),
+            "no version is allowed by default"
+        );
+        let only_4_21 = PoolBundles {
+            crc_versions: VersionPatterns::parse("4.21.*"),
+            ..Default::default()
+        };
+        assert!(bundle_for(&template, &only_4_21).is_none());
+        let mut both = template.clone();
+        both.crc_bundle_ref = Some(crate::api::common::LocalRef::new("custom"));
+        assert!(bundle_for(&both, &allow_all).is_none());
+        let mut empty = template;
+        empty.crc_version = Some(String::new());
+        assert!(bundle_for(&empty, &allow_all).is_none(), "empty crcVersion");
+    }
 
     #[test]
     fn patterns_match_whole_versions_with_star_wildcards() {

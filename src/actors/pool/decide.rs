@@ -11,16 +11,17 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use crate::actors::instance::gates::{HCP_MESSAGE, NamespaceState};
+use crate::actors::instance::gates::HCP_MESSAGE;
 use crate::actors::lease::decide::{claimed, is_pending};
-use crate::actors::pool::bundles::PoolBundles;
+use crate::actors::pool::bundles::{PoolBundles, bundle_for};
+use crate::actors::runtime::platform::NamespaceState;
 use crate::api::CRCBundle;
 use crate::api::common::ClusterType;
 use crate::api::conditions::{self, reasons, types};
 use crate::api::instance::{ClusterInstance, InstancePhase};
 use crate::api::lease::ClusterLease;
 use crate::api::pool::{ClusterPool, ClusterPoolSpec, ClusterPoolStatus};
-use crate::resources::pool::{bundle_for, instance_name, is_member, new_instance};
+use crate::resources::pool::{instance_name, is_member, new_instance};
 
 /// The pool's instances, counted (see [`count`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -12,6 +12,7 @@ pub mod mailbox;
 pub mod names;
 pub mod object_actor;
 pub mod own_writes;
+pub mod platform;
 pub mod root;
 pub mod stage;
 pub mod triggers;

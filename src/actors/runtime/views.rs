@@ -31,8 +31,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
-use crate::actors::instance::gates::{NamespaceState, Platform, PlatformGate, platform_gate};
-use crate::actors::lease::decide::claim;
+use crate::actors::runtime::platform::{NamespaceState, Platform, PlatformGate, platform_gate};
 use crate::api::bundle::CRCBundle;
 use crate::api::common::Arch;
 use crate::api::lease::ClusterLease;
@@ -248,7 +247,11 @@ impl Views {
             move |old, new| {
                 let lease = old.or(new)?;
                 let namespace = lease.namespace()?;
-                write(&lease_index).set(&namespace, &lease.name_any(), new.and_then(claim));
+                write(&lease_index).set(
+                    &namespace,
+                    &lease.name_any(),
+                    new.and_then(ClusterLease::claim),
+                );
                 let instances = lease_claims_changed(old, new);
                 (!instances.is_empty()).then_some(Change::Lease {
                     namespace,
@@ -331,16 +334,14 @@ impl Views {
     }
 
     /// Every Route's host (namespace, name, host), for the uniqueness check before a create.
-    pub async fn route_hosts(
-        &self,
-    ) -> Result<Vec<crate::actors::instance::crc::observe::RouteHost>, Error> {
+    pub async fn route_hosts(&self) -> Result<Vec<RouteHost>, Error> {
         self.ready(View::Routes).await?;
         Ok(self
             .routes
             .state()
             .iter()
             .filter_map(|r| {
-                Some(crate::actors::instance::crc::observe::RouteHost {
+                Some(RouteHost {
                     namespace: r.namespace().unwrap_or_default(),
                     name: r.name_any(),
                     host: r.spec.host.clone().filter(|h| !h.is_empty())?,
@@ -348,6 +349,14 @@ impl Views {
             })
             .collect())
     }
+}
+
+/// A Route somewhere in the cluster, as the host-uniqueness check needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteHost {
+    pub namespace: String,
+    pub name: String,
+    pub host: String,
 }
 
 impl Views {
@@ -378,7 +387,7 @@ fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
     m.write().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Which lease claims each instance ([`claim`]), by namespace and instance name, so an
+/// Which lease claims each instance ([`ClusterLease::claim`]), by namespace and instance name, so an
 /// instance's `status.leaseRef` is one lookup rather than a walk over every lease. Fed by the
 /// lease view's watch events; each lease's last known claim is kept, so replaying an event (a
 /// relist) changes nothing.
@@ -503,7 +512,10 @@ impl<'a> BundleSeen<'a> {
 /// The instances whose claiming lease a lease change may alter: the one it claimed and the one
 /// it claims, when the claim or the lease's deletion changed.
 pub fn lease_claims_changed(old: Option<&ClusterLease>, new: Option<&ClusterLease>) -> Vec<String> {
-    let (before, after) = (old.and_then(claim), new.and_then(claim));
+    let (before, after) = (
+        old.and_then(ClusterLease::claim),
+        new.and_then(ClusterLease::claim),
+    );
     if before == after {
         return Vec::new();
     }

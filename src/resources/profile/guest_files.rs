@@ -2,7 +2,7 @@
 //! twice: in the live Ignition (the install-time system) and in MachineConfigs (the installed
 //! system). See docs/design/network.md and docs/design/certificates-and-time.md.
 
-use super::ignition::{Config, Dropin, File, Unit};
+use super::ignition_config::{Config, Dropin, File, Unit};
 use super::network::{
     API_HOST, API_INT_HOST, APPS_DOMAIN, DUMMY_CONNECTION, DUMMY_INTERFACE, LOCAL_DOMAIN, NODE_IP,
     NODE_PREFIX,

@@ -2,14 +2,13 @@
 //! generator boot's minimal Ignition, and the patches applied to the installer's live Ignition
 //! (docs/design/certificates-and-time.md, docs/design/network.md).
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 
 use super::guest_files;
+use super::ignition_config::{Config, Passwd, User};
 use super::inputs::{Sensitive, SshPublicKey};
 
-/// The Ignition spec version the profile writes (MachineConfigs and the generator Ignition).
-pub const SPEC_VERSION: &str = "3.2.0";
 /// The user RHCOS logs SSH in as.
 pub const CORE_USER: &str = "core";
 
@@ -27,134 +26,6 @@ pub enum Error {
     NotAList(&'static str),
     #[error("the live Ignition's {0} is not an object")]
     NotAnObjectAt(&'static str),
-}
-
-/// An Ignition config (the parts the profile writes).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Config {
-    pub ignition: Version,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub passwd: Option<Passwd>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub storage: Option<Storage>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub systemd: Option<Systemd>,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Version {
-    pub version: String,
-}
-
-impl Default for Version {
-    fn default() -> Self {
-        Self {
-            version: SPEC_VERSION.to_owned(),
-        }
-    }
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Passwd {
-    pub users: Vec<User>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct User {
-    pub name: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ssh_authorized_keys: Vec<String>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Storage {
-    pub files: Vec<File>,
-}
-
-/// A file Ignition writes.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct File {
-    pub path: String,
-    /// Decimal, as Ignition's JSON wants it (`0o644` = 420).
-    pub mode: u32,
-    pub overwrite: bool,
-    pub contents: Resource,
-}
-
-impl File {
-    /// A file holding `text`, replacing whatever is there.
-    pub fn text(path: &str, mode: u32, text: &str) -> Self {
-        Self {
-            path: path.to_owned(),
-            mode,
-            overwrite: true,
-            contents: Resource {
-                source: data_url(text.as_bytes()),
-            },
-        }
-    }
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Resource {
-    pub source: String,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Systemd {
-    pub units: Vec<Unit>,
-}
-
-/// A systemd unit: enabled, masked, or only given drop-ins.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Unit {
-    pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub enabled: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mask: Option<bool>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub dropins: Vec<Dropin>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Dropin {
-    pub name: String,
-    pub contents: String,
-}
-
-impl Config {
-    /// `files` and `units` in a config of the profile's spec version (empty parts omitted).
-    pub fn of(files: Vec<File>, units: Vec<Unit>) -> Self {
-        Self {
-            ignition: Version::default(),
-            passwd: None,
-            storage: (!files.is_empty()).then_some(Storage { files }),
-            systemd: (!units.is_empty()).then_some(Systemd { units }),
-        }
-    }
-
-    fn files(&self) -> &[File] {
-        self.storage.as_ref().map_or(&[], |s| &s.files)
-    }
-
-    fn units(&self) -> &[Unit] {
-        self.systemd.as_ref().map_or(&[], |s| &s.units)
-    }
-}
-
-/// An RFC 2397 `data:` URL of `bytes`, percent-encoded so the golden files stay readable.
-pub fn data_url(bytes: &[u8]) -> String {
-    let mut url = String::from("data:,");
-    for &b in bytes {
-        if b.is_ascii_alphanumeric() || b"-_.~/=:".contains(&b) {
-            url.push(char::from(b));
-        } else {
-            url.push_str(&format!("%{b:02X}"));
-        }
-    }
-    url
 }
 
 /// The Ignition embedded in the stock live ISO for the generator boot: the build's SSH key for
@@ -280,12 +151,6 @@ mod tests {
     fn pretty(text: &str) -> String {
         let value: Value = serde_json::from_str(text).unwrap();
         serde_json::to_string_pretty(&value).unwrap() + "\n"
-    }
-
-    #[test]
-    fn data_urls_decode_to_the_text() {
-        assert_eq!(data_url(b"a=b c\n"), "data:,a=b%20c%0A");
-        assert_eq!(data_url(b"100%;#"), "data:,100%25%3B%23");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::guest_files;
-use super::ignition::Config;
+use super::ignition_config::Config;
 use super::network::{APPS_DOMAIN, CLUSTER_MTU, NETWORK_TYPE};
 
 /// MachineConfig names; the seal stage deletes the chronyd mask by this name.

@@ -7,6 +7,7 @@
 
 pub mod guest_files;
 pub mod ignition;
+pub mod ignition_config;
 pub mod inputs;
 pub mod install_config;
 pub mod manifests;

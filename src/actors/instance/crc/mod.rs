@@ -19,6 +19,7 @@
 pub mod act;
 pub mod agent;
 pub mod boot_key;
+pub mod inputs;
 pub mod observe;
 pub mod plan;
 pub mod teardown;
@@ -36,7 +37,8 @@ use kube::{Resource, ResourceExt};
 use crate::actors::runtime::context::Context;
 use crate::api::instance::{ClusterInstance, ClusterInstanceStatus};
 use crate::api::labels::FINALIZER_CLEANUP;
-pub use plan::{UNWATCHED_RECHECK, bundle_name, is_manual, pull_secret_name, user_secret_names};
+pub use inputs::{bundle_name, is_manual, pull_secret_name, user_secret_names};
+pub use plan::UNWATCHED_RECHECK;
 
 /// How often a Ready instance re-checks its guest (upstream: 60 s): the guest API's health is
 /// not visible to any watch.

@@ -19,6 +19,7 @@ use serde::de::DeserializeOwned;
 
 use crate::actors::Context;
 use crate::actors::instance::crc::{Error, Scope, agent};
+use crate::actors::runtime::views::RouteHost;
 use crate::api::bundle::{BundlePhase, CRCBundle};
 use crate::api::common::LocalRef;
 use crate::api::instance::{ClusterInstance, ClusterInstanceStatus, InstancePhase};
@@ -26,14 +27,6 @@ use crate::cdi::DataVolume;
 use crate::kubevirt::{VirtualMachine, VirtualMachineInstance};
 use crate::resources::instance as res;
 use crate::route::Route;
-
-/// A Route somewhere in the cluster, as the host-uniqueness check needs it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RouteHost {
-    pub namespace: String,
-    pub name: String,
-    pub host: String,
-}
 
 /// What the API server (and, last, the guest API) showed one pass. `None` is "not there" or "not
 /// read": the plan never reaches a step whose input was skipped.
@@ -158,7 +151,7 @@ pub async fn observe(
         // The bundle's disk and key matter for a binding still to make, a copy to restore, or
         // a disk still to clone; afterwards the instance no longer depends on them.
         let needs_copy =
-            !crate::actors::instance::crc::plan::instance_keyed(&crc, o.data_volume.as_ref());
+            !crate::actors::instance::crc::inputs::instance_keyed(&crc, o.data_volume.as_ref());
         let needs_source = binding.is_none()
             || (needs_copy && o.boot_key_copy.is_none())
             || o.data_volume.is_none();

@@ -24,6 +24,9 @@ use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{Resource, ResourceExt};
 
+use crate::actors::instance::crc::inputs::{
+    bundle_name, instance_keyed, is_manual, pull_secret_name,
+};
 use crate::actors::instance::crc::observe::Observed;
 use crate::actors::instance::crc::{agent, boot_key};
 use crate::api::bundle::{BundlePhase, CRCBundle};
@@ -219,14 +222,6 @@ pub enum DeleteKind {
     RoleBinding,
 }
 
-/// Whether the observed root disk's guest authorizes only the instance key: the crc-agent
-/// revoked the bundle key on that very DataVolume (by UID). A replaced disk is a fresh clone
-/// again, which needs the bundle key.
-pub fn instance_keyed(crc: &CRCBackingStatus, data_volume: Option<&DataVolume>) -> bool {
-    let uid = data_volume.and_then(|dv| dv.metadata.uid.as_deref());
-    uid.is_some() && crc.instance_key_data_volume_uid.as_deref() == uid
-}
-
 /// The next step of the CRC backing of `input.instance`.
 pub fn plan(input: &Input<'_>) -> Plan {
     let mut walk = Walk::new(input);
@@ -243,46 +238,6 @@ pub fn plan(input: &Input<'_>) -> Plan {
         status: walk.status,
         end,
     }
-}
-
-/// The bundle a template selects (`crcBundleRef`, else `crc-<crcVersion>-<arch>`).
-pub fn bundle_name(instance: &ClusterInstance) -> String {
-    crate::actors::resolve::bundle_name(&instance.spec.template).unwrap_or_default()
-}
-
-/// The manual path: neither `crcVersion` nor `crcBundleRef`, the disk comes from `releaseImage`.
-pub fn is_manual(instance: &ClusterInstance) -> bool {
-    let template = &instance.spec.template;
-    template.crc_version().is_none() && template.crc_bundle_ref().is_none()
-}
-
-/// The pull secret the template names, or upstream's default.
-/// The user Secrets (in the instance's namespace) whose creation or change can unblock it: the
-/// pull secret, and on the manual path the `bundleSSHKeyRef` Secret.
-pub fn user_secret_names(instance: &ClusterInstance) -> [Option<String>; 2] {
-    let manual_key = is_manual(instance)
-        .then(|| {
-            instance
-                .spec
-                .template
-                .bundle_ssh_key_ref
-                .as_ref()
-                .and_then(LocalRef::name)
-                .map(str::to_owned)
-        })
-        .flatten();
-    [Some(pull_secret_name(instance)), manual_key]
-}
-
-pub fn pull_secret_name(instance: &ClusterInstance) -> String {
-    instance
-        .spec
-        .template
-        .pull_secret_ref
-        .as_ref()
-        .and_then(LocalRef::name)
-        .map(str::to_owned)
-        .unwrap_or_else(|| crate::api::template::DEFAULT_PULL_SECRET.to_owned())
 }
 
 /// A step hands on a value or stops the walk.

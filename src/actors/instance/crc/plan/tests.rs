@@ -14,7 +14,8 @@ use kube::ResourceExt;
 use serde_json::json;
 
 use super::*;
-use crate::actors::instance::crc::observe::{self, Observed, RouteHost};
+use crate::actors::instance::crc::observe::{self, Observed};
+use crate::actors::runtime::views::RouteHost;
 use crate::api::bundle::{BundlePhase, BundleSource, CRCBundleSpec, CRCBundleStatus};
 use crate::api::instance::{ClusterInstanceSpec, InstancePhase};
 
@@ -847,7 +848,7 @@ fn a_ready_instance_whose_vmi_stopped_waits_for_kubevirt() {
 fn the_user_secrets_an_instance_waits_for_are_its_pull_secret_and_manual_key() {
     let w = World::turnkey();
     assert_eq!(
-        crate::actors::instance::crc::plan::user_secret_names(&w.instance),
+        crate::actors::instance::crc::inputs::user_secret_names(&w.instance),
         [Some("pull-secret".to_owned()), None]
     );
 }
