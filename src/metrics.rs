@@ -28,6 +28,14 @@ pub struct ReconcileLabels {
     pub result: String,
 }
 
+/// Labels of a failed reconcile: the kind and the error's reason (`ReadFailed`,
+/// `StatusWriteFailed`, …, or a kind's own).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub kind: String,
+    pub reason: String,
+}
+
 /// Labels of an API request the operator's client sent: the HTTP method and the response's status
 /// code (`error` when no response came).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -84,6 +92,8 @@ pub struct Metrics {
     pub actor_restarts: Family<KindLabels, Counter>,
     /// Reconciles per kind and outcome.
     pub reconciles: Family<ReconcileLabels, Counter>,
+    /// Failed reconciles per kind and reason.
+    pub reconcile_errors: Family<ErrorLabels, Counter>,
     /// Objects per kind whose last reconcile failed and that wait for their retry.
     pub backoff_objects: Family<KindLabels, Gauge>,
     /// The longest retry delay currently scheduled per kind, in seconds (0: none backing off).
@@ -121,6 +131,7 @@ impl Default for Metrics {
             mailbox_depth: Family::default(),
             actor_restarts: Family::default(),
             reconciles: Family::default(),
+            reconcile_errors: Family::default(),
             backoff_objects: Family::default(),
             backoff_max_delay: Family::default(),
             retry_delays: Family::new_with_constructor(retry_delay_histogram),
@@ -178,6 +189,11 @@ impl Metrics {
             "reconciles",
             "Reconciles per kind and result",
             self.reconciles.clone(),
+        );
+        registry.register(
+            "reconcile_errors",
+            "Failed reconciles per kind and the reason of their error",
+            self.reconcile_errors.clone(),
         );
         registry.register(
             "reconcile_backoff_objects",
@@ -261,6 +277,16 @@ impl Metrics {
         self.reconcile_durations
             .get_or_create(&labels)
             .observe(took.as_secs_f64());
+    }
+
+    /// A reconcile of `kind` failed with an error of `reason`.
+    pub fn reconcile_failed(&self, kind: &str, reason: &str) {
+        self.reconcile_errors
+            .get_or_create(&ErrorLabels {
+                kind: kind.to_owned(),
+                reason: reason.to_owned(),
+            })
+            .inc();
     }
 
     /// A build stage ended with `result` (`ok` or a reason) after `took`.

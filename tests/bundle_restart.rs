@@ -166,7 +166,7 @@ async fn build_objects(client: &kube::Client, name: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn a_restarted_operator_resumes_the_same_installer_job() {
-    use guestcluster::actors::bundle::build_source::stages::installer_job::InstallerJob;
+    use guestcluster::actors::bundle::build_source::stages::prepare::InstallerJob;
     use guestcluster::api::conditions::{self, reasons, types};
 
     let world = bare_world();

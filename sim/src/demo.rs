@@ -673,14 +673,15 @@ async fn build_stages(
         let status = b.status.clone().unwrap_or_default();
         let stage = status.build.as_ref().and_then(|b| b.stage);
         // The condition of the stage in progress: the last one set, in stage order.
-        let lines: Vec<String> =
-            guestcluster::actors::bundle::build_source::decide::STAGE_CONDITIONS
-                .into_iter()
-                .rev()
-                .find_map(|t| conditions::find(&status.conditions, t))
-                .map(|c| format!("{}={} {}", c.type_, c.status, c.reason))
-                .into_iter()
-                .collect();
+        let lines: Vec<String> = guestcluster::api::bundle::BuildStage::with_conditions()
+            .map(|(_, condition)| condition)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .find_map(|t| conditions::find(&status.conditions, t))
+            .map(|c| format!("{}={} {}", c.type_, c.status, c.reason))
+            .into_iter()
+            .collect();
         let stage_name = stage.map_or_else(|| "-".to_owned(), |s| format!("{s:?}"));
         let step = status
             .build
@@ -713,7 +714,7 @@ async fn build_stages(
             )));
         }
         if conditions::find(&status.conditions, types::READY).is_some_and(|c| c.status == "True") {
-            for type_ in guestcluster::actors::bundle::build_source::decide::STAGE_CONDITIONS {
+            for (_, type_) in guestcluster::api::bundle::BuildStage::with_conditions() {
                 progress.step(format!("  {type_}: {}", message_of(type_)));
             }
             progress.step(format!("  Ready: {}", message_of(types::READY)));

@@ -476,6 +476,54 @@ pub enum BuildStage {
     Failed,
 }
 
+/// The stages as a state machine: each knows its successor and the condition it reports on.
+impl BuildStage {
+    /// The stages an attempt runs, in order (Ready publishes it, Failed ends it).
+    pub const RUNNING: [BuildStage; 7] = [
+        BuildStage::Admit,
+        BuildStage::Prepare,
+        BuildStage::Install,
+        BuildStage::Customize,
+        BuildStage::Seal,
+        BuildStage::Publish,
+        BuildStage::Validate,
+    ];
+
+    /// The stage a success moves the attempt on to; `None` from Ready and Failed.
+    pub fn next(self) -> Option<BuildStage> {
+        match self {
+            BuildStage::Validate => Some(BuildStage::Ready),
+            BuildStage::Ready | BuildStage::Failed => None,
+            running => {
+                let at = BuildStage::RUNNING.iter().position(|s| *s == running)?;
+                BuildStage::RUNNING.get(at + 1).copied()
+            }
+        }
+    }
+
+    /// The condition the stage reports progress, success and failure on: Admit shares
+    /// Prepare's, and a failure after Validate (in Ready) is reported on Validate's.
+    pub fn condition(self) -> &'static str {
+        use super::conditions::types;
+        match self {
+            BuildStage::Admit | BuildStage::Prepare => types::PREPARED,
+            BuildStage::Install => types::INSTALLED,
+            BuildStage::Customize => types::CUSTOMIZED,
+            BuildStage::Seal => types::SEALED,
+            BuildStage::Publish => types::PUBLISHED,
+            BuildStage::Validate | BuildStage::Ready | BuildStage::Failed => types::VALIDATED,
+        }
+    }
+
+    /// The stages that end with a condition of their own, with it, in order.
+    pub fn with_conditions() -> impl Iterator<Item = (BuildStage, &'static str)> {
+        BuildStage::RUNNING
+            .into_iter()
+            .filter(|s| *s != BuildStage::Admit)
+            .map(|s| (s, s.condition()))
+    }
+}
+
 /// The steps of the Install stage (`docs/design/certificates-and-time.md`), in order.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,

@@ -59,6 +59,14 @@ pub mod reasons {
     pub const API_ENDPOINT_CONFLICT: &str = "APIEndpointConflict";
     pub const AGENT_JOB_FAILED: &str = "AgentJobFailed";
     pub const RECONCILE_ERROR: &str = "ReconcileError";
+    // What an actor was doing when the API server refused or failed a request
+    // (`actors::runtime::api_error::Doing`): the reason of the reconcile-error metric.
+    pub const READ_FAILED: &str = "ReadFailed";
+    pub const STATUS_WRITE_FAILED: &str = "StatusWriteFailed";
+    pub const FINALIZER_UPDATE_FAILED: &str = "FinalizerUpdateFailed";
+    pub const CREATE_FAILED: &str = "CreateFailed";
+    pub const UPDATE_FAILED: &str = "UpdateFailed";
+    pub const DELETE_FAILED: &str = "DeleteFailed";
     pub const RESOURCE_OWNERSHIP_CONFLICT: &str = "ResourceOwnershipConflict";
     pub const CRC_BACKING_PENDING: &str = "CRCBackingPending";
     /// KubeVirt says why the instance's VM cannot start (a disk QEMU cannot open, a missing

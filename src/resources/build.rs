@@ -36,7 +36,7 @@ use crate::contract::disk as disk_contract;
 use crate::contract::installer as contract;
 use crate::contract::termination;
 use crate::kubevirt::VirtualMachine;
-use crate::resources::profile::vm::{BuildBoot, BuildVmNames};
+use crate::resources::profile::vm::{self as profile_vm, BuildBoot, BuildVmNames};
 
 /// Size of the work PVC: the extracted installer (~0.5 GiB), the stock live ISO (~1.2 GiB) and
 /// the staging directory, with room to spare.
@@ -94,6 +94,11 @@ impl Names {
             validation_data_volume: name("validation"),
             validation_vm: name("validation"),
         }
+    }
+
+    /// The name of the attempt's object `what`: `<bundle>-b<attempt>-<what>`.
+    pub fn of_attempt(&self, what: &str) -> String {
+        format!("{}-b{}-{what}", self.bundle, self.attempt)
     }
 
     /// The bundle the attempt belongs to.
@@ -189,13 +194,22 @@ pub fn installer_secret(
 }
 
 pub fn work_pvc(bundle: &CRCBundle, namespace: &str, names: &Names) -> PersistentVolumeClaim {
-    let mut claim = pvc(&names.work_pvc, bundle, namespace, WORK_SIZE);
-    claim.metadata.labels = Some(attempt_labels(bundle, names.attempt));
-    claim
+    attempt_pvc(bundle, namespace, names, &names.work_pvc, WORK_SIZE)
 }
 
 pub fn iso_pvc(bundle: &CRCBundle, namespace: &str, names: &Names) -> PersistentVolumeClaim {
-    let mut claim = pvc(&names.iso_pvc, bundle, namespace, ISO_SIZE);
+    attempt_pvc(bundle, namespace, names, &names.iso_pvc, ISO_SIZE)
+}
+
+/// A volume of the attempt: the bundle's PVC shape, labelled with the attempt.
+fn attempt_pvc(
+    bundle: &CRCBundle,
+    namespace: &str,
+    names: &Names,
+    name: &str,
+    size: &str,
+) -> PersistentVolumeClaim {
+    let mut claim = pvc(name, bundle, namespace, size);
     claim.metadata.labels = Some(attempt_labels(bundle, names.attempt));
     claim
 }
@@ -473,9 +487,7 @@ pub fn install_iso_pvc(
     namespace: &str,
     names: &Names,
 ) -> PersistentVolumeClaim {
-    let mut claim = pvc(&names.install_iso_pvc, bundle, namespace, ISO_SIZE);
-    claim.metadata.labels = Some(attempt_labels(bundle, names.attempt));
-    claim
+    attempt_pvc(bundle, namespace, names, &names.install_iso_pvc, ISO_SIZE)
 }
 
 /// The build VM for `boot` (the profile's shape, `resources::profile::vm::build_vm`).
@@ -485,14 +497,55 @@ pub fn build_vm(
     names: &Names,
     boot: &BuildBoot,
 ) -> Result<VirtualMachine, crate::resources::profile::vm::Error> {
+    let vm = (names.build_vm.as_str(), names.root_data_volume.as_str());
+    attempt_vm(bundle, namespace, names, vm, boot, profile_vm::build_vm)
+}
+
+/// The validation VM for `boot` (real time, or aged 20 days).
+pub fn validation_vm(
+    bundle: &CRCBundle,
+    namespace: &str,
+    names: &Names,
+    boot: &BuildBoot,
+) -> Result<VirtualMachine, crate::resources::profile::vm::Error> {
+    let vm = (
+        names.validation_vm.as_str(),
+        names.validation_data_volume.as_str(),
+    );
+    attempt_vm(
+        bundle,
+        namespace,
+        names,
+        vm,
+        boot,
+        profile_vm::validation_vm,
+    )
+}
+
+/// The shape of one of the attempt's VMs (the profile's `shape`).
+type VmShape = fn(
+    &CRCBundle,
+    &BuildVmNames<'_>,
+    &BuildBoot,
+) -> Result<VirtualMachine, crate::resources::profile::vm::Error>;
+
+/// The attempt's VM `name` on DataVolume `root_data_volume`, in the profile's `shape`.
+fn attempt_vm(
+    bundle: &CRCBundle,
+    namespace: &str,
+    names: &Names,
+    (name, root_data_volume): (&str, &str),
+    boot: &BuildBoot,
+    shape: VmShape,
+) -> Result<VirtualMachine, crate::resources::profile::vm::Error> {
     let attempt = names.attempt.to_string();
-    crate::resources::profile::vm::build_vm(
+    shape(
         bundle,
         &BuildVmNames {
             namespace,
-            name: &names.build_vm,
+            name,
             attempt: &attempt,
-            root_data_volume: &names.root_data_volume,
+            root_data_volume,
         },
         boot,
     )
@@ -551,26 +604,6 @@ pub fn data_source(bundle: &CRCBundle, namespace: &str) -> DataSource {
     source.metadata.labels = Some(bundle_labels(&name));
     source.metadata.owner_references = controller_ref(bundle).map(|r| vec![r]);
     source
-}
-
-/// The validation VM for `boot` (real time, or aged 20 days).
-pub fn validation_vm(
-    bundle: &CRCBundle,
-    namespace: &str,
-    names: &Names,
-    boot: &BuildBoot,
-) -> Result<VirtualMachine, crate::resources::profile::vm::Error> {
-    let attempt = names.attempt.to_string();
-    crate::resources::profile::vm::validation_vm(
-        bundle,
-        &BuildVmNames {
-            namespace,
-            name: &names.validation_vm,
-            attempt: &attempt,
-            root_data_volume: &names.validation_data_volume,
-        },
-        boot,
-    )
 }
 
 /// Where the helper Job mounts its volumes.

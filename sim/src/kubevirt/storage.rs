@@ -3,6 +3,9 @@
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 
 use super::decide::{VolumeSummary, VolumeWait};
@@ -139,6 +142,45 @@ pub async fn disk_image(
         .claim_volume(&ctx.client, namespace, claim)
         .await?
         .ok_or_else(|| format!("PVC {namespace}/{claim} does not exist or is not bound")))
+}
+
+/// Finds, in a controller's store, the objects in a namespace that use the claim of a name.
+pub type ClaimUsers = fn(&Store<DynamicObject>, &str, &str) -> Vec<ObjectRef<DynamicObject>>;
+
+/// `controller`, also woken when a PVC or a DataVolume changes, for the objects `users` finds
+/// using it (a VM or VMI waiting for its volumes).
+pub fn woken_by_claims(
+    controller: Controller<DynamicObject>,
+    client: &Client,
+    users: ClaimUsers,
+) -> Controller<DynamicObject> {
+    let for_pvcs = controller.store();
+    let for_dvs = controller.store();
+    let dv = data_volume_resource();
+    controller
+        .watches(
+            Api::<PersistentVolumeClaim>::all(client.clone()),
+            watcher::Config::default(),
+            move |pvc| {
+                users(
+                    &for_pvcs,
+                    &pvc.namespace().unwrap_or_default(),
+                    &pvc.name_any(),
+                )
+            },
+        )
+        .watches_with(
+            Api::<DynamicObject>::all_with(client.clone(), &dv),
+            dv.clone(),
+            watcher::Config::default(),
+            move |dv| {
+                users(
+                    &for_dvs,
+                    &dv.namespace().unwrap_or_default(),
+                    &dv.name_any(),
+                )
+            },
+        )
 }
 
 /// Claim names in a JSON `volumes` list (for mapping PVC/DataVolume events to their users).

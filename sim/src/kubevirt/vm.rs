@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
@@ -46,39 +45,13 @@ pub(super) async fn run(shared: Arc<Shared>) {
         watcher::Config::default(),
         ar.clone(),
     );
-    let for_pvcs = controller.store();
-    let for_dvs = controller.store();
-    let dv = storage::data_volume_resource();
     let vmi_ar = vmi::resource();
-    controller
-        .owns_with(
-            Api::<DynamicObject>::all_with(client.clone(), &vmi_ar),
-            vmi_ar.clone(),
-            watcher::Config::default(),
-        )
-        .watches(
-            Api::<PersistentVolumeClaim>::all(client.clone()),
-            watcher::Config::default(),
-            move |pvc| {
-                users(
-                    &for_pvcs,
-                    &pvc.namespace().unwrap_or_default(),
-                    &pvc.name_any(),
-                )
-            },
-        )
-        .watches_with(
-            Api::<DynamicObject>::all_with(client, &dv),
-            dv.clone(),
-            watcher::Config::default(),
-            move |dv| {
-                users(
-                    &for_dvs,
-                    &dv.namespace().unwrap_or_default(),
-                    &dv.name_any(),
-                )
-            },
-        )
+    let controller = controller.owns_with(
+        Api::<DynamicObject>::all_with(client.clone(), &vmi_ar),
+        vmi_ar.clone(),
+        watcher::Config::default(),
+    );
+    storage::woken_by_claims(controller, &client, users)
         .run(reconcile, super::error_policy, shared)
         .for_each(|result| async move {
             if let Err(err) = result {

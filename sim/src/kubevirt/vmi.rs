@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
@@ -47,38 +47,12 @@ pub(super) async fn run(shared: Arc<Shared>) {
         watcher::Config::default(),
         ar.clone(),
     );
-    let for_pvcs = controller.store();
-    let for_dvs = controller.store();
-    let dv = storage::data_volume_resource();
-    controller
-        .owns_with(
-            Api::<Pod>::all(client.clone()),
-            (),
-            watcher::Config::default().labels(&launcher::selector()),
-        )
-        .watches(
-            Api::<PersistentVolumeClaim>::all(client.clone()),
-            watcher::Config::default(),
-            move |pvc| {
-                waiting_users(
-                    &for_pvcs,
-                    &pvc.namespace().unwrap_or_default(),
-                    &pvc.name_any(),
-                )
-            },
-        )
-        .watches_with(
-            Api::<DynamicObject>::all_with(client, &dv),
-            dv.clone(),
-            watcher::Config::default(),
-            move |dv| {
-                waiting_users(
-                    &for_dvs,
-                    &dv.namespace().unwrap_or_default(),
-                    &dv.name_any(),
-                )
-            },
-        )
+    let controller = controller.owns_with(
+        Api::<Pod>::all(client.clone()),
+        (),
+        watcher::Config::default().labels(&launcher::selector()),
+    );
+    storage::woken_by_claims(controller, &client, waiting_users)
         .run(
             |vmi, shared: Arc<Shared>| async move {
                 converge(

@@ -25,13 +25,11 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, ServiceAccount};
 use kube::api::{PartialObjectMeta, PropagationPolicy};
 
-use crate::actors::bundle::build_source::stages::build_vm::{BuildVmStage, ValidationClone};
-use crate::actors::bundle::build_source::stages::disk_copy::DiskCopy;
-use crate::actors::bundle::build_source::stages::guest_session::GuestSession;
-use crate::actors::bundle::build_source::stages::installer_job::InstallerJob;
+use crate::actors::bundle::build_source::stages;
 use crate::actors::bundle::download::prep_job::PrepJob;
 use crate::actors::bundle::download::{Action, JobState};
 use crate::actors::pool::bundles::{self as pool_bundles, Collect};
+use crate::actors::runtime::api_error::{ApiError, Doing};
 use crate::actors::runtime::context::Context;
 use crate::actors::runtime::object_actor::{Next, ObjectActor, ReconcileError, phase_name};
 use crate::actors::runtime::stage::Stage;
@@ -53,34 +51,26 @@ use crate::write;
 /// Errors of a bundle reconcile.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("writing status of CRCBundle {name}: {source}")]
-    WriteStatus { name: String, source: kube::Error },
-    #[error("reading {what} of CRCBundle {name}: {source}")]
-    Observe {
-        name: String,
-        what: String,
-        source: kube::Error,
-    },
-    #[error("{action:?} for CRCBundle {name}: {source}")]
-    Act {
-        name: String,
-        action: Action,
-        source: kube::Error,
-    },
-    #[error("deleting the unreferenced CRCBundle {name}: {source}")]
-    Collect { name: String, source: kube::Error },
+    #[error(transparent)]
+    Api(#[from] ApiError),
     #[error(transparent)]
     Build(Box<crate::actors::bundle::build_source::Error>),
 }
 
 impl ReconcileError for Error {
     fn reason(&self) -> &'static str {
-        reasons::RECONCILE_ERROR
+        match self {
+            Error::Api(err) => err.reason(),
+            Error::Build(err) => err.reason(),
+        }
     }
 }
 
 #[derive(Default)]
 pub struct BundleActor;
+
+/// The kind, for errors.
+const KIND: &str = "CRCBundle";
 
 impl ObjectActor for BundleActor {
     type Object = CRCBundle;
@@ -91,14 +81,11 @@ impl ObjectActor for BundleActor {
     fn phase(object: &Self::Object) -> Option<String> {
         phase_name(object.status.as_ref().and_then(|s| s.phase))
     }
-    const CHILD_KINDS: &'static [&'static str] = &[
-        PrepJob::KIND,
-        InstallerJob::KIND,
-        BuildVmStage::KIND,
-        GuestSession::KIND,
-        DiskCopy::KIND,
-        ValidationClone::KIND,
-    ];
+    fn child_kinds() -> Vec<&'static str> {
+        std::iter::once(PrepJob::KIND)
+            .chain(stages::children().map(|child| child.kind))
+            .collect()
+    }
 
     /// A pass without stage children: it can record and create, but sees no child's report,
     /// so a recorded prep Job is only waited for.
@@ -266,10 +253,8 @@ fn created_for_pools(bundle: &CRCBundle) -> bool {
 
 /// Whether any pool or instance, in any namespace, still refers to the bundle.
 async fn referenced(ctx: &Context, bundle: &CRCBundle) -> Result<bool, Error> {
-    let err = |what: &str| {
-        let (name, what) = (bundle.name_any(), what.to_owned());
-        move |source| Error::Observe { name, what, source }
-    };
+    let name = bundle.name_any();
+    let err = |what: &str| ApiError::on(KIND, &name, Doing::Read, what.to_owned());
     let pools = Api::<ClusterPool>::all(ctx.client.clone())
         .list(&Default::default())
         .await
@@ -308,7 +293,12 @@ async fn collect_bundle(ctx: &Context, bundle: &CRCBundle, grace: Duration) -> R
         PropagationPolicy::Background,
     )
     .await
-    .map_err(|source| Error::Collect { name, source })?;
+    .map_err(ApiError::on(
+        KIND,
+        &name,
+        Doing::Delete,
+        "the unreferenced bundle",
+    ))?;
     tracing::info!(crcbundle = %bundle.name_any(), "unreferenced pool-created bundle deleted");
     Ok(())
 }
@@ -323,11 +313,13 @@ pub(super) async fn current<'a>(
     ctx.own_writes
         .current(&api, cached)
         .await
-        .map_err(|source| Error::Observe {
-            name: cached.name_any(),
-            what: "the bundle".into(),
-            source,
-        })
+        .map_err(ApiError::on(
+            KIND,
+            &cached.name_any(),
+            Doing::Read,
+            "the bundle",
+        ))
+        .map_err(Error::from)
 }
 
 pub(super) async fn write_status(
@@ -339,10 +331,12 @@ pub(super) async fn write_status(
     ctx.own_writes
         .record_status(&api, bundle, status, &ctx.events)
         .await
-        .map_err(|source| Error::WriteStatus {
-            name: bundle.name_any(),
-            source,
-        })?;
+        .map_err(ApiError::on(
+            KIND,
+            &bundle.name_any(),
+            Doing::WriteStatus,
+            "",
+        ))?;
     Ok(())
 }
 
@@ -358,10 +352,8 @@ async fn observe(
     let uid = bundle.uid().unwrap_or_default();
     let ns = ctx.namespace.as_str();
     let client = &ctx.client;
-    let err = |what: &str| {
-        let (name, what) = (bundle.name_any(), what.to_owned());
-        move |source| Error::Observe { name, what, source }
-    };
+    let name = bundle.name_any();
+    let err = |what: &str| ApiError::on(KIND, &name, Doing::Read, what.to_owned());
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
     let golden_pvc = pvcs
         .get_opt(&names.golden_pvc)
@@ -448,9 +440,12 @@ async fn act(ctx: &Context, bundle: &CRCBundle, action: &Action) -> Result<Optio
     if result.is_ok() {
         tracing::info!(crcbundle = %bundle.name_any(), ?action, "done");
     }
-    result.map_err(|source| Error::Act {
-        name: bundle.name_any(),
-        action: action.clone(),
-        source,
-    })
+    result
+        .map_err(ApiError::on(
+            KIND,
+            &bundle.name_any(),
+            action.doing(),
+            format!("{action:?}"),
+        ))
+        .map_err(Error::from)
 }

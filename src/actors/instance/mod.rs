@@ -22,6 +22,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
 
 use crate::actors::instance::gates::Observed;
+use crate::actors::runtime::api_error::{ApiError, Doing};
 use crate::actors::runtime::context::Context;
 use crate::actors::runtime::object_actor::{Next, ObjectActor, ReconcileError, phase_name};
 use crate::actors::runtime::platform::NamespaceState;
@@ -40,16 +41,8 @@ use crate::write;
 /// Errors of an instance reconcile.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("writing status of ClusterInstance {name}: {source}")]
-    WriteStatus { name: String, source: kube::Error },
-    #[error("updating finalizers of ClusterInstance {name}: {source}")]
-    Finalizer { name: String, source: kube::Error },
-    #[error("reading {what} for ClusterInstance {name}: {source}")]
-    Observe {
-        name: String,
-        what: String,
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Api(#[from] ApiError),
     #[error(transparent)]
     View(#[from] views::Error),
     #[error(transparent)]
@@ -62,7 +55,9 @@ impl ReconcileError for Error {
     fn reason(&self) -> &'static str {
         match self {
             Self::Teardown(_) => reasons::CLEANUP_ERROR,
-            _ => reasons::RECONCILE_ERROR,
+            Self::Api(err) => err.reason(),
+            Self::Backing(err) => err.reason(),
+            Self::View(_) => reasons::RECONCILE_ERROR,
         }
     }
 }
@@ -72,6 +67,9 @@ pub const CLEANUP_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
 #[derive(Default)]
 pub struct InstanceActor;
+
+/// The kind, for errors.
+const KIND: &str = "ClusterInstance";
 
 impl ObjectActor for InstanceActor {
     type Object = ClusterInstance;
@@ -213,11 +211,7 @@ async fn reconcile(instance: &ClusterInstance, ctx: &Arc<Context>) -> Result<Nex
         .own_writes
         .current(&api, instance)
         .await
-        .map_err(|source| Error::Observe {
-            name: name.clone(),
-            what: "the instance".into(),
-            source,
-        })?
+        .map_err(ApiError::on(KIND, &name, Doing::Read, "the instance"))?
     else {
         // Gone or replaced: the supervisor stops or retriggers us.
         return Ok(Next::Done);
@@ -257,10 +251,12 @@ async fn record(
     ctx.own_writes
         .record_status(api, instance, status, &ctx.events)
         .await
-        .map_err(|source| Error::WriteStatus {
-            name: instance.name_any(),
-            source,
-        })?;
+        .map_err(ApiError::on(
+            KIND,
+            &instance.name_any(),
+            Doing::WriteStatus,
+            "",
+        ))?;
     Ok(())
 }
 
@@ -321,10 +317,11 @@ async fn teardown(
     match record(ctx, api, instance, &status).await {
         Ok(()) => {}
         // Gone meanwhile: nothing left to record.
-        Err(Error::WriteStatus {
-            source: kube::Error::Api(s),
+        Err(Error::Api(ApiError {
+            doing: Doing::WriteStatus,
+            source,
             ..
-        }) if s.code == 404 => {}
+        })) if matches!(*source, kube::Error::Api(ref s) if s.code == 404) => {}
         Err(e) => return Err(e),
     }
     result?;
@@ -345,10 +342,9 @@ async fn release_finalizer(
             tracing::debug!(clusterinstance = %instance.name_any(), "finalizer update conflicted; looking again on the next event");
             Ok(false)
         }
-        Err(source) => Err(Error::Finalizer {
-            name: instance.name_any(),
-            source,
-        }),
+        Err(source) => Err(
+            ApiError::on(KIND, &instance.name_any(), Doing::UpdateFinalizers, "")(source).into(),
+        ),
     }
 }
 

@@ -30,10 +30,10 @@ use kube::{Api, ResourceExt};
 use crate::actors::lease::decide::Step;
 use crate::actors::pool;
 use crate::actors::pool::claims::{self, BindOutcome};
+use crate::actors::runtime::api_error::{ApiError, Doing};
 use crate::actors::runtime::context::Context;
 use crate::actors::runtime::object_actor::{Next, ObjectActor, ReconcileError, phase_name};
 use crate::actors::runtime::triggers::{Related, RelatedEvents, related_events};
-use crate::api::conditions::reasons;
 use crate::api::labels::{FINALIZER_RELEASE, MANAGED_BY, MANAGED_BY_OPERATOR, POOL};
 use crate::api::{ClusterInstance, ClusterLease, ClusterPool};
 use crate::write;
@@ -41,20 +41,8 @@ use crate::write;
 /// Errors of a lease reconcile.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("reading {what} for ClusterLease {name}: {source}")]
-    Observe {
-        name: String,
-        what: String,
-        source: kube::Error,
-    },
-    #[error("updating finalizers of ClusterLease {name}: {source}")]
-    Finalizer { name: String, source: kube::Error },
-    #[error("deleting {what} for ClusterLease {name}: {source}")]
-    Delete {
-        name: String,
-        what: String,
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Api(#[from] ApiError),
     #[error(transparent)]
     Bind(#[from] claims::Error),
 }
@@ -63,15 +51,16 @@ impl ReconcileError for Error {
     fn reason(&self) -> &'static str {
         match self {
             Error::Bind(err) => err.reason(),
-            Error::Observe { .. } | Error::Finalizer { .. } | Error::Delete { .. } => {
-                reasons::RECONCILE_ERROR
-            }
+            Error::Api(err) => err.reason(),
         }
     }
 }
 
 #[derive(Default)]
 pub struct LeaseActor;
+
+/// The kind, for errors.
+const KIND: &str = "ClusterLease";
 
 impl ObjectActor for LeaseActor {
     type Object = ClusterLease;
@@ -121,11 +110,18 @@ fn pending_of(namespace: String, pool: String) -> Option<Related<ClusterLease>> 
     }))
 }
 
+/// One pass: the lease from the cache is what it observes, [`decide::step`] (pure) decides, and
+/// [`act`] does it; [`release`] is the teardown of a deleted lease.
 async fn reconcile(lease: &ClusterLease, ctx: &Context) -> Result<Next, Error> {
+    let step = decide::step(lease, Timestamp::now());
+    act(lease, ctx, step).await
+}
+
+async fn act(lease: &ClusterLease, ctx: &Context, step: Step) -> Result<Next, Error> {
     let name = lease.name_any();
     let ns = lease.namespace().unwrap_or_default();
     let api: Api<ClusterLease> = Api::namespaced(ctx.client.clone(), &ns);
-    match decide::step(lease, Timestamp::now()) {
+    match step {
         Step::Done => Ok(Next::Done),
         Step::AddFinalizer => {
             set_finalizer(&api, lease, true).await?;
@@ -161,25 +157,23 @@ async fn release(
     };
     if let Some(instance) = live.instance() {
         let instances: Api<ClusterInstance> = Api::namespaced(ctx.client.clone(), &ns);
-        let err = |source| Error::Delete {
-            name: name.clone(),
-            what: format!("ClusterInstance {instance}"),
-            source,
-        };
+        let what = format!("ClusterInstance {instance}");
         // The pool reuses names: an instance created after the binding is a replacement that
         // only shares the name, and is not ours to release.
         let bound_time = live.status.as_ref().and_then(|s| s.bound_time.clone());
-        let target = instances.get_opt(instance).await.map_err(err)?.filter(|i| {
-            match (&i.metadata.creation_timestamp, &bound_time) {
+        let target = instances
+            .get_opt(instance)
+            .await
+            .map_err(ApiError::on(KIND, &name, Doing::Read, what.as_str()))?
+            .filter(|i| match (&i.metadata.creation_timestamp, &bound_time) {
                 (Some(created), Some(bound)) => created.0 <= bound.0,
                 _ => true,
-            }
-        });
+            });
         if let Some(target) = target {
             let uid = target.uid().unwrap_or_default();
             write::delete_exact(&instances, instance, &uid, PropagationPolicy::Background)
                 .await
-                .map_err(err)?;
+                .map_err(ApiError::on(KIND, &name, Doing::Delete, what))?;
             tracing::info!(clusterlease = %name, namespace = %ns, clusterinstance = %instance, "bound instance deleted");
         }
     }
@@ -215,14 +209,12 @@ async fn read_live(
     api: &Api<ClusterLease>,
     lease: &ClusterLease,
 ) -> Result<Option<ClusterLease>, Error> {
-    let live = api
-        .get_opt(&lease.name_any())
-        .await
-        .map_err(|source| Error::Observe {
-            name: lease.name_any(),
-            what: "the lease".into(),
-            source,
-        })?;
+    let live = api.get_opt(&lease.name_any()).await.map_err(ApiError::on(
+        KIND,
+        &lease.name_any(),
+        Doing::Read,
+        "the lease",
+    ))?;
     Ok(live.filter(|l| l.uid() == lease.uid()))
 }
 
@@ -233,10 +225,13 @@ async fn set_finalizer(
 ) -> Result<(), Error> {
     write::finalizer(api, lease, FINALIZER_RELEASE, add)
         .await
-        .map_err(|source| Error::Finalizer {
-            name: lease.name_any(),
-            source,
-        })
+        .map_err(ApiError::on(
+            KIND,
+            &lease.name_any(),
+            Doing::UpdateFinalizers,
+            "",
+        ))
+        .map_err(Error::from)
 }
 
 /// Deletes this lease (by UID); gone already is fine.
@@ -244,9 +239,11 @@ async fn delete_lease(api: &Api<ClusterLease>, lease: &ClusterLease) -> Result<(
     let uid = lease.uid().unwrap_or_default();
     write::delete_exact(api, &lease.name_any(), &uid, PropagationPolicy::Background)
         .await
-        .map_err(|source| Error::Delete {
-            name: lease.name_any(),
-            what: "the lease".into(),
-            source,
-        })
+        .map_err(ApiError::on(
+            KIND,
+            &lease.name_any(),
+            Doing::Delete,
+            "the lease",
+        ))
+        .map_err(Error::from)
 }

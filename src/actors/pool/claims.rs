@@ -22,6 +22,7 @@ use kube::{Api, ResourceExt};
 use ractor::RpcReplyPort;
 
 use crate::actors::lease::decide::{self as lease_decide, BindDecision, CopyAction};
+use crate::actors::runtime::api_error::{ApiError, Doing};
 use crate::actors::runtime::context::Context;
 use crate::api::conditions::reasons;
 use crate::api::{ClusterInstance, ClusterLease, ClusterLeaseStatus, ClusterPool};
@@ -87,20 +88,8 @@ pub enum Error {
     },
     #[error(transparent)]
     View(#[from] crate::actors::runtime::views::Error),
-    #[error("reading {what} for ClusterLease {name}: {source}")]
-    Observe {
-        name: String,
-        what: String,
-        source: kube::Error,
-    },
-    #[error("writing status of ClusterLease {name}: {source}")]
-    WriteStatus { name: String, source: kube::Error },
-    #[error("writing Secret {secret} for ClusterLease {name}: {source}")]
-    WriteSecret {
-        name: String,
-        secret: String,
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Api(#[from] ApiError),
     #[error("binding ClusterLease {name}: {message}")]
     Kubeconfig {
         name: String,
@@ -109,6 +98,9 @@ pub enum Error {
     },
 }
 
+/// The kind, for errors.
+const KIND: &str = "ClusterLease";
+
 impl Error {
     /// The condition reason this error is reported under.
     pub fn reason(&self) -> &'static str {
@@ -116,10 +108,8 @@ impl Error {
             Error::PoolNotFound { .. } => reasons::POOL_NOT_FOUND,
             Error::PoolUnavailable { .. } => reasons::POOL_UNAVAILABLE,
             Error::Kubeconfig { reason, .. } => reason,
-            Error::View(_)
-            | Error::Observe { .. }
-            | Error::WriteStatus { .. }
-            | Error::WriteSecret { .. } => reasons::RECONCILE_ERROR,
+            Error::Api(err) => err.reason(),
+            Error::View(_) => reasons::RECONCILE_ERROR,
         }
     }
 
@@ -162,10 +152,7 @@ async fn bind(pool: &ClusterPool, ctx: &Context, key: &LeaseKey) -> Result<BindO
             why: "is being deleted",
         });
     }
-    let err = |what: &str| {
-        let (name, what) = (key.name.clone(), what.to_owned());
-        move |source| Error::Observe { name, what, source }
-    };
+    let err = |what: &str| ApiError::on(KIND, &key.name, Doing::Read, what.to_owned());
     let leases: Api<ClusterLease> = Api::namespaced(ctx.client.clone(), &key.namespace);
     // The cache may not show a binding written a moment ago: decide on the live lease.
     let live = leases
@@ -223,10 +210,7 @@ async fn copy_kubeconfig(
     let ns = lease.namespace().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
     let target = kubeconfig_secret_name(&name);
-    let err = |what: &str| {
-        let (name, what) = (name.clone(), what.to_owned());
-        move |source| Error::Observe { name, what, source }
-    };
+    let err = |what: &str| ApiError::on(KIND, &name, Doing::Read, what.to_owned());
     let source = secrets
         .get_opt(source_name)
         .await
@@ -235,24 +219,22 @@ async fn copy_kubeconfig(
         .get_opt(&target)
         .await
         .map_err(err("the lease kubeconfig Secret"))?;
-    let write_err = |source| Error::WriteSecret {
-        name: name.clone(),
-        secret: target.clone(),
-        source,
-    };
+    let what = format!("Secret {target}");
     let (reason, message) =
         match lease_decide::copy_kubeconfig(lease, source_name, source.as_ref(), existing.as_ref())
         {
             CopyAction::Unchanged => return Ok(()),
             CopyAction::Create(secret) => {
-                write::create(&secrets, &secret).await.map_err(write_err)?;
+                write::create(&secrets, &secret)
+                    .await
+                    .map_err(ApiError::on(KIND, &name, Doing::Create, what))?;
                 return Ok(());
             }
             CopyAction::Replace(secret) => {
                 secrets
                     .replace(&target, &PostParams::default(), &secret)
                     .await
-                    .map_err(write_err)?;
+                    .map_err(ApiError::on(KIND, &name, Doing::Update, what))?;
                 return Ok(());
             }
             CopyAction::Unavailable(message) => (reasons::KUBECONFIG_UNAVAILABLE, message),
@@ -279,10 +261,11 @@ pub async fn record_wait(ctx: &Context, lease: &ClusterLease, error: &Error) -> 
     let leases: Api<ClusterLease> =
         Api::namespaced(ctx.client.clone(), &lease.namespace().unwrap_or_default());
     match write_status(ctx, &leases, lease, &status).await {
-        Err(Error::WriteStatus {
-            source: kube::Error::Api(status),
+        Err(Error::Api(ApiError {
+            doing: Doing::WriteStatus,
+            source,
             ..
-        }) if status.code == 409 => Ok(()),
+        })) if matches!(*source, kube::Error::Api(ref status) if status.code == 409) => Ok(()),
         other => other,
     }
 }
@@ -298,8 +281,11 @@ async fn write_status(
     write::record_status(api, lease, status, Guard::ReadVersion, &ctx.events)
         .await
         .map(drop)
-        .map_err(|source| Error::WriteStatus {
-            name: lease.name_any(),
-            source,
-        })
+        .map_err(ApiError::on(
+            KIND,
+            &lease.name_any(),
+            Doing::WriteStatus,
+            "",
+        ))
+        .map_err(Error::from)
 }

@@ -24,10 +24,12 @@ use kube::{Api, ResourceExt};
 use ractor::rpc::CallResult;
 
 use crate::actors::pool::claims::{BindOutcome, ClaimRequest, LeaseKey};
+use crate::actors::runtime::api_error::{ApiError, Doing};
 use crate::actors::runtime::context::Context;
 use crate::actors::runtime::object_actor::{
     Next, ObjectActor, ObjectMsg, ReconcileError, object_actor,
 };
+use crate::actors::runtime::platform::NamespaceState;
 use crate::actors::runtime::triggers::{
     OwnerEvents, Related, RelatedEvents, owner_events, related_events,
 };
@@ -40,44 +42,26 @@ use crate::write::{self, Guard};
 /// Errors of a pool reconcile.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("writing status of ClusterPool {name}: {source}")]
-    WriteStatus { name: String, source: kube::Error },
-    #[error("reading {what} for ClusterPool {name}: {source}")]
-    Observe {
-        name: String,
-        what: String,
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Api(#[from] ApiError),
     #[error(transparent)]
     View(#[from] views::Error),
-    #[error("creating CRCBundle {bundle} for ClusterPool {name}: {source}")]
-    CreateBundle {
-        name: String,
-        bundle: String,
-        source: kube::Error,
-    },
-    #[error("creating ClusterInstance {instance} for ClusterPool {name}: {source}")]
-    CreateInstance {
-        name: String,
-        instance: String,
-        source: kube::Error,
-    },
-    #[error("deleting idle ClusterInstance {instance} of ClusterPool {name}: {source}")]
-    DeleteInstance {
-        name: String,
-        instance: String,
-        source: kube::Error,
-    },
 }
 
 impl ReconcileError for Error {
     fn reason(&self) -> &'static str {
-        reasons::RECONCILE_ERROR
+        match self {
+            Error::Api(err) => err.reason(),
+            Error::View(_) => reasons::RECONCILE_ERROR,
+        }
     }
 }
 
 #[derive(Default)]
 pub struct PoolActor;
+
+/// The kind, for errors.
+const KIND: &str = "ClusterPool";
 
 impl ObjectActor for PoolActor {
     type Object = ClusterPool;
@@ -145,11 +129,12 @@ pub async fn request_bind(
     let found = Api::<ClusterPool>::namespaced(ctx.client.clone(), &key.namespace)
         .get_opt(&pool)
         .await
-        .map_err(|source| claims::Error::Observe {
-            name: key.name.clone(),
-            what: format!("ClusterPool {pool}"),
-            source,
-        })?;
+        .map_err(ApiError::on(
+            "ClusterLease",
+            &key.name,
+            Doing::Read,
+            format!("ClusterPool {pool}"),
+        ))?;
     let Some(uid) = found.and_then(|p| p.uid()) else {
         return Err(claims::Error::PoolNotFound {
             lease: key.name,
@@ -188,25 +173,48 @@ pub async fn request_bind(
     }
 }
 
+/// One pass: observe, decide ([`decide::decide`], pure), act.
 async fn reconcile(pool: &ClusterPool, ctx: &Context) -> Result<Next, Error> {
     if pool.metadata.deletion_timestamp.is_some() {
         // The garbage collector removes the owned instances.
         return Ok(Next::Done);
     }
+    let seen = observe(pool, ctx).await?;
+    let decision = decide::decide(
+        pool,
+        decide::Observed {
+            namespace: seen.namespace,
+            bundle: seen.bundle,
+            instances: &seen.members,
+            leases: &seen.leases,
+            now: Timestamp::now(),
+            idle_grace: ctx.tuning.pool_idle_grace,
+            pool_bundles: &ctx.pool_bundles,
+        },
+    );
+    act(pool, ctx, &decision).await?;
+    Ok(decision.requeue.map_or(Next::Done, Next::Requeue))
+}
+
+/// What a pass reads.
+struct Seen {
+    namespace: NamespaceState,
+    bundle: decide::BundleState,
+    members: Vec<ClusterInstance>,
+    leases: Vec<ClusterLease>,
+}
+
+/// The namespace policy and the bundle from the shared views (their changes wake us); members
+/// and leases on live reads: a watch cache may not show the instance this actor created a
+/// moment ago (acting on it would create one too many), nor a lease it bound a moment ago
+/// (acting on it would trim a leased instance). Bindings are made by this actor too, between
+/// reconciles.
+async fn observe(pool: &ClusterPool, ctx: &Context) -> Result<Seen, Error> {
     let name = pool.name_any();
     let ns = pool.namespace().unwrap_or_default();
-    let err = |what: &str| {
-        let (name, what) = (name.clone(), what.to_owned());
-        move |source| Error::Observe { name, what, source }
-    };
-
-    // The namespace policy from the shared view (its changes wake us). Members and leases on
-    // live reads: a watch cache may not show the instance this actor created a moment ago
-    // (acting on it would create one too many), nor a lease it bound a moment ago (acting on it
-    // would trim a leased instance). Bindings are made by this actor too, between reconciles.
+    let err = |what: &str| ApiError::on(KIND, &name, Doing::Read, what.to_owned());
     let namespace = ctx.views.namespace(&ns).await?;
-    let instances: Api<ClusterInstance> = Api::namespaced(ctx.client.clone(), &ns);
-    let members = instances
+    let members = Api::<ClusterInstance>::namespaced(ctx.client.clone(), &ns)
         .list(&ListParams::default().labels(&member_selector(&name)))
         .await
         .map_err(err("instances"))?
@@ -216,7 +224,6 @@ async fn reconcile(pool: &ClusterPool, ctx: &Context) -> Result<Next, Error> {
         .await
         .map_err(err("leases"))?
         .items;
-
     let bundle = match crate::actors::resolve::bundle_name(&pool.spec.template) {
         None => decide::BundleState::NoneSelected,
         Some(bundle) => match ctx.views.bundle(&bundle).await? {
@@ -230,18 +237,19 @@ async fn reconcile(pool: &ClusterPool, ctx: &Context) -> Result<Next, Error> {
             Some(_) => decide::BundleState::NotReady,
         },
     };
-    let decision = decide::decide(
-        pool,
-        decide::Observed {
-            namespace,
-            bundle,
-            instances: &members,
-            leases: &leases,
-            now: Timestamp::now(),
-            idle_grace: ctx.tuning.pool_idle_grace,
-            pool_bundles: &ctx.pool_bundles,
-        },
-    );
+    Ok(Seen {
+        namespace,
+        bundle,
+        members,
+        leases,
+    })
+}
+
+/// The decision's bundle, instance create or delete, then the status.
+async fn act(pool: &ClusterPool, ctx: &Context, decision: &decide::Decision) -> Result<(), Error> {
+    let name = pool.name_any();
+    let ns = pool.namespace().unwrap_or_default();
+    let instances: Api<ClusterInstance> = Api::namespaced(ctx.client.clone(), &ns);
     if let Some(bundle) = &decision.bundle {
         ensure_bundle(ctx, &name, bundle).await?;
     }
@@ -250,11 +258,12 @@ async fn reconcile(pool: &ClusterPool, ctx: &Context) -> Result<Next, Error> {
         // Created by an earlier reconcile is fine: the watch brings its event.
         let created = write::create_new(&instances, instance)
             .await
-            .map_err(|source| Error::CreateInstance {
-                name: name.clone(),
-                instance: instance_name.clone(),
-                source,
-            })?;
+            .map_err(ApiError::on(
+                KIND,
+                &name,
+                Doing::Create,
+                format!("ClusterInstance {instance_name}"),
+            ))?;
         if created {
             tracing::info!(clusterpool = %name, namespace = %ns, clusterinstance = %instance_name, "instance created");
         }
@@ -264,21 +273,19 @@ async fn reconcile(pool: &ClusterPool, ctx: &Context) -> Result<Next, Error> {
         // Gone already, or replaced by a new instance of the same name, is fine.
         write::delete_exact(&instances, instance, uid, PropagationPolicy::Background)
             .await
-            .map_err(|source| Error::DeleteInstance {
-                name: name.clone(),
-                instance: instance.clone(),
-                source,
-            })?;
+            .map_err(ApiError::on(
+                KIND,
+                &name,
+                Doing::Delete,
+                format!("idle ClusterInstance {instance}"),
+            ))?;
         tracing::info!(clusterpool = %name, namespace = %ns, clusterinstance = %instance, "idle instance deleted (scale-down)");
     }
     let pools: Api<ClusterPool> = Api::namespaced(ctx.client.clone(), &ns);
     write::record_status(&pools, pool, &decision.status, Guard::None, &ctx.events)
         .await
-        .map_err(|source| Error::WriteStatus {
-            name: name.clone(),
-            source,
-        })?;
-    Ok(decision.requeue.map_or(Next::Done, Next::Requeue))
+        .map_err(ApiError::on(KIND, &name, Doing::WriteStatus, ""))?;
+    Ok(())
 }
 
 /// Creates the pool's CRCBundle unless one of that name exists; an existing one is reused
@@ -287,11 +294,12 @@ async fn reconcile(pool: &ClusterPool, ctx: &Context) -> Result<Next, Error> {
 async fn ensure_bundle(ctx: &Context, pool: &str, bundle: &CRCBundle) -> Result<(), Error> {
     let api: Api<CRCBundle> = Api::all(ctx.client.clone());
     let bundle_name = bundle.name_any();
-    let create_err = |source| Error::CreateBundle {
-        name: pool.to_owned(),
-        bundle: bundle_name.clone(),
-        source,
-    };
+    let create_err = ApiError::on(
+        KIND,
+        pool,
+        Doing::Create,
+        format!("CRCBundle {bundle_name}"),
+    );
     if ctx.views.bundle(&bundle_name).await?.is_some() {
         return Ok(());
     }

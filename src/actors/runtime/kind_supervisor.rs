@@ -137,7 +137,7 @@ where
             }
             by_phase
         });
-        for kind in A::CHILD_KINDS {
+        for kind in A::child_kinds() {
             args.ctx.metrics.init_kind(kind);
         }
         args.ctx.metrics.init_kind("supervisor");

@@ -3,6 +3,7 @@
 //! backoff, actor names, the shared caches and views, and the record of the operator's own
 //! writes. Nothing here knows what a bundle, an instance, a pool or a lease decides.
 
+pub mod api_error;
 pub mod backoff;
 pub mod caches;
 pub mod context;

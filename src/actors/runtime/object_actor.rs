@@ -107,7 +107,9 @@ pub trait ObjectActor: Default + Send + Sync + 'static {
 
     /// Kinds of the stage children an actor of this kind supervises ([`crate::actors::runtime::stage`]), shown
     /// in the metrics from the start.
-    const CHILD_KINDS: &'static [&'static str] = &[];
+    fn child_kinds() -> Vec<&'static str> {
+        Vec::new()
+    }
 
     /// The objects of this kind that a change of a shared view concerns (`None`: none).
     fn woken_by(_change: &Change) -> Option<Related<Self::Object>> {

@@ -200,6 +200,9 @@ pub(super) async fn reconcile<A: ObjectActor>(
     args.ctx
         .metrics
         .reconciled(A::KIND, outcome, started.elapsed());
+    if let Err(err) = &result {
+        args.ctx.metrics.reconcile_failed(A::KIND, err.reason());
+    }
     let next = match result {
         Ok(next) => {
             if state.failures.consecutive > 0 {

@@ -7,17 +7,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::bundle::{BuildStage, CRCBundleStatus};
-use crate::api::conditions::{self, types};
-
-/// The stages that end with a condition of their own, in order.
-const STAGES: [(BuildStage, &str); 6] = [
-    (BuildStage::Prepare, types::PREPARED),
-    (BuildStage::Install, types::INSTALLED),
-    (BuildStage::Customize, types::CUSTOMIZED),
-    (BuildStage::Seal, types::SEALED),
-    (BuildStage::Publish, types::PUBLISHED),
-    (BuildStage::Validate, types::VALIDATED),
-];
+use crate::api::conditions;
 
 /// One stage that ended between `before` and `after`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,6 +23,7 @@ pub fn ended(before: Option<&CRCBundleStatus>, after: &CRCBundleStatus) -> Vec<S
     let Some(build) = after.build.as_ref() else {
         return Vec::new();
     };
+    let stages: Vec<(BuildStage, &str)> = BuildStage::with_conditions().collect();
     let true_since = |status: Option<&CRCBundleStatus>, type_: &str| {
         status
             .and_then(|s| conditions::find(&s.conditions, type_))
@@ -43,11 +34,11 @@ pub fn ended(before: Option<&CRCBundleStatus>, after: &CRCBundleStatus) -> Vec<S
     let started = |index: usize| -> Option<Time> {
         match index.checked_sub(1) {
             None => build.started_at.clone(),
-            Some(previous) => true_since(Some(after), STAGES[previous].1),
+            Some(previous) => true_since(Some(after), stages[previous].1),
         }
     };
     let mut ends = Vec::new();
-    for (index, (stage, type_)) in STAGES.iter().enumerate() {
+    for (index, (stage, type_)) in stages.iter().enumerate() {
         if let Some(done) = true_since(Some(after), type_)
             && true_since(before, type_).is_none()
             && let Some(start) = started(index)
@@ -62,10 +53,10 @@ pub fn ended(before: Option<&CRCBundleStatus>, after: &CRCBundleStatus) -> Vec<S
     let was = before.and_then(|s| s.build.as_ref()).and_then(|b| b.stage);
     if build.stage == Some(BuildStage::Failed)
         && let Some(failed) = was.filter(|s| *s != BuildStage::Failed)
-        && let Some(index) = STAGES.iter().position(|(s, _)| *s == failed)
+        && let Some(index) = stages.iter().position(|(s, _)| *s == failed)
         && let (Some(start), Some(end)) = (started(index), build.finished_at.clone())
     {
-        let reason = conditions::find(&after.conditions, STAGES[index].1)
+        let reason = conditions::find(&after.conditions, stages[index].1)
             .filter(|c| c.status == "False")
             .map_or_else(|| "Failed".to_owned(), |c| c.reason.clone());
         ends.push(StageEnd {

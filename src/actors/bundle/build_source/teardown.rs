@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::actors::bundle::build_source::decide::{Action, Temp, VmRole, VmSeen};
+use crate::actors::bundle::build_source::step::{Action, VmRole, VmSeen};
+use crate::actors::bundle::build_source::temps::Temp;
 use crate::api::bundle::{CRCBundle, CRCBundleStatus};
 use crate::api::conditions::{self, reasons, types};
 
@@ -211,7 +212,7 @@ mod tests {
         VmSeen {
             boot: Some(BuildBoot::Installed),
             launcher_pod: true,
-            vmi: Some(crate::actors::bundle::build_source::decide::VmiSeen {
+            vmi: Some(crate::actors::bundle::build_source::step::VmiSeen {
                 uid: "vmi".into(),
                 phase: "Running".into(),
                 ip: None,

@@ -21,6 +21,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::actors::bundle::download::prep_job::PrepJob;
+use crate::actors::runtime::api_error::Doing;
 use crate::actors::runtime::stage::{Observation, Stage, attempt_failure};
 use crate::api::bundle::{BundlePhase, BundleSource, CRCBundle, CRCBundleStatus};
 use crate::api::common::{LocalRef, ObjectIdentity};
@@ -73,6 +74,18 @@ pub enum Action {
     DeleteScratchPvc {
         uid: String,
     },
+}
+
+impl Action {
+    /// What it does to the API, for its error's reason.
+    pub fn doing(&self) -> Doing {
+        match self {
+            Action::CreateGoldenPvc | Action::CreateScratchPvc | Action::CreatePrepJob => {
+                Doing::Create
+            }
+            Action::DeletePrepJob { .. } | Action::DeleteScratchPvc { .. } => Doing::Delete,
+        }
+    }
 }
 
 /// The next step for a bundle.

@@ -14,6 +14,7 @@ use serde::de::DeserializeOwned;
 use crate::actors::Context;
 use crate::actors::instance::crc::plan::{Action, DeleteKind, New};
 use crate::actors::instance::crc::{Error, Scope};
+use crate::actors::runtime::api_error::Doing;
 use crate::api::instance::ClusterInstance;
 use crate::events::Kind;
 use crate::guest::keys;
@@ -54,7 +55,7 @@ impl<'a> Actor<'a> {
         let what = format!("{} {}", K::kind(&()), obj.name_any());
         write::create(api, obj)
             .await
-            .map_err(self.scope.err("creating", what.clone()))?;
+            .map_err(self.scope.err(Doing::Create, what.clone()))?;
         tracing::info!(clusterinstance = %self.scope.name, namespace = %self.scope.namespace, "created {what}");
         Ok(())
     }
@@ -131,7 +132,7 @@ impl<'a> Actor<'a> {
                 };
                 result.map_err(
                     self.scope
-                        .err("deleting", format!("{kind} {}", target.name)),
+                        .err(Doing::Delete, format!("{kind} {}", target.name)),
                 )?;
                 tracing::info!(clusterinstance = %self.scope.name, namespace = %self.scope.namespace, "deleted {kind} {}", target.name);
                 Ok(())
@@ -140,13 +141,13 @@ impl<'a> Actor<'a> {
                 let patch = serde_json::json!({"rules": rules});
                 write::merge_patch(&self.scope.ns::<Role>(), name, &patch)
                     .await
-                    .map_err(self.scope.err("repairing", format!("Role {name}")))
+                    .map_err(self.scope.err(Doing::Update, format!("Role {name}")))
             }
             Action::RepairRoleBinding { name, subjects } => {
                 let patch = serde_json::json!({"subjects": subjects});
                 write::merge_patch(&self.scope.ns::<RoleBinding>(), name, &patch)
                     .await
-                    .map_err(self.scope.err("repairing", format!("RoleBinding {name}")))
+                    .map_err(self.scope.err(Doing::Update, format!("RoleBinding {name}")))
             }
             Action::UpdateKubeconfig(wanted) => {
                 let name = wanted.name_any();
@@ -157,7 +158,7 @@ impl<'a> Actor<'a> {
                 });
                 write::merge_patch(&self.scope.ns::<Secret>(), &name, &patch)
                     .await
-                    .map_err(self.scope.err("updating", format!("Secret {name}")))
+                    .map_err(self.scope.err(Doing::Update, format!("Secret {name}")))
             }
             Action::Warn { reason, message } => {
                 self.scope

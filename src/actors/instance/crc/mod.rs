@@ -34,6 +34,7 @@ use k8s_openapi::NamespaceResourceScope;
 use kube::api::Api;
 use kube::{Resource, ResourceExt};
 
+use crate::actors::runtime::api_error::{ApiError, Doing};
 use crate::actors::runtime::context::Context;
 use crate::api::instance::{ClusterInstance, ClusterInstanceStatus};
 use crate::api::labels::FINALIZER_CLEANUP;
@@ -50,22 +51,12 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// will be retried.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{action} {what} for ClusterInstance {instance}: {source}")]
-    Api {
-        instance: String,
-        action: &'static str,
-        what: String,
-        source: Box<kube::Error>,
-    },
+    #[error(transparent)]
+    Api(#[from] ApiError),
     #[error("reading a shared view for ClusterInstance {instance}: {source}")]
     View {
         instance: String,
         source: crate::actors::runtime::views::Error,
-    },
-    #[error("adding the finalizer of ClusterInstance {instance}: {source}")]
-    Finalizer {
-        instance: String,
-        source: Box<kube::Error>,
     },
     #[error("generating the guest SSH key of ClusterInstance {instance}: {source}")]
     GuestKey {
@@ -77,6 +68,16 @@ pub enum Error {
         instance: String,
         source: crate::identity::Error,
     },
+}
+
+impl Error {
+    /// The reason it is reported under.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Api(err) => err.reason(),
+            _ => crate::api::conditions::reasons::RECONCILE_ERROR,
+        }
+    }
 }
 
 /// Where a pass reads and writes: the instance's namespace, and errors that name the instance.
@@ -102,18 +103,9 @@ impl<'a> Scope<'a> {
         Api::namespaced(self.ctx.client.clone(), &self.namespace)
     }
 
-    fn err(
-        &self,
-        action: &'static str,
-        what: impl Into<String>,
-    ) -> impl FnOnce(kube::Error) -> Error {
-        let (instance, what) = (self.name.clone(), what.into());
-        move |source| Error::Api {
-            instance,
-            action,
-            what,
-            source: Box::new(source),
-        }
+    fn err(&self, doing: Doing, what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+        let err = ApiError::on("ClusterInstance", &self.name, doing, what);
+        move |source| Error::Api(err(source))
     }
 }
 
@@ -195,9 +187,12 @@ async fn ensure_finalizer(instance: &ClusterInstance, ctx: &Context) -> Result<b
             Ok(true)
         }
         Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
-        Err(source) => Err(Error::Finalizer {
-            instance: instance.name_any(),
-            source: Box::new(source),
-        }),
+        Err(source) => Err(ApiError::on(
+            "ClusterInstance",
+            &instance.name_any(),
+            Doing::UpdateFinalizers,
+            "",
+        )(source)
+        .into()),
     }
 }

@@ -19,6 +19,7 @@ use serde::de::DeserializeOwned;
 
 use crate::actors::Context;
 use crate::actors::instance::crc::{Error, Scope, agent};
+use crate::actors::runtime::api_error::Doing;
 use crate::actors::runtime::views::RouteHost;
 use crate::api::bundle::{BundlePhase, CRCBundle};
 use crate::api::common::LocalRef;
@@ -273,7 +274,7 @@ impl<'a> Reader<'a> {
     }
 
     fn err(&self, what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-        self.scope.err("reading", what)
+        self.scope.err(Doing::Read, what)
     }
 
     fn view_err(&self) -> impl FnOnce(crate::actors::runtime::views::Error) -> Error {

@@ -16,6 +16,7 @@ use serde::de::DeserializeOwned;
 
 use crate::actors::Context;
 use crate::actors::instance::crc::teardown_plan::{self, Obj, Remaining, Step, Vm};
+use crate::actors::runtime::api_error::{ApiError, Doing};
 use crate::api::instance::ClusterInstance;
 use crate::api::labels;
 use crate::cdi::DataVolume;
@@ -33,13 +34,8 @@ pub const STEP_REQUEUE: Duration = Duration::from_secs(2);
 /// Errors of a teardown pass; reported as `Terminating=True reason=CleanupError`.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{action} {what} of ClusterInstance {instance}: {source}")]
-    Api {
-        instance: String,
-        action: &'static str,
-        what: String,
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Api(#[from] ApiError),
 }
 
 /// Where the teardown is.
@@ -132,18 +128,9 @@ impl<'a> Teardown<'a> {
         Api::namespaced(self.ctx.client.clone(), &self.ns)
     }
 
-    fn err(
-        &self,
-        action: &'static str,
-        what: impl Into<String>,
-    ) -> impl FnOnce(kube::Error) -> Error {
-        let (instance, what) = (self.name.clone(), what.into());
-        move |source| Error::Api {
-            instance,
-            action,
-            what,
-            source,
-        }
+    fn err(&self, doing: Doing, what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+        let err = ApiError::on("ClusterInstance", &self.name, doing, what);
+        move |source| Error::Api(err(source))
     }
 
     /// `name`, if it exists and its controller is `owner` (one of the given UIDs).
@@ -158,7 +145,7 @@ impl<'a> Teardown<'a> {
             .api::<K>()
             .get_opt(name)
             .await
-            .map_err(self.err("reading", format!("{} {name}", K::kind(&()))))?;
+            .map_err(self.err(Doing::Read, format!("{} {name}", K::kind(&()))))?;
         Ok(found
             .filter(|k| controller_uid(k).is_some_and(|u| !u.is_empty() && owners.contains(&u))))
     }
@@ -184,7 +171,7 @@ impl<'a> Teardown<'a> {
             .api::<Job>()
             .list(&ListParams::default())
             .await
-            .map_err(self.err("listing", "Jobs"))?
+            .map_err(self.err(Doing::Read, "Jobs"))?
             .items
             .into_iter()
             .filter(|j| {
@@ -220,7 +207,7 @@ impl<'a> Teardown<'a> {
                 kubevirt::labels::VM_NAME
             )))
             .await
-            .map_err(self.err("listing", "virt-launcher pods"))?
+            .map_err(self.err(Doing::Read, "virt-launcher pods"))?
             .items
             .into_iter()
             .filter(|p| controller_uid(p).is_some_and(|u| vmi_uids.iter().any(|v| v == u)))
@@ -246,7 +233,7 @@ impl<'a> Teardown<'a> {
                 self.name
             )))
             .await
-            .map_err(self.err("listing", "handoff Secrets"))?
+            .map_err(self.err(Doing::Read, "handoff Secrets"))?
             .items
             .into_iter()
             .filter(|s| {
@@ -306,7 +293,7 @@ impl<'a> Teardown<'a> {
         }
         write::delete_exact(&self.api::<K>(), &target.name, &target.uid, propagation)
             .await
-            .map_err(self.err("deleting", format!("{} {}", K::kind(&()), target.name)))?;
+            .map_err(self.err(Doing::Delete, format!("{} {}", K::kind(&()), target.name)))?;
         tracing::info!(
             clusterinstance = %self.name,
             namespace = %self.ns,
@@ -341,7 +328,7 @@ impl<'a> Teardown<'a> {
                 let patch = serde_json::json!({"spec": {"runStrategy": "Halted", "running": null}});
                 write::merge_patch(&self.api::<VirtualMachine>(), &o.name, &patch)
                     .await
-                    .map_err(self.err("halting", format!("VirtualMachine {}", o.name)))?;
+                    .map_err(self.err(Doing::Update, format!("VirtualMachine {}", o.name)))?;
                 tracing::info!(clusterinstance = %self.name, namespace = %self.ns, "halting VirtualMachine {}", o.name);
             }
             Step::WaitForVmi(_) => {}
