@@ -125,7 +125,7 @@ struct OperatorArgs {
     #[arg(long, default_value_t = guestcluster::operator::api_limits::ApiLimits::DEFAULT_BURST)]
     kube_api_burst: u32,
     /// Reconciles running at once across all kinds; the others queue in arrival order.
-    #[arg(long, default_value_t = guestcluster::actors::runtime::root::DEFAULT_MAX_CONCURRENT_RECONCILES)]
+    #[arg(long, default_value_t = guestcluster::actors::root::DEFAULT_MAX_CONCURRENT_RECONCILES)]
     max_concurrent_reconciles: usize,
     #[command(flatten)]
     log: LogArgs,
@@ -196,7 +196,7 @@ fn operator(args: OperatorArgs) -> Result<(), Box<dyn std::error::Error>> {
         identity: guestcluster::operator::default_identity(),
         health_addr: listen_addr(&args.health_probe_bind_address)?,
         metrics_addr: listen_addr(&args.metrics_bind_address)?,
-        tree: guestcluster::actors::runtime::root::TreeConfig {
+        tree: guestcluster::actors::root::TreeConfig {
             max_concurrent_reconciles: args.max_concurrent_reconciles,
             ..Default::default()
         },

@@ -9,7 +9,7 @@
 mod support;
 
 use guestcluster::actors::Context;
-use guestcluster::actors::runtime::root::{self, TreeConfig};
+use guestcluster::actors::root::{self, TreeConfig};
 use guestcluster::api::conditions::{self, reasons, types};
 use guestcluster::api::instance::InstancePhase;
 use guestcluster::api::labels::{FIELD_MANAGER, FINALIZER_CLEANUP, FINALIZER_RELEASE};

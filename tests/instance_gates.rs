@@ -6,7 +6,7 @@
 mod support;
 
 use guestcluster::actors::Context;
-use guestcluster::actors::runtime::root::{self, TreeConfig};
+use guestcluster::actors::root::{self, TreeConfig};
 use guestcluster::api::ClusterInstance;
 use guestcluster::api::conditions::{self, reasons, types};
 use guestcluster::api::instance::InstancePhase;

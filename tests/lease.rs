@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use guestcluster::actors::RootMsg;
-use guestcluster::actors::runtime::root::{self, Kind, TreeConfig};
+use guestcluster::actors::root::{self, Kind, TreeConfig};
 use guestcluster::actors::{Context, Tuning};
 use guestcluster::api::conditions::{reasons, types};
 use guestcluster::api::labels::{FINALIZER_RELEASE, NAMESPACE_ENABLED, POOL};

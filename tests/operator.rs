@@ -9,7 +9,7 @@ mod support;
 use std::time::Duration;
 
 use guestcluster::actors::bundle::BundleActor;
-use guestcluster::actors::runtime::root::{self, TreeConfig};
+use guestcluster::actors::root::{self, TreeConfig};
 use guestcluster::actors::{Context, ObjectActor, object_actor_name};
 use guestcluster::api::conditions::{self, reasons, types};
 use guestcluster::api::{CRCBundle, CRCBundleSpec};

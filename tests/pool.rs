@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use guestcluster::actors::Context;
 use guestcluster::actors::pool::bundles::{PoolBundles, VersionPatterns};
+use guestcluster::actors::root::{self, Kind, TreeConfig};
 use guestcluster::actors::runtime::context::GuestSettings;
-use guestcluster::actors::runtime::root::{self, Kind, TreeConfig};
 use guestcluster::api::conditions::{self, reasons, types};
 use guestcluster::api::labels::{
     CREATED_FOR, CREATED_FOR_POOLS, MANAGED_BY, MANAGED_BY_OPERATOR, NAMESPACE_ENABLED, POOL,

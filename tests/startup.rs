@@ -10,7 +10,7 @@ mod support;
 use std::time::Duration;
 
 use guestcluster::actors::Context;
-use guestcluster::actors::runtime::root::{self, Kind, TreeConfig};
+use guestcluster::actors::root::{self, Kind, TreeConfig};
 use guestcluster::api::{CRCBundle, CRCBundleSpec};
 use guestcluster::metrics::Metrics;
 use kube::ResourceExt;

@@ -3,7 +3,7 @@
 //! its object actor (`mod.rs`), its pure decisions and the children it supervises.
 //!
 //! ```text
-//! root                                   runtime/root.rs
+//! root                                   root.rs
 //! ├── supervisor/crcbundle               runtime/kind_supervisor.rs
 //! │   └── crcbundle/<uid>                bundle/: one actor per bundle
 //! │       ├── crcbundle.prepjob/<uid>    bundle/download/prep_job.rs
@@ -27,9 +27,10 @@ pub mod instance;
 pub mod lease;
 pub mod pool;
 pub mod resolve;
+pub mod root;
 pub mod runtime;
 
+pub use root::{Root, RootMsg};
 pub use runtime::context::{Context, Tuning};
 pub use runtime::names::{live_actor_counts, object_actor_name, supervisor_name};
 pub use runtime::object_actor::{ObjectActor, ObjectArgs, ObjectMsg};
-pub use runtime::root::{Root, RootMsg};

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::actors::Context;
-use crate::actors::runtime::root::{self, TreeConfig};
+use crate::actors::root::{self, TreeConfig};
 use crate::metrics::Metrics;
 
 /// Errors that end the operator.

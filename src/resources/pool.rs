@@ -3,6 +3,7 @@
 //! member of the pool.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
@@ -65,6 +66,75 @@ pub fn new_instance(pool: &ClusterPool, name: &str) -> ClusterInstance {
             template: pool.spec.template.clone(),
         },
         status: None,
+    }
+}
+
+/// The operator's policy for the bundles it creates for pools (`--pool-crc-versions`,
+/// `--pool-bundle-storage-class`, `--pool-bundle-gc-grace`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolBundles {
+    /// The `crcVersion`s a pool may have a CRCBundle created for.
+    pub crc_versions: VersionPatterns,
+    /// StorageClass of a created bundle's volumes; `None` is the cluster's default class.
+    pub storage_class: Option<String>,
+    /// How long a created bundle stays once no pool or instance refers to it.
+    pub gc_grace: Duration,
+}
+
+/// One hour: long enough for a pool to be deleted and made again (a rename, a Helm upgrade)
+/// without downloading its bundle again.
+pub const DEFAULT_GC_GRACE: Duration = Duration::from_secs(3600);
+
+impl Default for PoolBundles {
+    /// Safe by default: no version is allowed until the administrator says which.
+    fn default() -> Self {
+        Self {
+            crc_versions: VersionPatterns::default(),
+            storage_class: None,
+            gc_grace: DEFAULT_GC_GRACE,
+        }
+    }
+}
+
+/// A list of version patterns, `*` matching any run of characters (`4.22.*`, `4.21.3`, `*`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VersionPatterns(Vec<String>);
+
+impl VersionPatterns {
+    /// From a comma-separated list; blanks are dropped, so an empty value allows nothing.
+    pub fn parse(list: &str) -> Self {
+        Self(
+            list.split(',')
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        )
+    }
+
+    pub fn allows(&self, version: &str) -> bool {
+        self.0
+            .iter()
+            .any(|p| glob(p.as_bytes(), version.as_bytes()))
+    }
+}
+
+impl std::fmt::Display for VersionPatterns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_empty() {
+            f.write_str("none")
+        } else {
+            f.write_str(&self.0.join(","))
+        }
+    }
+}
+
+/// `*`-only glob matching.
+fn glob(pattern: &[u8], text: &[u8]) -> bool {
+    match pattern.split_first() {
+        None => text.is_empty(),
+        Some((b'*', rest)) => (0..=text.len()).any(|i| glob(rest, &text[i..])),
+        Some((c, rest)) => text.first() == Some(c) && glob(rest, &text[1..]),
     }
 }
 
@@ -151,6 +221,25 @@ mod tests {
             "an unmanaged namesake does not take a number"
         );
         assert_eq!(instance_name("p", &[]), "p-0");
+    }
+
+    #[test]
+    fn patterns_match_whole_versions_with_star_wildcards() {
+        let p = VersionPatterns::parse(" 4.22.*, 4.21.3 ,,");
+        assert!(p.allows("4.22.7"));
+        assert!(p.allows("4.22."));
+        assert!(p.allows("4.21.3"));
+        assert!(!p.allows("4.21.30"), "whole versions only");
+        assert!(!p.allows("14.22.7"));
+        assert!(!p.allows("4.99.1"));
+        assert!(VersionPatterns::parse("*").allows("anything"));
+        assert!(
+            !VersionPatterns::parse("").allows("4.22.7"),
+            "empty allows none"
+        );
+        assert!(!PoolBundles::default().crc_versions.allows("4.22.7"));
+        assert_eq!(VersionPatterns::parse("").to_string(), "none");
+        assert_eq!(p.to_string(), "4.22.*,4.21.3");
     }
 
     #[test]

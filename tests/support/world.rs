@@ -8,8 +8,8 @@ use std::sync::OnceLock;
 
 use guestcluster::actors::Context;
 use guestcluster::actors::pool::bundles::{PoolBundles, VersionPatterns};
+use guestcluster::actors::root::{self, TreeConfig};
 use guestcluster::actors::runtime::context::GuestSettings;
-use guestcluster::actors::runtime::root::{self, TreeConfig};
 use guestcluster::guest::route::{ROUTE_PROXY_ENV, RouteAccess};
 use guestcluster::metrics::Metrics;
 use guestcluster::resources::bundle::JobSettings;

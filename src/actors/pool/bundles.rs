@@ -10,33 +10,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::api::template::ClusterTemplate;
 use crate::api::{CRCBundle, ClusterInstance, ClusterPool};
 use crate::resources::pool::pool_bundle;
-
-/// The operator's policy for pool-created bundles (`--pool-crc-versions`,
-/// `--pool-bundle-storage-class`, `--pool-bundle-gc-grace`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PoolBundles {
-    /// The `crcVersion`s a pool may have a CRCBundle created for.
-    pub crc_versions: VersionPatterns,
-    /// StorageClass of a created bundle's volumes; `None` is the cluster's default class.
-    pub storage_class: Option<String>,
-    /// How long a created bundle stays once no pool or instance refers to it.
-    pub gc_grace: Duration,
-}
-
-/// One hour: long enough for a pool to be deleted and made again (a rename, a Helm upgrade)
-/// without downloading its bundle again.
-pub const DEFAULT_GC_GRACE: Duration = Duration::from_secs(3600);
-
-impl Default for PoolBundles {
-    /// Safe by default: no version is allowed until the administrator says which.
-    fn default() -> Self {
-        Self {
-            crc_versions: VersionPatterns::default(),
-            storage_class: None,
-            gc_grace: DEFAULT_GC_GRACE,
-        }
-    }
-}
+pub use crate::resources::pool::{DEFAULT_GC_GRACE, PoolBundles, VersionPatterns};
 
 /// The CRCBundle a pool with this template ensures: only for a `crcVersion` (non-empty) that
 /// the policy allows, never with `crcBundleRef`; on the policy's StorageClass.
@@ -49,48 +23,6 @@ pub fn bundle_for(template: &ClusterTemplate, policy: &PoolBundles) -> Option<CR
         .crc_versions
         .allows(version)
         .then(|| pool_bundle(version, template.arch(), policy.storage_class.clone()))
-}
-
-/// A list of version patterns, `*` matching any run of characters (`4.22.*`, `4.21.3`, `*`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct VersionPatterns(Vec<String>);
-
-impl VersionPatterns {
-    /// From a comma-separated list; blanks are dropped, so an empty value allows nothing.
-    pub fn parse(list: &str) -> Self {
-        Self(
-            list.split(',')
-                .map(str::trim)
-                .filter(|p| !p.is_empty())
-                .map(str::to_owned)
-                .collect(),
-        )
-    }
-
-    pub fn allows(&self, version: &str) -> bool {
-        self.0
-            .iter()
-            .any(|p| glob(p.as_bytes(), version.as_bytes()))
-    }
-}
-
-impl std::fmt::Display for VersionPatterns {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.0.is_empty() {
-            f.write_str("none")
-        } else {
-            f.write_str(&self.0.join(","))
-        }
-    }
-}
-
-/// `*`-only glob matching.
-fn glob(pattern: &[u8], text: &[u8]) -> bool {
-    match pattern.split_first() {
-        None => text.is_empty(),
-        Some((b'*', rest)) => (0..=text.len()).any(|i| glob(rest, &text[i..])),
-        Some((c, rest)) => text.first() == Some(c) && glob(rest, &text[1..]),
-    }
 }
 
 /// Whether a pool or an instance still refers to the bundle `name` (UID `uid`): a template that
@@ -181,25 +113,6 @@ mod tests {
         let mut empty = template;
         empty.crc_version = Some(String::new());
         assert!(bundle_for(&empty, &allow_all).is_none(), "empty crcVersion");
-    }
-
-    #[test]
-    fn patterns_match_whole_versions_with_star_wildcards() {
-        let p = VersionPatterns::parse(" 4.22.*, 4.21.3 ,,");
-        assert!(p.allows("4.22.7"));
-        assert!(p.allows("4.22."));
-        assert!(p.allows("4.21.3"));
-        assert!(!p.allows("4.21.30"), "whole versions only");
-        assert!(!p.allows("14.22.7"));
-        assert!(!p.allows("4.99.1"));
-        assert!(VersionPatterns::parse("*").allows("anything"));
-        assert!(
-            !VersionPatterns::parse("").allows("4.22.7"),
-            "empty allows none"
-        );
-        assert!(!PoolBundles::default().crc_versions.allows("4.22.7"));
-        assert_eq!(VersionPatterns::parse("").to_string(), "none");
-        assert_eq!(p.to_string(), "4.22.*,4.21.3");
     }
 
     fn pool(template: serde_json::Value) -> ClusterPool {

@@ -4,7 +4,6 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::actors::pool::bundles::PoolBundles;
 use crate::actors::runtime::own_writes::OwnWrites;
 use crate::actors::runtime::user_secrets::UserSecrets;
 use crate::actors::runtime::views::Views;
@@ -12,6 +11,7 @@ use crate::events::Events;
 use crate::guest::route::RouteAccess;
 use crate::metrics::Metrics;
 use crate::resources::bundle::JobSettings;
+use crate::resources::pool::PoolBundles;
 
 /// Shared, read-mostly state of the operator process.
 pub struct Context {

@@ -14,7 +14,6 @@ pub mod names;
 pub mod object_actor;
 pub mod own_writes;
 pub mod platform;
-pub mod root;
 pub mod stage;
 pub mod triggers;
 pub mod user_secrets;

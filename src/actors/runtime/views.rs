@@ -4,7 +4,7 @@
 //! which instance.
 //!
 //! One watch per kind for the whole process, started with the supervision tree
-//! ([`crate::actors::runtime::root::start`]); reconciles read from memory instead of GETting or listing on every
+//! ([`crate::actors::root::start`]); reconciles read from memory instead of GETting or listing on every
 //! pass. Each view says when it has completed its first list ([`Views::ready`]): until then an
 //! empty view means "not known yet", never "absent". A kind the API server does not serve (no
 //! KubeVirt CRD, no Route CRD) is an empty, synced view; its watch keeps retrying with backoff,

@@ -11,10 +11,10 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::actors::Context;
 use crate::actors::instance::crc::plan::{Action, DeleteKind, New};
-use crate::actors::instance::crc::{Error, Scope};
+use crate::actors::instance::crc::scope::{Error, Scope};
 use crate::actors::runtime::api_error::Doing;
+use crate::actors::runtime::context::Context;
 use crate::api::instance::ClusterInstance;
 use crate::events::Kind;
 use crate::guest::keys;

@@ -22,6 +22,7 @@ pub mod boot_key;
 pub mod inputs;
 pub mod observe;
 pub mod plan;
+pub mod scope;
 pub mod teardown;
 pub mod teardown_plan;
 
@@ -30,9 +31,8 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use k8s_openapi::NamespaceResourceScope;
+use kube::ResourceExt;
 use kube::api::Api;
-use kube::{Resource, ResourceExt};
 
 use crate::actors::runtime::api_error::{ApiError, Doing};
 use crate::actors::runtime::context::Context;
@@ -40,74 +40,13 @@ use crate::api::instance::{ClusterInstance, ClusterInstanceStatus};
 use crate::api::labels::FINALIZER_CLEANUP;
 pub use inputs::{bundle_name, is_manual, pull_secret_name, user_secret_names};
 pub use plan::UNWATCHED_RECHECK;
+pub use scope::Error;
 
 /// How often a Ready instance re-checks its guest (upstream: 60 s): the guest API's health is
 /// not visible to any watch.
 pub const READY_RECHECK: Duration = Duration::from_secs(60);
 /// Readiness probe budget (upstream: 10 s).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Errors of a CRC pass that are not a condition of the instance: API calls that failed and
-/// will be retried.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error(transparent)]
-    Api(#[from] ApiError),
-    #[error("reading a shared view for ClusterInstance {instance}: {source}")]
-    View {
-        instance: String,
-        source: crate::actors::runtime::views::Error,
-    },
-    #[error("generating the guest SSH key of ClusterInstance {instance}: {source}")]
-    GuestKey {
-        instance: String,
-        source: crate::guest::keys::KeyError,
-    },
-    #[error("generating the identity of ClusterInstance {instance}: {source}")]
-    Identity {
-        instance: String,
-        source: crate::identity::Error,
-    },
-}
-
-impl Error {
-    /// The reason it is reported under.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Error::Api(err) => err.reason(),
-            _ => crate::api::conditions::reasons::RECONCILE_ERROR,
-        }
-    }
-}
-
-/// Where a pass reads and writes: the instance's namespace, and errors that name the instance.
-struct Scope<'a> {
-    ctx: &'a Context,
-    name: String,
-    namespace: String,
-}
-
-impl<'a> Scope<'a> {
-    fn new(instance: &ClusterInstance, ctx: &'a Context) -> Self {
-        Self {
-            ctx,
-            name: instance.name_any(),
-            namespace: instance.namespace().unwrap_or_default(),
-        }
-    }
-
-    fn ns<K>(&self) -> Api<K>
-    where
-        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>,
-    {
-        Api::namespaced(self.ctx.client.clone(), &self.namespace)
-    }
-
-    fn err(&self, doing: Doing, what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-        let err = ApiError::on("ClusterInstance", &self.name, doing, what);
-        move |source| Error::Api(err(source))
-    }
-}
 
 /// Where a pass ended.
 pub enum Outcome {

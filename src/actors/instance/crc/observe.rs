@@ -17,9 +17,10 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
-use crate::actors::Context;
-use crate::actors::instance::crc::{Error, Scope, agent};
+use crate::actors::instance::crc::scope::{Error, Scope};
+use crate::actors::instance::crc::{agent, inputs};
 use crate::actors::runtime::api_error::Doing;
+use crate::actors::runtime::context::Context;
 use crate::actors::runtime::views::RouteHost;
 use crate::api::bundle::{BundlePhase, CRCBundle};
 use crate::api::common::LocalRef;
@@ -92,7 +93,7 @@ pub fn waits_unbound(
     let bundle_ready = bundle
         .and_then(|b| b.status.as_ref())
         .is_some_and(|s| s.phase == Some(BundlePhase::Ready));
-    !crate::actors::instance::crc::is_manual(instance)
+    !inputs::is_manual(instance)
         && !bound
         && !bundle_ready
         && status.phase != Some(InstancePhase::Ready)
@@ -117,17 +118,17 @@ pub async fn observe(
     // On the heap: the objects of a pass add up to tens of KiB, too much to move around on an
     // async task's stack.
     let mut o = Box::<Observed>::default();
-    if !crate::actors::instance::crc::is_manual(instance) {
+    if !inputs::is_manual(instance) {
         // From the shared bundle view: a change of the bundle wakes the instance anyway.
         o.bundle = ctx
             .views
-            .bundle(&crate::actors::instance::crc::bundle_name(instance))
+            .bundle(&inputs::bundle_name(instance))
             .await
             .map_err(reader.view_err())?
             .map(|b| b.as_ref().clone());
     }
     o.pull_secret = reader
-        .user_secret(&crate::actors::instance::crc::pull_secret_name(instance))
+        .user_secret(&inputs::pull_secret_name(instance))
         .await?;
     if waits_unbound(instance, status, o.bundle.as_ref()) {
         return Ok(o);
@@ -140,11 +141,11 @@ pub async fn observe(
         .bundle_ssh_key_ref
         .as_ref()
         .and_then(LocalRef::name)
-        && crate::actors::instance::crc::is_manual(instance)
+        && inputs::is_manual(instance)
     {
         o.manual_key = reader.user_secret(key_ref).await?;
     }
-    if !crate::actors::instance::crc::is_manual(instance) {
+    if !inputs::is_manual(instance) {
         o.boot_key_copy = reader
             .get(&reader.ns(), &res::boot_key_secret_name(&name))
             .await?;

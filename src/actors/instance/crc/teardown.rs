@@ -14,9 +14,9 @@ use kube::api::{Api, ListParams, PropagationPolicy};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
-use crate::actors::Context;
 use crate::actors::instance::crc::teardown_plan::{self, Obj, Remaining, Step, Vm};
 use crate::actors::runtime::api_error::{ApiError, Doing};
+use crate::actors::runtime::context::Context;
 use crate::api::instance::ClusterInstance;
 use crate::api::labels;
 use crate::cdi::DataVolume;
