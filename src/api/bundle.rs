@@ -163,8 +163,12 @@ pub struct BuildSpec {
     pub deadline: String,
 }
 
+/// `spec.build.deadline` unless set: room for a build on real hardware, whose install alone
+/// takes 40–90 minutes (`docs/operations.md`, "CRCBundle (build source)").
+pub const DEFAULT_BUILD_DEADLINE: &str = "6h";
+
 fn default_deadline() -> String {
-    "6h".to_owned()
+    DEFAULT_BUILD_DEADLINE.to_owned()
 }
 
 /// A build recipe version.
