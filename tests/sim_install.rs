@@ -925,3 +925,27 @@ async fn certificates_rotate_by_guest_time_and_only_snc_steps_pass_the_25_day_ch
     );
     assert_eq!(without_issuer, "issuer=CN=kubelet-signer, OU=openshift\n");
 }
+
+/// An embed interrupted after coreos-installer wrote its output, before the helper renamed it
+/// into place: the retry finds that output, which coreos-installer refuses to clobber.
+#[tokio::test]
+async fn an_embed_retried_over_the_output_of_an_interrupted_one_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let pod = Pod::new(dir.path());
+    let ignition = dir.path().join("live.ign");
+    std::fs::write(&ignition, generator_ignition("ssh-ed25519 AAAA build")).unwrap();
+    let iso = sim::tools::tools_dir(&pod.root).join("rhcos-live.iso");
+    let output = dir.path().join(".disk.img.partial");
+    std::fs::write(&output, "half an ISO").unwrap();
+    guestcluster::tools::coreos_installer::embed_with(
+        &pod.tool("coreos-installer"),
+        &ignition,
+        &iso,
+        &output,
+    )
+    .await
+    .expect("an embed over a leftover output");
+    let written = std::fs::read_to_string(&output).unwrap();
+    assert!(written.starts_with("GUESTCLUSTER-SIM-ISO v1"), "{written}");
+    assert!(written.contains("ignition: "), "{written}");
+}

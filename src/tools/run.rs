@@ -34,6 +34,12 @@ pub enum RunError {
     },
     #[error("{program} printed more than {STDOUT_MAX} bytes")]
     TooMuchOutput { program: String },
+    #[error("{path}, left by an earlier {program} run, could not be removed: {source}")]
+    LeftoverOutput {
+        program: String,
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{program} wrote {path}, which could not be made readable: {source}")]
     OutputMode {
         program: String,

@@ -55,7 +55,11 @@ embed() {
     fi
     target=${output:-$iso}
     # Upstream writes a temporary file beside the target (tempfile's: mode 0600) and renames it
-    # over the target, which therefore ends up 0600 whatever the umask.
+    # into place, so the target ends up 0600 whatever the umask. Into `-o` it persists without
+    # clobbering: an existing output file is refused (src/live/util.rs, `write_live_iso`).
+    if [ -n "$output" ] && [ -e "$output" ]; then
+        die 1 "Error: persisting output file to $output: File exists (os error 17)"
+    fi
     tmp="$(dirname "$target")/.coreos-installer-temp-$$"
     (
         umask 077
