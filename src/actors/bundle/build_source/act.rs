@@ -108,9 +108,11 @@ pub async fn act(
             with_built!(built, object => create(ctx, object).await).map_err(kube_err)?
         }
         Action::Delete { temp, name, uid } => {
-            // In the foreground for Jobs: a Job is gone only once its pods are.
+            // In the foreground for Jobs and DataVolumes: a Job is gone only once its pods
+            // are, a DataVolume once its PVC is, so a deleted bundle's finalizer (which waits
+            // for every recorded object) goes last, with nothing of the attempt left.
             let propagation = match temp.kind() {
-                Kind::Job => PropagationPolicy::Foreground,
+                Kind::Job | Kind::DataVolume => PropagationPolicy::Foreground,
                 _ => PropagationPolicy::Background,
             };
             of_kind!(temp.kind(), K => delete_with::<K>(ctx, name, uid, propagation).await)
