@@ -44,7 +44,7 @@ impl Doing {
 
 /// A request the API server refused or failed, for `kind` `name`.
 #[derive(Debug, thiserror::Error)]
-#[error("{} {what} for {kind} {name}: {source}", .doing.verb())]
+#[error("{}{}{what} for {kind} {name}: {source}", .doing.verb(), if .what.is_empty() { "" } else { " " })]
 pub struct ApiError {
     /// The kind of the object the actor works for (`ClusterInstance`, `CRCBundle`, …).
     pub kind: &'static str,
@@ -100,5 +100,15 @@ mod tests {
             "{message}"
         );
         assert_ne!(Doing::Read.reason(), Doing::WriteStatus.reason());
+        let own = ApiError::on("ClusterPool", "p", Doing::WriteStatus, "")(kube::Error::Api(
+            kube::core::Status::failure("conflict", "Conflict")
+                .with_code(409)
+                .boxed(),
+        ));
+        assert!(
+            own.to_string()
+                .starts_with("writing the status for ClusterPool p: "),
+            "{own}"
+        );
     }
 }

@@ -155,7 +155,8 @@ pub fn maker(temp: Temp) -> &'static StageRow {
         .expect("every temporary object is made by a stage of the table")
 }
 
-/// What `stage` makes up front, in creation order.
+/// What `stage` makes up front, in creation order (the unit tests' view of the table).
+#[cfg(test)]
 pub fn up_front(stage: BuildStage) -> Vec<Temp> {
     row(stage)
         .map(|row| {
