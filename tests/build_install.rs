@@ -681,6 +681,7 @@ async fn a_bundle_deleted_mid_install_stops_its_jobs_and_vm_before_any_volume_an
         "install-deleted",
         "the install boot's helper Job running",
         |build| build.install_step == Some(InstallStep::Install),
+        WITH_VM,
     )
     .await;
 }
@@ -692,15 +693,19 @@ async fn a_bundle_deleted_mid_customize_stops_its_helper_and_vm_before_any_volum
         "customize-deleted",
         "the customize helper Job running",
         |build| helper_running(build, BuildStage::Customize, "-customize-"),
+        WITH_VM,
     )
     .await;
 }
 
 #[tokio::test]
 async fn a_bundle_deleted_mid_seal_stops_its_helper_and_vm_before_any_volume_and_leaves_nothing() {
-    deleted_mid_build("seal-deleted", "the seal helper Job running", |build| {
-        helper_running(build, BuildStage::Seal, "-seal-")
-    })
+    deleted_mid_build(
+        "seal-deleted",
+        "the seal helper Job running",
+        |build| helper_running(build, BuildStage::Seal, "-seal-"),
+        WITH_VM,
+    )
     .await;
 }
 
@@ -710,6 +715,7 @@ async fn a_bundle_deleted_mid_validation_stops_both_vms_before_any_volume_and_le
         "validate-deleted",
         "the validation clone's helper Job running",
         |build| helper_running(build, BuildStage::Validate, "-validate-"),
+        WITH_VM,
     )
     .await;
 }
@@ -827,11 +833,30 @@ async fn a_golden_pvc_of_someone_elses_fails_publish_cleans_up_and_a_retry_build
 
 #[tokio::test]
 async fn a_bundle_deleted_mid_publish_stops_its_disk_job_before_any_volume_and_leaves_nothing() {
-    deleted_mid_build("publish-deleted", "the Publish stage begun", |build| {
-        build.stage == Some(BuildStage::Publish)
-    })
+    // The build VM is stopped before the disk Job starts, so no VMI is running then.
+    deleted_mid_build(
+        "publish-deleted",
+        "the disk Job running",
+        |build| {
+            build.stage == Some(BuildStage::Publish)
+                && build
+                    .resources
+                    .as_ref()
+                    .and_then(|r| r.disk_job.as_ref())
+                    .is_some_and(|j| !j.uid.is_empty())
+        },
+        &["Job", "PersistentVolumeClaim", "DataVolume"],
+    )
     .await;
 }
+
+/// What a build deleted while its VM runs must be seen removing.
+const WITH_VM: &[&str] = &[
+    "Job",
+    "VirtualMachineInstance",
+    "PersistentVolumeClaim",
+    "DataVolume",
+];
 
 /// Whether the build is in `stage` with the helper Job of the step named `part` recorded.
 fn helper_running(
@@ -848,11 +873,13 @@ fn helper_running(
 }
 
 /// Deletes a build once `until` holds of its status with a helper Job created, and checks the
-/// finalizer came first, every Job, VMI and pod went before any volume, and nothing is left.
+/// finalizer came first, every Job, VMI and pod went before any volume, an object of each of
+/// `removed` kinds went, and nothing is left.
 async fn deleted_mid_build(
     prefix: &str,
     what: &str,
     until: impl Fn(&guestcluster::api::bundle::BuildStatus) -> bool,
+    removed: &[&str],
 ) {
     use k8s_openapi::api::core::v1::Pod;
 
@@ -939,6 +966,27 @@ async fn deleted_mid_build(
         api.get_opt(&name).await.ok()?.is_none().then_some(())
     })
     .await;
+    // Nothing of the build is left once its finalizer is off.
+    let remaining = attempt_objects(&client, &part).await;
+    assert!(remaining.is_empty(), "left behind: {remaining:?}");
+    // The watches trail the reads: wait until each has delivered the removals that already
+    // happened (every deletion start seen has its removal, and each expected kind has one).
+    support::wait_long("the watches to deliver every removal", || {
+        let changes = changes.clone();
+        async move {
+            let changes = changes.lock().unwrap();
+            let started_and_gone = changes.iter().filter(|c| !c.gone).all(|start| {
+                changes
+                    .iter()
+                    .any(|c| c.gone && c.kind == start.kind && c.name == start.name)
+            });
+            let every_kind = removed
+                .iter()
+                .all(|kind| changes.iter().any(|c| c.gone && c.kind == *kind));
+            (started_and_gone && every_kind).then_some(())
+        }
+    })
+    .await;
     for watch in watches {
         watch.abort();
     }
@@ -969,19 +1017,4 @@ async fn deleted_mid_build(
         first_volume.kind,
         first_volume.name
     );
-    for kind in [
-        "Job",
-        "VirtualMachineInstance",
-        "PersistentVolumeClaim",
-        "DataVolume",
-    ] {
-        assert!(
-            changes.iter().any(|c| c.kind == kind && c.gone),
-            "no {kind} removal seen: {changes:#?}"
-        );
-    }
-
-    // Nothing of the build is left.
-    let remaining = attempt_objects(&client, &part).await;
-    assert!(remaining.is_empty(), "left behind: {remaining:?}");
 }
