@@ -475,7 +475,7 @@ mod tests {
     fn defaults_enums_and_required_appear() {
         let spec = section(&docs(), "spec.build");
         assert!(
-            spec.contains("| `deadline` | string | no | `6h` |"),
+            spec.contains("| `deadline` | string | no | `8h` |"),
             "{spec}"
         );
         assert!(

@@ -216,6 +216,8 @@ pub mod installer {
 /// `guestcluster build-helper`, the Install stage's guest session of a build: one Job per step
 /// and VMI (`docs/design/certificates-and-time.md`, "2. Generator boot" to "4. Cold restart").
 pub mod build_helper {
+    use std::time::Duration;
+
     use serde::{Deserialize, Serialize};
 
     /// [`Step`] in its serialized form (`generator`, `install`, `certificates`).
@@ -243,6 +245,37 @@ pub mod build_helper {
     /// key the step needs: the post-install manifests, or the pull secret the startup path
     /// injects).
     pub const ENV_INPUTS_DIR: &str = "INPUTS_DIR";
+    /// Milliseconds between the reads that find the guest cluster settled ([`Settle`]); unset is
+    /// [`Settle::UPSTREAM`]'s 30 s.
+    pub const ENV_SETTLE_INTERVAL_MS: &str = "BUILD_SETTLE_INTERVAL_MS";
+
+    /// How a settled cluster is recognised: `checks` consecutive reads `interval` apart that find
+    /// every operator settled. SNC (`snc-library.sh` `wait_till_cluster_stable`) and `crc start`
+    /// (`pkg/crc/cluster/status.go` `WaitForClusterStable`) both take three reads 30 s apart: an
+    /// operator that is Available for one read may still roll out a new revision.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Settle {
+        pub checks: u32,
+        pub interval: Duration,
+    }
+
+    impl Settle {
+        /// Upstream's: three reads 30 s apart.
+        pub const UPSTREAM: Settle = Settle::every(Duration::from_secs(30));
+
+        /// Three reads `interval` apart (a shorter interval only for tests on a simulated guest).
+        pub const fn every(interval: Duration) -> Settle {
+            Settle {
+                checks: 3,
+                interval,
+            }
+        }
+
+        /// From the first settled read to the last.
+        pub fn span(&self) -> Duration {
+            self.interval * self.checks.saturating_sub(1)
+        }
+    }
 
     /// Keys of the credentials Secret.
     pub const KEY_KUBECONFIG: &str = "kubeconfig";

@@ -15,7 +15,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the operator: leader election, controllers, probes and metrics.
-    Operator(OperatorArgs),
+    Operator(Box<OperatorArgs>),
     /// Body of a bundle's prep Job: download, verify and extract a `.crcbundle`, convert its disk
     /// to raw `$GOLDEN_DIR/disk.img`, publish the key Secret and metadata ConfigMap. Settings come
     /// from the environment (see `guestcluster::jobs::bundle_prep`).
@@ -89,6 +89,11 @@ struct OperatorArgs {
     /// guestcluster image of this release.
     #[arg(long, env = "GUESTCLUSTER_JOB_IMAGE", default_value = guestcluster::resources::bundle::DEFAULT_JOB_IMAGE)]
     job_image: String,
+    /// The pause between the three reads of a build guest's ClusterOperators that must all find
+    /// them settled before a build step goes on (SNC's and `crc start`'s 30 s; shorter only
+    /// for simulated guests).
+    #[arg(long, default_value = "30s", value_parser = guestcluster::operator::leader::parse_duration)]
+    build_settle_interval: std::time::Duration,
     /// Service account of the bundle prep Jobs (needs Secrets and ConfigMaps in the operator
     /// namespace).
     #[arg(
@@ -204,6 +209,7 @@ fn operator(args: OperatorArgs) -> Result<(), Box<dyn std::error::Error>> {
             image: args.job_image,
             prep_service_account: args.bundle_prep_service_account,
             pod_users: Default::default(),
+            settle: guestcluster::contract::build_helper::Settle::every(args.build_settle_interval),
         },
         platform: args.platform,
         guests: guestcluster::actors::runtime::context::GuestSettings::from_env(),
@@ -263,7 +269,7 @@ fn main() -> ExitCode {
             init_logging(&log);
             return guestcluster::agent::main();
         }
-        Command::Operator(args) => operator(args),
+        Command::Operator(args) => operator(*args),
         Command::Crdgen { out_dir, api_docs } => crdgen(out_dir, api_docs),
     };
     match result {

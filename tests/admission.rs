@@ -328,7 +328,7 @@ async fn defaults_are_applied() {
         ),
         (6, "16Gi", "64Gi")
     );
-    assert_eq!(build.deadline, "6h");
+    assert_eq!(build.deadline, "8h");
 }
 
 #[tokio::test]

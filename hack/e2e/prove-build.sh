@@ -27,7 +27,7 @@
 #   POOL_NAMESPACE      where the pool runs (default prove-build-pool; created, enabled)
 #   GOLDEN_VOLUME_SIZE  spec.goldenVolumeSize (default 80Gi; at least vm.diskSize, 64Gi)
 #   STORAGE_CLASS       spec.storageClassName (default: unset, the cluster's default class)
-#   TIMEOUT_MINUTES     how long to wait for each of: the bundle Ready, the pool Ready (default 360,
+#   TIMEOUT_MINUTES     how long to wait for each of: the bundle Ready, the pool Ready (default 480,
 #                       the bundle's spec.build.deadline too: no less than the operator's default)
 #   POLL_SECONDS        poll interval (default 15)
 #   KEEP                when set, everything made is left in place
@@ -44,7 +44,7 @@ RELEASE_IMAGE=${RELEASE_IMAGE:-}
 PULL_SECRET_FILE=${PULL_SECRET_FILE:-}
 GOLDEN_VOLUME_SIZE=${GOLDEN_VOLUME_SIZE:-80Gi}
 STORAGE_CLASS=${STORAGE_CLASS:-}
-TIMEOUT_MINUTES=${TIMEOUT_MINUTES:-360}
+TIMEOUT_MINUTES=${TIMEOUT_MINUTES:-480}
 POLL_SECONDS=${POLL_SECONDS:-15}
 KEEP=${KEEP:-}
 readonly STAGES="Prepared Installed Customized Sealed Published Validated"

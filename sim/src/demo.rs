@@ -27,6 +27,7 @@ use guestcluster::actors::runtime::context::GuestSettings;
 use guestcluster::api::instance::InstancePhase;
 use guestcluster::api::labels;
 use guestcluster::api::{CRCBundle, ClusterInstance, ClusterPool};
+use guestcluster::contract::build_helper::Settle;
 use guestcluster::guest::route::RouteAccess;
 use guestcluster::metrics::Metrics;
 use guestcluster::resources::bundle::JobSettings;
@@ -453,6 +454,8 @@ impl RunningOperator {
                 image: format!("{JOB_IMAGE_REPO}:demo"),
                 prep_service_account: crate::job_accounts::PREP_ACCOUNT.to_owned(),
                 pod_users: Default::default(),
+                // Upstream's three reads, a second apart: the demo's operators settle in seconds.
+                settle: Settle::every(std::time::Duration::from_secs(1)),
             },
             platform: Default::default(),
             guests,

@@ -1,5 +1,7 @@
 //! Every simulated duration, in one place. [`Timings::fast`] makes a whole bundle build take
-//! seconds (tests); [`Timings::realistic`] is closer to a real cluster (demo narration).
+//! seconds (tests); [`Timings::realistic`] is slow enough to watch (demo narration);
+//! [`Timings::real`] is what a real cluster takes, never run, only held against the product's
+//! deadlines (`tests/e2e_deadlines.rs`).
 
 use std::time::Duration;
 
@@ -59,6 +61,37 @@ impl Timings {
             rollout: s(3),
             operators: s(5),
             pod_start: s(1),
+        }
+    }
+}
+
+impl Timings {
+    /// What a real OpenShift Virtualization cluster and a real OpenShift guest take, at the
+    /// upper end. Each figure's source is in `docs/simulation.md` ("Timing"); the CDI copy rate
+    /// is an estimate (upstream documents none).
+    pub fn real() -> Self {
+        let s = Duration::from_secs;
+        let min = |m: u64| s(m * 60);
+        Self {
+            // A host-assisted copy at about 85 MiB/s: 80 GiB in 16 min.
+            import: s(12),
+            clone: s(12),
+            // virt-launcher pod scheduled, its image pulled, firmware started.
+            vm_start: min(2),
+            // RHCOS from firmware to sshd.
+            boot: min(2),
+            // The kubelet stops every pod, then the OS syncs and powers off.
+            shutdown: min(3),
+            // The live ISO boots and pulls the release before bootkube runs.
+            bootkube: min(10),
+            // openshift-install allows 20 min for the API and 30 min for bootstrapping.
+            install: min(50),
+            // A MachineConfig rollout on a single node: drain, reboot, control plane back.
+            rollout: min(20),
+            // A cluster start until every operator is Available: 15–25 min.
+            operators: min(25),
+            // An image pulled and the container started.
+            pod_start: min(2),
         }
     }
 }

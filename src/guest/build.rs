@@ -19,6 +19,7 @@ use sha2::{Digest, Sha256};
 use super::cluster::{self, Patience, condition_true, config_resource, retry};
 use super::ssh::SshGuest;
 use super::{Command, Guest, GuestError};
+use crate::contract::build_helper::Settle;
 use crate::resources::profile::inputs::Sensitive;
 use crate::resources::profile::network::HOSTNAME;
 use crate::resources::profile::{ignition, manifests};
@@ -373,11 +374,13 @@ fn condition_message(object: &DynamicObject, type_: &str) -> String {
         .to_owned()
 }
 
-/// Waits, by reading the cluster, until the install is complete and stays so for two reads in a
-/// row `patience.interval` apart; returns the OpenShift version. Ends early when `gone` says
-/// the connection the client tunnels through is lost (a guest reboot).
+/// Waits, by reading the cluster, until the install is complete and stays so for
+/// `settle.checks` reads in a row `settle.interval` apart (while it is not, it reads every
+/// `patience.interval`); returns the OpenShift version. Ends early when `gone` says the
+/// connection the client tunnels through is lost (a guest reboot).
 pub async fn wait_settled(
     client: &kube::Client,
+    settle: Settle,
     patience: Patience,
     gone: impl Fn() -> bool,
 ) -> Result<String, Error> {
@@ -390,25 +393,32 @@ pub async fn wait_settled(
                 "the guest closed the connection (it reboots during the install); last: {last}"
             )));
         }
-        match settled(client).await {
+        let pause = match settled(client).await {
             Ok(version) => {
                 streak += 1;
-                if streak >= 2 {
+                if streak >= settle.checks {
                     return Ok(version);
                 }
+                settle.interval
             }
             Err(why) => {
                 streak = 0;
                 last = why;
+                patience.interval
             }
-        }
-        if tokio::time::Instant::now() + patience.interval > deadline {
+        };
+        if tokio::time::Instant::now() + pause > deadline {
             return Err(Error::InstallIncomplete(format!(
-                "not settled within {} s: {last}",
-                patience.deadline.as_secs()
+                "not settled within {} s: {}",
+                patience.deadline.as_secs(),
+                if streak > 0 {
+                    format!("{streak} of {} settled reads in a row", settle.checks)
+                } else {
+                    last
+                }
             )));
         }
-        tokio::time::sleep(patience.interval).await;
+        tokio::time::sleep(pause).await;
     }
 }
 

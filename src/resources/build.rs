@@ -668,6 +668,10 @@ pub fn helper_job(
             helper_contract::ENV_CREDENTIALS_SECRET,
             names.credentials_secret.clone(),
         ),
+        (
+            helper_contract::ENV_SETTLE_INTERVAL_MS,
+            settings.settle.interval.as_millis().to_string(),
+        ),
         (termination::ENV_PATH, termination::DEFAULT_PATH.to_owned()),
     ]);
     let mut mounts = vec![mount("ssh", HELPER_KEY_DIR, true)];

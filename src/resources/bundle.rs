@@ -103,6 +103,8 @@ pub struct JobSettings {
     pub prep_service_account: String,
     /// Who the Jobs' pods run as (`--platform`).
     pub pod_users: PodUsers,
+    /// How a build's helper recognises a settled guest cluster (`--build-settle-interval`).
+    pub settle: crate::contract::build_helper::Settle,
 }
 
 /// Image of the operator's Jobs unless configured (`--job-image`).
@@ -114,6 +116,7 @@ impl Default for JobSettings {
             image: DEFAULT_JOB_IMAGE.to_owned(),
             prep_service_account: "bundle-prep".to_owned(),
             pod_users: PodUsers::default(),
+            settle: crate::contract::build_helper::Settle::UPSTREAM,
         }
     }
 }
@@ -334,7 +337,7 @@ mod tests {
         JobSettings {
             image: "quay.io/opdev/guestcluster:v0.1.0".into(),
             prep_service_account: "bundle-prep".into(),
-            pod_users: Default::default(),
+            ..JobSettings::default()
         }
     }
 

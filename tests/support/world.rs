@@ -173,6 +173,10 @@ async fn start(
         image: IMAGE.to_owned(),
         prep_service_account: sim::job_accounts::PREP_ACCOUNT.to_owned(),
         pod_users,
+        // Upstream's three reads, 100 ms apart: the fast timings settle operators in 300 ms.
+        settle: guestcluster::contract::build_helper::Settle::every(
+            std::time::Duration::from_millis(100),
+        ),
     };
     let router = RouteProxy::start(client.clone())
         .await

@@ -40,8 +40,9 @@ use crate::agent;
 use crate::agent::scope::{self, Verdict};
 use crate::contract::build_helper::{
     ENV_CREDENTIALS_DIR, ENV_CREDENTIALS_SECRET, ENV_INPUTS_DIR, ENV_ISO_DIR, ENV_NAMESPACE,
-    ENV_RELEASE_IMAGE, ENV_SSH_HOST, ENV_SSH_KEY_PATH, ENV_STEP, ENV_VM_NAME, ENV_VMI_UID,
-    ENV_WORK_DIR, KEY_INSTALLER_SIGNER, KEY_KUBEADMIN_PASSWORD, KEY_KUBECONFIG, Outcome, Step,
+    ENV_RELEASE_IMAGE, ENV_SETTLE_INTERVAL_MS, ENV_SSH_HOST, ENV_SSH_KEY_PATH, ENV_STEP,
+    ENV_VM_NAME, ENV_VMI_UID, ENV_WORK_DIR, KEY_INSTALLER_SIGNER, KEY_KUBEADMIN_PASSWORD,
+    KEY_KUBECONFIG, Outcome, Settle, Step,
 };
 use crate::contract::installer::{
     KEY_POST_INSTALL, PostInstallManifest, WORK_BIN, WORK_STAGING, WORK_STOCK_ISO,
@@ -65,21 +66,38 @@ const PARTIAL_DISK_FILE: &str = ".disk.img.partial";
 /// The patched live Ignition, only while it is embedded (it holds the pull secret).
 const IGNITION_FILE: &str = ".live.ign";
 const SSH_PORT: u16 = 22;
-/// How long sshd may take to answer after the VMI runs (a live ISO boots in a minute or two).
-const SSH_WAIT: Duration = Duration::from_secs(600);
-/// Each guest command of the generator boot: the installer's `create` steps take seconds to a
-/// few minutes.
-const INSTALLER_COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
-/// Each guest command of the later steps (reads, `openssl`, `date`).
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
-/// The install itself: bootstrap in place takes 30–60 minutes on real hardware.
-const INSTALL_WAIT: Duration = Duration::from_secs(2 * 3600);
-/// One round of waiting for a settled cluster over one connection, before connecting again.
-const INSTALL_ROUND: Duration = Duration::from_secs(120);
-/// A certificate step of the install boot, and the CSR loop after the cold restart.
-const CERTIFICATES_WAIT: Duration = Duration::from_secs(30 * 60);
-/// A MachineConfigPool rollout: the node drains and reboots for it on real hardware.
-const ROLLOUT_WAIT: Duration = Duration::from_secs(45 * 60);
+/// How long each wait of the helper may take. Public so that a test can hold them against the
+/// durations a real cluster takes (`tests/e2e_deadlines.rs`).
+#[derive(Clone, Copy, Debug)]
+pub struct Waits {
+    /// sshd answering after the VMI runs (a live ISO boots in a minute or two).
+    pub ssh: Duration,
+    /// Each guest command of the generator boot: the installer's `create` steps take seconds
+    /// to a few minutes.
+    pub installer_command: Duration,
+    /// Each guest command of the later steps (reads, `openssl`, `date`).
+    pub command: Duration,
+    /// The install itself, from the live boot to a settled cluster: the installer allows
+    /// 20 min for the API, 30 min for bootstrapping and 40 min for the cluster to initialize.
+    pub install: Duration,
+    /// One round of waiting for a settled cluster over one connection, before connecting again.
+    pub install_round: Duration,
+    /// A certificate step of the install boot, the CSR loop after the cold restart, and the
+    /// wait for a settled cluster after a boot (a cluster start takes up to 25 min).
+    pub certificates: Duration,
+    /// A MachineConfigPool rollout: the node drains and reboots for it on real hardware.
+    pub rollout: Duration,
+}
+
+pub const WAITS: Waits = Waits {
+    ssh: Duration::from_secs(600),
+    installer_command: Duration::from_secs(600),
+    command: Duration::from_secs(60),
+    install: Duration::from_secs(2 * 3600),
+    install_round: Duration::from_secs(120),
+    certificates: Duration::from_secs(40 * 60),
+    rollout: Duration::from_secs(45 * 60),
+};
 
 /// Why the helper failed; [`Error::reason`] is one of
 /// [`REASONS`](crate::contract::build_helper::REASONS).
@@ -161,6 +179,7 @@ pub struct Config {
     pub iso_dir: Option<PathBuf>,
     pub credentials_dir: Option<PathBuf>,
     pub inputs_dir: Option<PathBuf>,
+    pub settle: Settle,
 }
 
 impl Config {
@@ -173,6 +192,14 @@ impl Config {
             ))
         })?;
         let path = |name: &str| lookup(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let settle = match lookup(ENV_SETTLE_INTERVAL_MS).filter(|v| !v.is_empty()) {
+            None => Settle::UPSTREAM,
+            Some(text) => Settle::every(Duration::from_millis(text.parse().map_err(|_| {
+                Error::InvalidConfig(format!(
+                    "{ENV_SETTLE_INTERVAL_MS}={text:?} is not a number of milliseconds"
+                ))
+            })?)),
+        };
         let config = Config {
             step,
             namespace: required(ENV_NAMESPACE)?,
@@ -186,6 +213,7 @@ impl Config {
             iso_dir: path(ENV_ISO_DIR),
             credentials_dir: path(ENV_CREDENTIALS_DIR),
             inputs_dir: path(ENV_INPUTS_DIR),
+            settle,
         };
         let needs = |present: bool, name: &str| {
             if present {
@@ -314,7 +342,7 @@ async fn connect(config: &Config) -> Result<Arc<SshGuest>, Error> {
         Error::InvalidConfig(format!("SSH key {}: {e}", config.ssh_key_path.display()))
     })?;
     let addr = config.ssh_addr();
-    crate::guest::ssh::wait_for_port(&addr, Duration::from_secs(2), SSH_WAIT)
+    crate::guest::ssh::wait_for_port(&addr, Duration::from_secs(2), WAITS.ssh)
         .await
         .map_err(Error::Ssh)?;
     let options = ssh_options(config.step);
@@ -340,13 +368,13 @@ fn ssh_options(step: Step) -> SshOptions {
     SshOptions {
         connect_timeout: Duration::from_secs(30),
         command_timeout: Some(match step {
-            Step::Generator => INSTALLER_COMMAND_TIMEOUT,
+            Step::Generator => WAITS.installer_command,
             Step::Install
             | Step::Certificates
             | Step::Customize
             | Step::Seal
             | Step::Validate
-            | Step::Aged => COMMAND_TIMEOUT,
+            | Step::Aged => WAITS.command,
         }),
         deadline: Some(tokio::time::Instant::now() + step_budget(step)),
         ..SshOptions::default()
@@ -546,7 +574,10 @@ async fn customize(config: &Config, guest: Arc<SshGuest>) -> Result<String, Erro
         ))
     })?;
     let (api, _) = real_time_client(&guest, &mounted).await?;
-    steps::wait_settled(&api, patience(CERTIFICATES_WAIT), || guest.is_closed()).await?;
+    steps::wait_settled(&api, config.settle, patience(WAITS.certificates), || {
+        guest.is_closed()
+    })
+    .await?;
     let calls = patience(steps::CALL_WAIT);
     let hostname = customize::keep_hostname(guest.as_ref()).await?;
     cluster::configure_htpasswd(&api, &password, cluster::BCRYPT_COST, calls).await?;
@@ -555,9 +586,11 @@ async fn customize(config: &Config, guest: Arc<SshGuest>) -> Result<String, Erro
     customize::trust_router_ca(&api, calls).await?;
     info!("the profile's post-install steps done");
     let applied = customize::apply_user_manifests(&api, &manifests, calls).await?;
-    let rendered = customize::wait_pool(&api, patience(ROLLOUT_WAIT)).await?;
-    let version =
-        steps::wait_settled(&api, patience(CERTIFICATES_WAIT), || guest.is_closed()).await?;
+    let rendered = customize::wait_pool(&api, patience(WAITS.rollout)).await?;
+    let version = steps::wait_settled(&api, config.settle, patience(WAITS.certificates), || {
+        guest.is_closed()
+    })
+    .await?;
     Ok(format!(
         "{} post-install steps of the profile and {} object(s) of postInstallManifestRefs applied; hostname {hostname}; MachineConfigPool master on {rendered}; OpenShift {version} settled",
         profile.len() + 2,
@@ -646,7 +679,7 @@ async fn seal(config: &Config, guest: Arc<SshGuest>) -> Result<String, Error> {
     let mounted = read_mounted(config)?;
     let (api, _) = real_time_client(&guest, &mounted).await?;
     let calls = patience(steps::CALL_WAIT);
-    let rollout = patience(ROLLOUT_WAIT);
+    let rollout = patience(WAITS.rollout);
     seal::remove_pull_secret(&api, guest.as_ref(), calls, rollout).await?;
     info!("pull secret removed from the cluster and the node");
     seal::remove_build_helpers(&api, calls, rollout).await?;
@@ -670,10 +703,10 @@ fn patience(deadline: Duration) -> Patience {
 /// The install boot. The live system installs to the root disk and reboots inside the VMI, so
 /// the guest drops the connection (and its tunnels) once on the way, and its sshd may answer
 /// before the bundle key is installed: every failure to reach a settled cluster is retried over
-/// a new connection until [`INSTALL_WAIT`].
+/// a new connection until [`WAITS`]`.install`.
 async fn install(config: &Config, client: &kube::Client) -> Result<String, Error> {
     let mounted = read_mounted(config)?;
-    let deadline = tokio::time::Instant::now() + INSTALL_WAIT;
+    let deadline = tokio::time::Instant::now() + WAITS.install;
     let (guest, api, version) = loop {
         let attempt = async {
             let guest = connect(config).await?;
@@ -685,7 +718,10 @@ async fn install(config: &Config, client: &kube::Client) -> Result<String, Error
                     source,
                 })?;
             let version =
-                steps::wait_settled(&api, patience(INSTALL_ROUND), || guest.is_closed()).await?;
+                steps::wait_settled(&api, config.settle, patience(WAITS.install_round), || {
+                    guest.is_closed()
+                })
+                .await?;
             info!(skew, %version, "install complete, guest a day behind");
             Ok::<_, Error>((guest, api, version))
         };
@@ -708,9 +744,12 @@ async fn install(config: &Config, client: &kube::Client) -> Result<String, Error
         [(KEY_INSTALLER_SIGNER, signer.clone().into_bytes())],
     )
     .await?;
-    steps::snc_certificate_steps(&api, patience(CERTIFICATES_WAIT)).await?;
+    steps::snc_certificate_steps(&api, patience(WAITS.certificates)).await?;
     info!("cred-manager applied, the installer's CSR signer replaced");
-    steps::wait_settled(&api, patience(CERTIFICATES_WAIT), || guest.is_closed()).await?;
+    steps::wait_settled(&api, config.settle, patience(WAITS.certificates), || {
+        guest.is_closed()
+    })
+    .await?;
     guest.close().await;
     Ok(format!(
         "OpenShift {version} installed a day behind real time; the installer's kubelet signer ({signer}) replaced"
@@ -728,7 +767,7 @@ async fn certificates(config: &Config, guest: Arc<SshGuest>) -> Result<String, E
     let (api, skew) = real_time_client(&guest, &mounted).await?;
     info!(skew, "guest clock on real time");
     let [client_cert, server_cert] =
-        steps::rotate_kubelet_certs(&guest, &api, &signer, patience(CERTIFICATES_WAIT)).await?;
+        steps::rotate_kubelet_certs(&guest, &api, &signer, patience(WAITS.certificates)).await?;
     Ok(format!(
         "kubelet client certificate valid {} more days, serving {} more days by guest time, issued by {}",
         client_cert.remaining / 86_400,
@@ -804,6 +843,23 @@ mod tests {
         assert!(with(&[(ENV_STEP, "aged"), (ENV_INPUTS_DIR, "/i")]).is_ok());
         let err = with(&[(ENV_STEP, "publish")]).unwrap_err();
         assert!(err.to_string().contains("\"publish\""), "{err}");
+    }
+
+    #[test]
+    fn the_settle_interval_is_upstreams_unless_the_operator_passes_one() {
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut pairs = BASE.to_vec();
+            pairs.extend_from_slice(&[(ENV_STEP, "seal"), (ENV_CREDENTIALS_DIR, "/c")]);
+            pairs.extend_from_slice(extra);
+            Config::from_lookup(env(&pairs))
+        };
+        assert_eq!(with(&[]).unwrap().settle, Settle::UPSTREAM);
+        assert_eq!(
+            with(&[(ENV_SETTLE_INTERVAL_MS, "100")]).unwrap().settle,
+            Settle::every(Duration::from_millis(100))
+        );
+        let err = with(&[(ENV_SETTLE_INTERVAL_MS, "30s")]).unwrap_err();
+        assert!(err.to_string().contains(ENV_SETTLE_INTERVAL_MS), "{err}");
     }
 
     #[test]
