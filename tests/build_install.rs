@@ -274,6 +274,12 @@ async fn a_built_bundle_goes_through_every_stage_to_ready_and_serves_a_pool_besi
         Some(content),
         "the post-install MachineConfig rolled out onto the disk"
     );
+    let (path, content) = INSTALLED_FILE;
+    assert_eq!(
+        file(path).as_deref(),
+        Some(content),
+        "the installation MachineConfig installed onto the disk"
+    );
 
     // No launcher-pod address and no pull secret anywhere in the disk.
     let text = serde_json::to_string(&state).unwrap();
@@ -287,6 +293,14 @@ async fn a_built_bundle_goes_through_every_stage_to_ready_and_serves_a_pool_besi
     assert!(
         !text.contains(PULL_SECRET_AUTH),
         "pull secret on the golden disk"
+    );
+    // Nor encoded: the MachineConfigs and Secrets the disk's etcd carries hold files and data
+    // base64- or URL-encoded (an old rendering keeps the pull secret it was made with).
+    let state_json = serde_json::to_value(&state).unwrap();
+    assert_eq!(
+        encoded_in(&state_json, PULL_SECRET_AUTH, "state"),
+        None,
+        "pull secret encoded on the golden disk"
     );
 
     // Validated on a clone, twice, then Ready with everything temporary gone.
@@ -467,11 +481,44 @@ async fn a_built_bundle_goes_through_every_stage_to_ready_and_serves_a_pool_besi
         let guest = guestcluster::guest::route::RouteAccess::via_proxy(&world().router.to_string())
             .client(&kubeconfig)
             .unwrap();
-        let marker = Api::<ConfigMap>::namespaced(guest, "scenario")
+        let marker = Api::<ConfigMap>::namespaced(guest.clone(), "scenario")
             .get("scenario-marker")
             .await
             .expect("the post-install ConfigMap in the instance's cluster");
         assert_eq!(marker.data.unwrap()["built"], "yes");
+        // So is the user's installation MachineConfig: the object, and its file on the node.
+        let configs = Api::<kube::api::DynamicObject>::all_with(
+            guest,
+            &kube::api::ApiResource::from_gvk_with_plural(
+                &kube::api::GroupVersionKind::gvk(
+                    "machineconfiguration.openshift.io",
+                    "v1",
+                    "MachineConfig",
+                ),
+                "machineconfigs",
+            ),
+        );
+        configs
+            .get("99-scenario")
+            .await
+            .expect("the installation MachineConfig in the instance's cluster");
+        let vmi = Api::<VirtualMachineInstance>::namespaced(client.clone(), &ns)
+            .get(&guestcluster::resources::instance::vm_name(
+                &instance.name_any(),
+            ))
+            .await
+            .expect("the instance's VMI");
+        let node = world()
+            .sim
+            .guests
+            .state(&vmi.uid().unwrap())
+            .expect("the instance's guest runs");
+        let (path, content) = INSTALLED_FILE;
+        assert_eq!(
+            node.file(path),
+            Some(content.as_bytes()),
+            "the installation MachineConfig's file on the instance's node"
+        );
     }
     let other = ready_instance(&instances, "downloaded").await;
     assert_configured(&client, &ns, &other).await;
@@ -615,6 +662,32 @@ async fn lost_mid_build(
                 .then_some(())
         })
         .await;
+    }
+}
+
+/// Where `needle` hides in `value` in an encoding: a `data:` URL (base64 or percent-encoded) or a
+/// base64 string (Secret data); the JSON path of the first such string.
+fn encoded_in(value: &serde_json::Value, needle: &str, path: &str) -> Option<String> {
+    use base64::Engine as _;
+    match value {
+        serde_json::Value::String(text) => {
+            let decoded = if text.starts_with("data:") {
+                guestcluster::resources::profile::ignition_config::decode_data_url(text)
+            } else {
+                base64::engine::general_purpose::STANDARD.decode(text).ok()
+            };
+            decoded
+                .filter(|bytes| String::from_utf8_lossy(bytes).contains(needle))
+                .map(|_| path.to_owned())
+        }
+        serde_json::Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, item)| encoded_in(item, needle, &format!("{path}[{i}]"))),
+        serde_json::Value::Object(fields) => fields
+            .iter()
+            .find_map(|(key, item)| encoded_in(item, needle, &format!("{path}.{key}"))),
+        _ => None,
     }
 }
 

@@ -74,20 +74,25 @@ fn kubeconfig_field(kubeconfig: &str, field: &str) -> String {
     .unwrap()
 }
 
-#[tokio::test]
-async fn a_tunnelled_client_reaches_the_guest_api_at_guest_time() {
+/// A sealed CRC disk booted as a VMI would boot it, its kubelet started as the crc-agent starts
+/// it, and a client of its API through SSH tunnels at guest time.
+struct Booted {
+    _root: tempfile::TempDir,
+    guests: Arc<Sim>,
+    ssh: Arc<SshGuest>,
+    credentials: Credentials,
+    client: kube::Client,
+    uid: &'static str,
+}
+
+async fn boot_sealed(uid: &'static str, ip: Ipv4Addr, timings: Timings) -> Booted {
     let cp = ControlPlane::shared().await.expect("control plane");
     let root = tempfile::tempdir().unwrap();
     let mut sim = Sim::start(
         cp.client().unwrap(),
         Options {
             root: root.path().join("sim"),
-            // Operators warm up for long enough that the CSRs are approved (and issued) before
-            // the cluster is Available: issuing must not keep the operators from moving.
-            timings: Timings {
-                operators: Duration::from_secs(5),
-                ..Timings::fast()
-            },
+            timings,
             kubeconfig: cp.kubeconfig_path().to_path_buf(),
             guestcluster_bin: env!("CARGO_BIN_EXE_guestcluster").into(),
             our_image_prefix: "quay.io/opdev/guestcluster".into(),
@@ -99,7 +104,6 @@ async fn a_tunnelled_client_reaches_the_guest_api_at_guest_time() {
     .unwrap();
     sim.serve_guest_apis(cp.apiserver_launcher());
 
-    // A sealed CRC disk, booted as a VMI would boot it.
     let key = keys::generate_ecdsa_p256().unwrap();
     let line = keys::authorized_key_line(key.public_key(), "test").unwrap();
     let image = root.path().join("disk.img");
@@ -109,8 +113,6 @@ async fn a_tunnelled_client_reaches_the_guest_api_at_guest_time() {
         Some(&GuestState::sealed_crc(VERSION, &line)),
     )
     .unwrap();
-    let ip = Ipv4Addr::new(127, 79, 0, 1);
-    let uid = "vmi-guest-api-1";
     sim.ctx
         .guests
         .boot(BootSpec {
@@ -165,6 +167,36 @@ async fn a_tunnelled_client_reaches_the_guest_api_at_guest_time() {
     let clock: api::Clock =
         Arc::new(move || clock_sim.ctx.guests.guest_time(uid).unwrap_or_default());
     let client = api::client(ssh.clone(), &credentials, clock).unwrap();
+    Booted {
+        _root: root,
+        guests,
+        ssh,
+        credentials,
+        client,
+        uid,
+    }
+}
+
+#[tokio::test]
+async fn a_tunnelled_client_reaches_the_guest_api_at_guest_time() {
+    // Operators warm up for long enough that the CSRs are approved (and issued) before the
+    // cluster is Available: issuing must not keep the operators from moving.
+    let Booted {
+        _root,
+        guests,
+        ssh,
+        credentials,
+        client,
+        uid,
+    } = boot_sealed(
+        "vmi-guest-api-1",
+        Ipv4Addr::new(127, 79, 0, 1),
+        Timings {
+            operators: Duration::from_secs(5),
+            ..Timings::fast()
+        },
+    )
+    .await;
 
     // The API comes up once the kubelet runs, with the kubelet's client and serving CSRs.
     let versions = Api::<DynamicObject>::all_with(
@@ -323,4 +355,149 @@ async fn a_tunnelled_client_reaches_the_guest_api_at_guest_time() {
     })
     .await;
     guests.ctx.guests.shutdown_all().await;
+}
+
+fn machine_configs(client: &kube::Client) -> Api<DynamicObject> {
+    Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("machineconfiguration.openshift.io", "v1", "MachineConfig"),
+            "machineconfigs",
+        ),
+    )
+}
+
+/// A MachineConfig of `role` writing `text` to `path`.
+fn machine_config(name: &str, role: &str, path: &str, text: &str) -> DynamicObject {
+    let source = format!(
+        "data:;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(text)
+    );
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+        "metadata": {"name": name, "labels": {"machineconfiguration.openshift.io/role": role}},
+        "spec": {"config": {"ignition": {"version": "3.5.0"},
+                            "storage": {"files": [{"path": path, "mode": 420, "contents": {"source": source}}]}}}
+    }))
+    .unwrap()
+}
+
+/// The pull secret a rendering carries in `/var/lib/kubelet/config.json`.
+fn rendered_pull_secret(config: &DynamicObject) -> String {
+    let files = config.data["spec"]["config"]["storage"]["files"]
+        .as_array()
+        .unwrap();
+    let file = files
+        .iter()
+        .find(|f| f["path"] == "/var/lib/kubelet/config.json")
+        .expect("the rendering carries the pull secret");
+    let source = file["contents"]["source"].as_str().unwrap();
+    let (_, data) = source.split_once(";base64,").unwrap();
+    String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+/// The guest's Machine Config Operator keeps its objects as upstream's does: renderings are
+/// MachineConfig objects that stay, the pool selects its sources by role, and a rollout is
+/// reported done once the node runs the targeted rendering. The product's rollout wait must end
+/// on such a pool, and what it waited for must be on the node.
+#[tokio::test]
+async fn a_machine_config_rolls_out_onto_the_node_beside_renderings_that_stay() {
+    use guestcluster::guest::customize;
+    let booted = boot_sealed(
+        "vmi-guest-mco-1",
+        Ipv4Addr::new(127, 79, 0, 2),
+        Timings::fast(),
+    )
+    .await;
+    let (client, ssh) = (&booted.client, &booted.ssh);
+    let configs = machine_configs(client);
+    let rollout = Patience::new(Duration::from_millis(100), Duration::from_secs(60));
+    let first = customize::wait_pool(client, rollout)
+        .await
+        .expect("the pool runs its first rendering");
+    assert!(first.starts_with("rendered-master-"), "{first}");
+
+    // A master MachineConfig, and a worker one the master pool must not take.
+    let post = kube::api::PostParams::default();
+    configs
+        .create(
+            &post,
+            &machine_config(
+                "99-master-note",
+                "master",
+                "/etc/guest-note",
+                "from the pool\n",
+            ),
+        )
+        .await
+        .unwrap();
+    configs
+        .create(
+            &post,
+            &machine_config("99-worker-note", "worker", "/etc/worker-note", "not here\n"),
+        )
+        .await
+        .unwrap();
+    let second = customize::wait_pool(client, rollout)
+        .await
+        .expect("the pool rolls out a rendering with the master MachineConfig");
+    assert_ne!(second, first);
+    assert_eq!(
+        ssh.read_file("/etc/guest-note").await.unwrap(),
+        b"from the pool\n"
+    );
+    assert!(
+        ssh.read_file("/etc/worker-note").await.is_err(),
+        "the worker's MachineConfig is not the master pool's"
+    );
+
+    // The pull secret reaches the node through a new rendering; the old renderings stay, each
+    // with the pull secret it was made with.
+    let wanted = r#"{"auths":{"registry.example":{"auth":"dXNlcjpzZWNyZXQ="}}}"#;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), "openshift-config");
+    let body = serde_json::json!({"data": {".dockerconfigjson":
+        base64::engine::general_purpose::STANDARD.encode(wanted)}});
+    secrets
+        .patch(
+            "pull-secret",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&body),
+        )
+        .await
+        .unwrap();
+    wait_for("the node's pull secret replaced", || async {
+        let text = ssh.read_file("/var/lib/kubelet/config.json").await.ok()?;
+        (text == wanted.as_bytes()).then_some(())
+    })
+    .await;
+    let third = customize::wait_pool(client, rollout).await.unwrap();
+    assert!(third != second && third != first, "{third}");
+    let rendered: Vec<String> = configs
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter_map(|c| c.metadata.name.clone())
+        .filter(|n| n.starts_with("rendered-master-"))
+        .collect();
+    for name in [&first, &second, &third] {
+        assert!(rendered.contains(name), "{name} kept: {rendered:?}");
+    }
+    assert_eq!(
+        rendered_pull_secret(&configs.get(&third).await.unwrap()),
+        wanted
+    );
+    assert_ne!(
+        rendered_pull_secret(&configs.get(&first).await.unwrap()),
+        wanted,
+        "an old rendering keeps the pull secret it was made with"
+    );
+    booted.guests.ctx.guests.shutdown_all().await;
 }

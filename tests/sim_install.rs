@@ -6,6 +6,7 @@
 // Tests act as users and other controllers: they write directly, not through the operator's write path.
 #![allow(clippy::disallowed_methods)]
 
+use base64::Engine as _;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -366,6 +367,23 @@ async fn generator_boot_then_install_boot_installs_to_vda_and_reboots_into_it() 
     assert!(
         installed.units["chronyd.service"].masked,
         "the Ignition's mask"
+    );
+    // The installed cluster starts with the installer's manifests: the pull secret among them.
+    let pull = installed
+        .api_objects
+        .iter()
+        .find(|o| o["kind"] == "Secret" && o["metadata"]["name"] == "pull-secret")
+        .expect("the installer's pull-secret manifest");
+    let data = pull["data"][".dockerconfigjson"].as_str().unwrap();
+    assert!(
+        String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(data)
+                .unwrap()
+        )
+        .unwrap()
+        .contains("auths"),
+        "{pull}"
     );
 
     let guest = connect(ip(2), &key).await;

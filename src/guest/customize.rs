@@ -279,51 +279,94 @@ fn refused(code: u16) -> bool {
     (400..500).contains(&code) && !matches!(code, 408 | 409 | 429)
 }
 
-/// The master pool as read: whether it is done with every MachineConfig that exists now.
+/// The master pool as read, as the MCO reports a finished rollout (machine-config-operator
+/// `pkg/controller/node/status.go`): the node runs the rendering the pool targets, and that
+/// rendering is made of every MachineConfig the pool selects now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PoolState {
-    /// `status.configuration.name`.
+    /// `spec.configuration.name`: the rendering the pool targets.
+    pub target: String,
+    /// `status.configuration.name`: the rendering every node runs.
     pub rendered: String,
-    /// Every existing MachineConfig is in `status.configuration.source`.
-    pub covers_all: bool,
+    /// Every MachineConfig the pool's `machineConfigSelector` selects is in
+    /// `status.configuration.source` (a new one is not rendered yet otherwise).
+    pub covers_selected: bool,
+    /// `updatedMachineCount == machineCount`, at least one machine.
+    pub machines_updated: bool,
     pub updated: bool,
     pub updating: bool,
     pub degraded: bool,
 }
 
 impl PoolState {
-    /// Done: on a rendering made of every MachineConfig, updated, nothing in progress.
+    /// Done: every node on the targeted rendering of every selected MachineConfig, nothing in
+    /// progress.
     pub fn settled(&self) -> bool {
-        self.covers_all && self.updated && !self.updating && !self.degraded
+        !self.target.is_empty()
+            && self.rendered == self.target
+            && self.covers_selected
+            && self.machines_updated
+            && self.updated
+            && !self.updating
+            && !self.degraded
     }
 
     fn describe(&self) -> String {
         format!(
-            "rendered {:?}, includes every MachineConfig: {}, Updated {}, Updating {}, Degraded {}",
-            self.rendered, self.covers_all, self.updated, self.updating, self.degraded
+            "targets {:?}, runs {:?}, includes every selected MachineConfig: {}, all machines updated: {}, Updated {}, Updating {}, Degraded {}",
+            self.target,
+            self.rendered,
+            self.covers_selected,
+            self.machines_updated,
+            self.updated,
+            self.updating,
+            self.degraded
         )
     }
 }
 
-/// Reads the master pool against the MachineConfigs that exist.
+/// Reads the master pool against the MachineConfigs that exist. Rendered configurations are
+/// MachineConfigs too, and so are other pools' sources: only those the pool's selector picks
+/// count (its `matchLabels`; the master pool selects by role label only).
 pub fn pool_state(pool: &DynamicObject, configs: &[DynamicObject]) -> PoolState {
-    let source: BTreeSet<&str> = pool.data["status"]["configuration"]["source"]
+    let status = &pool.data["status"];
+    let source: BTreeSet<&str> = status["configuration"]["source"]
         .as_array()
         .map(|s| s.iter().filter_map(|e| e["name"].as_str()).collect())
         .unwrap_or_default();
-    PoolState {
-        rendered: pool.data["status"]["configuration"]["name"]
+    let name = |v: &serde_json::Value| {
+        v["configuration"]["name"]
             .as_str()
             .unwrap_or_default()
-            .to_owned(),
-        covers_all: configs
+            .to_owned()
+    };
+    let machines = status["machineCount"].as_i64().unwrap_or_default();
+    PoolState {
+        target: name(&pool.data["spec"]),
+        rendered: name(status),
+        covers_selected: configs
             .iter()
+            .filter(|c| selects(pool, c))
             .filter_map(|c| c.metadata.name.as_deref())
             .all(|name| source.contains(name)),
+        machines_updated: machines > 0 && status["updatedMachineCount"].as_i64() == Some(machines),
         updated: condition_true(pool, "Updated"),
         updating: condition_true(pool, "Updating"),
         degraded: condition_true(pool, "Degraded"),
     }
+}
+
+/// Whether the pool's `machineConfigSelector` (`matchLabels`) selects `config`; an empty
+/// selector selects nothing, as the MCO's render controller has it.
+fn selects(pool: &DynamicObject, config: &DynamicObject) -> bool {
+    let Some(wanted) = pool.data["spec"]["machineConfigSelector"]["matchLabels"].as_object() else {
+        return false;
+    };
+    let labels = config.metadata.labels.as_ref();
+    !wanted.is_empty()
+        && wanted.iter().all(|(key, value)| {
+            labels.and_then(|l| l.get(key)).map(String::as_str) == value.as_str()
+        })
 }
 
 fn mc_api(client: &kube::Client, kind: &str, plural: &str) -> Api<DynamicObject> {
@@ -336,8 +379,9 @@ fn mc_api(client: &kube::Client, kind: &str, plural: &str) -> Api<DynamicObject>
     )
 }
 
-/// Waits until the master pool runs a rendering of every MachineConfig, updated, for two reads
-/// in a row; returns the rendered configuration's name. A Degraded pool fails at once.
+/// Waits until the master pool's node runs a rendering of every MachineConfig the pool selects,
+/// for two reads in a row; returns the rendered configuration's name. A Degraded pool fails at
+/// once.
 pub async fn wait_pool(client: &kube::Client, patience: Patience) -> Result<String, Error> {
     let pools = mc_api(client, "MachineConfigPool", "machineconfigpools");
     let configs = mc_api(client, "MachineConfig", "machineconfigs");
@@ -390,34 +434,64 @@ mod tests {
         serde_json::from_value(value).unwrap()
     }
 
-    fn pool(source: &[&str], updated: bool, updating: bool) -> DynamicObject {
+    const ROLE: &str = "machineconfiguration.openshift.io/role";
+
+    /// The master pool targeting `target`, its node on `runs` made of `source`.
+    fn pool(target: &str, runs: &str, source: &[&str], updated: bool) -> DynamicObject {
         let status = |b: bool| if b { "True" } else { "False" };
+        let sources: Vec<_> = source.iter().map(|n| json!({"name": n})).collect();
         object(
             json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
             "metadata": {"name": "master"},
-            "status": {"configuration": {"name": "rendered-master-1",
-                                         "source": source.iter().map(|n| json!({"name": n})).collect::<Vec<_>>()},
+            "spec": {"machineConfigSelector": {"matchLabels": {ROLE: "master"}},
+                     "configuration": {"name": target, "source": sources}},
+            "status": {"configuration": {"name": runs, "source": sources},
+                       "machineCount": 1, "updatedMachineCount": i32::from(updated),
                        "conditions": [{"type": "Updated", "status": status(updated)},
-                                      {"type": "Updating", "status": status(updating)},
+                                      {"type": "Updating", "status": status(!updated)},
                                       {"type": "Degraded", "status": "False"}]}}),
         )
     }
 
-    fn config(name: &str) -> DynamicObject {
+    fn config(name: &str, role: Option<&str>) -> DynamicObject {
+        let labels = role.map_or(json!({}), |r| json!({ROLE: r}));
         object(
             json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
-            "metadata": {"name": name}}),
+            "metadata": {"name": name, "labels": labels}}),
         )
     }
 
     #[test]
-    fn a_pool_is_done_only_with_every_machine_config_rendered_and_updated() {
-        let configs = [config("00-master"), config("99-user")];
-        assert!(pool_state(&pool(&["00-master", "99-user"], true, false), &configs).settled());
-        // The user's MachineConfig is not in the rendering yet: still the old one.
-        let old = pool_state(&pool(&["00-master"], true, false), &configs);
-        assert!(!old.covers_all && !old.settled());
-        assert!(!pool_state(&pool(&["00-master", "99-user"], false, true), &configs).settled());
+    fn a_pool_is_done_when_its_node_runs_a_rendering_of_every_config_it_selects() {
+        // As on a real cluster: renderings are MachineConfigs (no role), old ones stay, and
+        // another pool's configs exist too.
+        let configs = [
+            config("00-master", Some("master")),
+            config("99-user", Some("master")),
+            config("99-worker-x", Some("worker")),
+            config("rendered-master-old", None),
+            config("rendered-master-new", None),
+        ];
+        let both = ["00-master", "99-user"];
+        let done = pool("rendered-master-new", "rendered-master-new", &both, true);
+        assert!(pool_state(&done, &configs).settled());
+        // The user's MachineConfig is not in the rendering yet.
+        let old = pool_state(
+            &pool(
+                "rendered-master-old",
+                "rendered-master-old",
+                &["00-master"],
+                true,
+            ),
+            &configs,
+        );
+        assert!(!old.covers_selected && !old.settled());
+        // Targeted, not run yet.
+        let rolling = pool("rendered-master-new", "rendered-master-old", &both, false);
+        assert!(!pool_state(&rolling, &configs).settled());
+        // Reported Updated but the node still on the old rendering.
+        let lagging = pool("rendered-master-new", "rendered-master-old", &both, true);
+        assert!(!pool_state(&lagging, &configs).settled());
     }
 
     #[test]

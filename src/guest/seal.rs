@@ -1,9 +1,10 @@
 //! The Seal stage in the guest (`docs/architecture.md`, "The build source"; `docs/decisions.md`,
 //! "Customize, Seal, Publish, Validate, Ready"): what SNC's `snc.sh` and `createdisk.sh` do
 //! before a disk is exported, done in the guest and never to the disk from outside.
-//! First through the guest API while it runs — the pull secret emptied and its rollout to the
-//! node's `/var/lib/kubelet/config.json`, the cred-manager and the chronyd mask removed, the
-//! installer's temporary kubeadmin login deleted — then over SSH: `/opt/kubeconfig`, the image
+//! First through the guest API while it runs — the cred-manager and the chronyd mask removed, the
+//! pull secret emptied and its rollout to the node's `/var/lib/kubelet/config.json`, the old
+//! renderings that still carry it pruned, the installer's temporary kubeadmin login deleted —
+//! then over SSH: `/opt/kubeconfig`, the image
 //! cache pruned ([`scrub`]), the kubelet stopped and disabled, etcd scrubbed, journal and logs
 //! emptied, free space trimmed, and what the disk now promises read back from the guest before
 //! it is powered off.
@@ -19,6 +20,7 @@ use super::cluster::{self, KUBECONFIG_MODE, KUBECONFIG_PATH, Patience, retry};
 use super::customize;
 use super::scrub::{self, KUBELET_PULL_SECRET};
 use super::{Command, Guest, GuestError};
+use crate::resources::profile::ignition_config::decode_data_url;
 use crate::resources::profile::manifests::CHRONYD_MASK_MC;
 
 /// The pull secret a sealed cluster keeps: no credentials (SNC's `pull-secret.yaml`).
@@ -145,16 +147,105 @@ pub async fn remove_build_helpers(
         calls,
     )
     .await?;
-    let configs: Api<DynamicObject> = Api::all_with(
-        client.clone(),
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("machineconfiguration.openshift.io", "v1", "MachineConfig"),
-            "machineconfigs",
-        ),
-    );
+    let configs = mc_api(client, "MachineConfig", "machineconfigs");
     delete_named(&configs, CHRONYD_MASK_MC, "delete the chronyd mask", calls).await?;
     customize::wait_pool(client, rollout).await?;
     Ok(())
+}
+
+/// As SNC does once the pull secret is emptied (`oc adm prune renderedmachineconfigs --confirm`;
+/// openshift/oc `pkg/cli/admin/prune/renderedmachineconfigs`): every rendered MachineConfig no
+/// pool targets or runs is deleted. Each rendering made before carries the build's pull secret
+/// in `/var/lib/kubelet/config.json`, and the MCO never deletes one: without this every lessee of
+/// the disk could read it. Returns how many went.
+pub async fn prune_rendered_configs(
+    client: &kube::Client,
+    calls: Patience,
+) -> Result<usize, Error> {
+    let pools = mc_api(client, "MachineConfigPool", "machineconfigpools");
+    let configs = mc_api(client, "MachineConfig", "machineconfigs");
+    let (pools, all) = retry("list the pools and MachineConfigs", calls, || async {
+        let pools = pools.list(&Default::default()).await?;
+        let all = configs.list_metadata(&Default::default()).await?;
+        Ok::<_, kube::Error>((pools.items, all.items))
+    })
+    .await?;
+    let names: Vec<String> = all.iter().filter_map(|c| c.metadata.name.clone()).collect();
+    let unused = unused_renderings(&pools, &names);
+    for name in &unused {
+        delete_named(
+            &configs,
+            name,
+            "prune an unused rendered MachineConfig",
+            calls,
+        )
+        .await?;
+    }
+    Ok(unused.len())
+}
+
+/// The rendered MachineConfigs (`rendered-…`) no pool names in `spec.configuration` or
+/// `status.configuration`.
+pub fn unused_renderings(pools: &[DynamicObject], configs: &[String]) -> Vec<String> {
+    let in_use: std::collections::BTreeSet<&str> = pools
+        .iter()
+        .flat_map(|p| [&p.data["spec"], &p.data["status"]])
+        .filter_map(|part| part["configuration"]["name"].as_str())
+        .collect();
+    configs
+        .iter()
+        .filter(|name| name.starts_with("rendered-") && !in_use.contains(name.as_str()))
+        .cloned()
+        .collect()
+}
+
+/// The MachineConfigs whose `/var/lib/kubelet/config.json` is anything but `{}`: what a sealed
+/// cluster must not carry. Only names are returned, never the content.
+pub fn holding_pull_secret(configs: &[DynamicObject]) -> Vec<String> {
+    configs
+        .iter()
+        .filter(|config| {
+            config.data["spec"]["config"]["storage"]["files"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|file| file["path"] == KUBELET_PULL_SECRET)
+                .any(|file| {
+                    let decoded = file["contents"]["source"]
+                        .as_str()
+                        .and_then(decode_data_url);
+                    decoded.is_none_or(|bytes| {
+                        String::from_utf8_lossy(&bytes).trim() != EMPTY_PULL_SECRET
+                    })
+                })
+        })
+        .filter_map(|config| config.metadata.name.clone())
+        .collect()
+}
+
+/// Every MachineConfig read back: none may carry a pull secret.
+pub async fn check_machine_configs(client: &kube::Client, calls: Patience) -> Result<(), Error> {
+    let configs = mc_api(client, "MachineConfig", "machineconfigs");
+    let params = kube::api::ListParams::default();
+    let all = retry("list the MachineConfigs", calls, || configs.list(&params)).await?;
+    let holding = holding_pull_secret(&all.items);
+    if holding.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Incomplete(format!(
+        "MachineConfig {} still carries a pull secret in {KUBELET_PULL_SECRET}",
+        holding.join(", ")
+    )))
+}
+
+fn mc_api(client: &kube::Client, kind: &str, plural: &str) -> Api<DynamicObject> {
+    Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("machineconfiguration.openshift.io", "v1", kind),
+            plural,
+        ),
+    )
 }
 
 /// As SNC does: the installer's temporary kubeadmin login goes; the htpasswd users stay.
@@ -284,6 +375,56 @@ mod tests {
     use super::*;
     use crate::guest::Output;
     use crate::guest::fake::ScriptedGuest;
+
+    fn object(value: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn only_renderings_no_pool_targets_or_runs_are_pruned() {
+        let pool = object(serde_json::json!({
+            "apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
+            "metadata": {"name": "master"},
+            "spec": {"configuration": {"name": "rendered-master-new"}},
+            "status": {"configuration": {"name": "rendered-master-running"}}}));
+        let names = [
+            "00-master",
+            "99-master-user",
+            "rendered-master-old",
+            "rendered-master-running",
+            "rendered-master-new",
+        ]
+        .map(String::from);
+        assert_eq!(
+            unused_renderings(&[pool], &names),
+            vec!["rendered-master-old".to_owned()]
+        );
+    }
+
+    #[test]
+    fn a_machine_config_with_any_pull_secret_but_the_empty_one_is_named() {
+        let config = |name: &str, source: &str| {
+            object(serde_json::json!({
+                "apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+                "metadata": {"name": name},
+                "spec": {"config": {"storage": {"files": [
+                    {"path": "/etc/other", "contents": {"source": "data:,x"}},
+                    {"path": KUBELET_PULL_SECRET, "contents": {"source": source}}]}}}}))
+        };
+        let configs = [
+            config("rendered-master-sealed", "data:,%7B%7D"),
+            config("00-master", "data:;base64,e30K"),
+            config("rendered-master-old", "data:;base64,eyJhdXRocyI6e319"),
+            config("rendered-master-odd", "not a data URL"),
+        ];
+        assert_eq!(
+            holding_pull_secret(&configs),
+            vec![
+                "rendered-master-old".to_owned(),
+                "rendered-master-odd".to_owned()
+            ]
+        );
+    }
 
     #[tokio::test]
     async fn a_sealed_guest_is_read_back_and_a_running_kubelet_is_named() {

@@ -14,7 +14,11 @@ use super::world::{OPERATOR_NS, world};
 pub const PULL_SECRET: &str = r#"{"auths":{"quay.io":{"auth":"c2NlbmFyaW86c2VjcmV0"}}}"#;
 /// The credential inside [`PULL_SECRET`]: found nowhere it must not be.
 pub const PULL_SECRET_AUTH: &str = "c2NlbmFyaW86c2VjcmV0";
-pub const MACHINE_CONFIG: &str = "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n  name: 99-scenario\n  labels:\n    machineconfiguration.openshift.io/role: master\nspec: {}\n";
+/// The installation manifest of the scenarios: a MachineConfig whose file the install puts on
+/// the node.
+pub const MACHINE_CONFIG: &str = "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n  name: 99-scenario\n  labels:\n    machineconfiguration.openshift.io/role: master\nspec:\n  config:\n    ignition:\n      version: 3.2.0\n    storage:\n      files:\n      - path: /etc/scenario-installed\n        mode: 420\n        contents:\n          source: data:,installed\n";
+/// Where [`MACHINE_CONFIG`] writes, and what.
+pub const INSTALLED_FILE: (&str, &str) = ("/etc/scenario-installed", "installed");
 
 pub async fn pull_secret(client: &kube::Client, name: &str, data: &str) {
     let secret = Secret {

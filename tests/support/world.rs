@@ -30,6 +30,8 @@ pub struct World {
     pub metrics: Metrics,
     /// The simulated router: Route hosts are reached through it as an HTTPS proxy.
     pub router: std::net::SocketAddr,
+    /// The simulated cluster's controllers and guests (a guest's state by VMI UID).
+    pub sim: std::sync::Arc<sim::SimContext>,
 }
 
 /// The management cluster's ingress domain in the scenario world.
@@ -216,6 +218,7 @@ async fn start(
             files,
             metrics,
             router: router.addr(),
+            sim: sim.ctx.clone(),
         },
         (sim, router),
     ))

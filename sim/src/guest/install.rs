@@ -33,6 +33,8 @@ pub enum InstallError {
     Ignition(#[from] IgnitionError),
     #[error("the Ignition's API key material: {0}")]
     Pki(String),
+    #[error("install manifest {path}: {reason}")]
+    Manifest { path: String, reason: String },
 }
 
 /// Whether a booted live system runs a bootstrap in place: its Ignition names an installation
@@ -137,7 +139,9 @@ pub fn in_progress() -> GuestState {
 /// - the kubelet's client and serving certificates, issued now by the installer's CSR signer
 ///   and valid until that signer expires;
 /// - the API key material the installer made (or, from an Ignition without it, made now);
-/// - the pull secret of the install-config as the kubelet's `config.json`.
+/// - the pull secret of the install-config as the kubelet's `config.json`;
+/// - every object of the installer's `manifests/` and `openshift/` directories, as the cluster
+///   it starts with ([`install_manifests`]).
 pub fn installed_state(
     live: &GuestState,
     now: i64,
@@ -176,6 +180,7 @@ pub fn installed_state(
             Some((name.to_owned(), cert.clone()))
         })
         .collect();
+    state.api_objects.extend(install_manifests(&state)?);
     state
         .files
         .retain(|path, _| !path.starts_with("/opt/openshift/"));
@@ -242,6 +247,38 @@ pub fn installed_state(
     state.live_iso = None;
     state.journal.clear();
     Ok(state)
+}
+
+/// The objects of the installer's `manifests/` and `openshift/` directories, which the
+/// Ignition carries under `/opt/openshift/`: bootkube's `cluster-bootstrap start` creates every
+/// one of them in the cluster it bootstraps (openshift/installer
+/// `data/data/bootstrap/files/usr/local/bin/bootkube.sh.template`), so the installed cluster
+/// starts with them, MachineConfigs included. Carried in the disk as the objects its cluster
+/// is restored with (`GuestState::api_objects`).
+pub fn install_manifests(state: &GuestState) -> Result<Vec<serde_json::Value>, InstallError> {
+    let mut objects = Vec::new();
+    for dir in ["/opt/openshift/manifests/", "/opt/openshift/openshift/"] {
+        for (path, file) in state.files.range(dir.to_owned()..) {
+            if !path.starts_with(dir) {
+                break;
+            }
+            let bad = |reason: String| InstallError::Manifest {
+                path: path.clone(),
+                reason,
+            };
+            let text =
+                String::from_utf8(file.content.0.clone()).map_err(|_| bad("not UTF-8".into()))?;
+            let docs: Vec<serde_json::Value> =
+                serde_saphyr::from_multiple(&text).map_err(|e| bad(e.to_string()))?;
+            for doc in docs.into_iter().filter(|d| !d.is_null()) {
+                if doc["apiVersion"].as_str().is_none() || doc["kind"].as_str().is_none() {
+                    return Err(bad("a document without apiVersion or kind".into()));
+                }
+                objects.push(doc);
+            }
+        }
+    }
+    Ok(objects)
 }
 
 #[cfg(test)]

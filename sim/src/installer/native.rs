@@ -179,9 +179,14 @@ fn cluster_config(config: &str) -> String {
     let mut out = String::from(
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cluster-config-v1\n  namespace: kube-system\ndata:\n  install-config: |\n",
     );
+    // The cluster keeps the install-config without its pull secret.
     for line in config.split_inclusive('\n') {
         out.push_str("    ");
-        out.push_str(line);
+        if line.starts_with("pullSecret:") {
+            out.push_str("pullSecret: \"\"\n");
+        } else {
+            out.push_str(line);
+        }
     }
     out
 }
@@ -203,6 +208,26 @@ fn mint(fs: &mut dyn InstallFs, dir: &str, stage: Stage, now: i64) -> Result<(),
         .map_err(io)?;
     }
     Ok(())
+}
+
+/// The cluster's pull secret, from the install-config, as `create manifests` writes it
+/// (`manifests/openshift-config-secret-pull-secret.yaml`).
+fn write_pull_secret(
+    fs: &mut dyn InstallFs,
+    dir: &str,
+    config: &str,
+) -> Result<(), InstallerError> {
+    let pull_secret = yaml_top("pullSecret", config).unwrap_or_default();
+    fs.write(
+        &format!("{dir}/manifests/openshift-config-secret-pull-secret.yaml"),
+        format!(
+            "apiVersion: v1\nkind: Secret\ntype: kubernetes.io/dockerconfigjson\nmetadata:\n  name: pull-secret\n  namespace: openshift-config\ndata:\n  .dockerconfigjson: {}\n",
+            BASE64.encode(pull_secret.as_bytes())
+        )
+        .as_bytes(),
+        0o600,
+    )
+    .map_err(io)
 }
 
 fn root_ca_path(dir: &str) -> String {
@@ -251,6 +276,7 @@ fn create_manifests(
         0o644,
     )
     .map_err(io)?;
+    write_pull_secret(fs, dir, &config)?;
     mint(fs, dir, Stage::Manifests, call.now)?;
     if path == format!("{dir}/install-config.yaml") {
         fs.write(
@@ -293,6 +319,7 @@ fn create_single_node_ignition_config(
             0o644,
         )
         .map_err(io)?;
+        write_pull_secret(fs, dir, &config)?;
     }
     if !fs.is_file(&root_ca_path(dir)) {
         mint(fs, dir, Stage::Manifests, call.now)?;
@@ -459,13 +486,20 @@ pub fn fresh_seed() -> u64 {
 
 /// Strips one leading quote and one trailing quote (with trailing blanks), as the shell fake's
 /// `gsub(/^["']|["'][ \t]*$/, "")`.
+/// A YAML scalar without its quotes, its escapes resolved: `\"` and `\\` in a double-quoted one,
+/// `''` in a single-quoted one (what a JSON pull secret written by a YAML library needs).
 fn strip_quotes(value: &str) -> String {
-    let value = value.strip_prefix(['"', '\'']).unwrap_or(value).to_owned();
     let trimmed = value.trim_end_matches([' ', '\t']);
-    match trimmed.strip_suffix(['"', '\'']) {
-        Some(stripped) => stripped.to_owned(),
-        None => value,
+    if let Some(inner) = trimmed.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
+        return inner.replace("\\\"", "\"").replace("\\\\", "\\");
     }
+    if let Some(inner) = trimmed
+        .strip_prefix('\'')
+        .and_then(|v| v.strip_suffix('\''))
+    {
+        return inner.replace("''", "'");
+    }
+    value.to_owned()
 }
 
 /// A top-level scalar of a YAML file, unquoted; a block scalar yields its first line.

@@ -7,16 +7,17 @@
 //!   signer, as the kube-controller-manager does;
 //! - ClusterOperators and the ClusterVersion become Available once the kubelet has run for
 //!   `Timings.operators` and the guest's certificates are valid *by guest time*;
-//! - MachineConfig changes roll out: the pool goes Updating, the files land in the guest after
-//!   `Timings.rollout`, and the pool reports Updated;
+//! - the Machine Config Operator ([`mco`]): `00-master` carries the pull secret, the pool's
+//!   MachineConfigs are rendered into `rendered-master-<hash>` objects that stay, a new rendering
+//!   lands in the guest's files after `Timings.rollout`, and the pool reports it as upstream does;
 //! - the client CA bundle follows the `openshift-config/admin-kubeconfig-client-ca` ConfigMap, like
 //!   the kube-apiserver operator does;
 //! - `apiservers.config.openshift.io/cluster` `spec.servingCerts.namedCertificates` roll out like a
 //!   new kube-apiserver revision: ClusterOperator `kube-apiserver` is Progressing for
 //!   `Timings.rollout`, then the API server restarts with one `--tls-sni-cert-key` per entry (the
 //!   TLS Secret from `openshift-config`), keeping its data in etcd;
-//! - `openshift-config/pull-secret` is mirrored into the guest's `/var/lib/kubelet/config.json`,
-//!   like the Machine Config Operator does.
+//! - `openshift-config/pull-secret` reaches the guest's `/var/lib/kubelet/config.json` only through
+//!   the MCO's rendering.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -30,13 +31,13 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
-use sha2::Digest as _;
 
 mod installed;
+pub mod mco;
 
 use super::pki::{CsrSigner, GuestPki};
 use crate::Timings;
-use crate::guest::state::{GuestState, paths};
+use crate::guest::state::GuestState;
 use testenv::{ApiServerLauncher, ExtraApiServer, ExtraApiServerSpec};
 
 /// The field manager of every write the simulation makes to a guest API: what a disk carries
@@ -566,8 +567,6 @@ impl Controllers {
         self.outcome("client CA", result);
         let result = self.named_certificates().await;
         self.outcome("named certificates", result);
-        let result = self.mirror_pull_secret().await;
-        self.outcome("pull secret", result);
         let installed = state.as_ref().is_some_and(|s| s.install.is_some());
         let result = self.kubelet_csrs(installed).await;
         self.outcome("kubelet CSRs", result);
@@ -781,25 +780,6 @@ impl Controllers {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-    }
-
-    /// `openshift-config/pull-secret` → `/var/lib/kubelet/config.json`, as the MCO renders it
-    /// into the node: level-triggered, so the file always ends up equal to the Secret.
-    async fn mirror_pull_secret(&self) -> Result<(), Error> {
-        let secret = Api::<Secret>::namespaced(self.client.clone(), CONFIG_NAMESPACE)
-            .get_opt("pull-secret")
-            .await?;
-        let Some(wanted) = secret
-            .and_then(|s| s.data)
-            .and_then(|d| d.get(".dockerconfigjson").map(|v| v.0.clone()))
-        else {
-            return Ok(());
-        };
-        if self.guest.file(paths::PULL_SECRET).as_deref() != Some(wanted.as_slice()) {
-            self.guest
-                .write_files(vec![(paths::PULL_SECRET.to_owned(), wanted, 0o600)]);
-        }
-        Ok(())
     }
 
     /// Kubelet client and serving CSRs appear on each kubelet start; approved ones are issued
@@ -1075,58 +1055,6 @@ impl Controllers {
             tracing::info!(version = %self.version, "guest cluster installed");
         }
         Ok(())
-    }
-
-    /// Renders all MachineConfigs of the master pool; a new rendering rolls out.
-    async fn machine_configs(&mut self) -> Result<(), Error> {
-        let configs = mc_api(&self.client, "MachineConfig", "machineconfigs")
-            .list(&ListParams::default())
-            .await?;
-        let mut files = Vec::new();
-        let mut sources = Vec::new();
-        let mut hasher = sha2::Sha256::new();
-        for mc in &configs.items {
-            sources.push(json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
-                                "name": mc.metadata.name.as_deref().unwrap_or_default()}));
-            hasher.update(mc.metadata.name.as_deref().unwrap_or_default());
-            hasher.update(serde_json::to_vec(&mc.data["spec"]).unwrap_or_default());
-            files.extend(machine_config_files(&mc.data["spec"]));
-        }
-        let rendered = format!("rendered-master-{}", &hex(&hasher.finalize())[..16]);
-        let pools = mc_api(&self.client, "MachineConfigPool", "machineconfigpools");
-        let Some(pool) = pools.get_opt("master").await? else {
-            return Ok(());
-        };
-        let current = pool.data["status"]["configuration"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        if current == rendered && self.rollouts.is_empty() {
-            return Ok(());
-        }
-        let started = *self
-            .rollouts
-            .entry(rendered.clone())
-            .or_insert_with(Instant::now);
-        let done = started.elapsed() >= self.timings.rollout;
-        // Like the MCO, `configuration.source` names the MachineConfigs of the rendering the
-        // pool is on.
-        let source = if done {
-            Value::Array(sources)
-        } else {
-            pool.data["status"]["configuration"]["source"].clone()
-        };
-        if done {
-            self.guest.write_files(files);
-            self.rollouts.clear();
-        }
-        let condition = |t: &str, s: bool| json!({"type": t, "status": if s {"True"} else {"False"}, "lastTransitionTime": now_rfc3339()});
-        let body = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool", "metadata": {"name": "master"},
-            "status": {"configuration": {"name": if done { rendered.as_str() } else { current.as_str() }, "source": source},
-                       "machineCount": 1, "readyMachineCount": if done {1} else {0}, "updatedMachineCount": if done {1} else {0},
-                       "observedGeneration": pool.metadata.generation,
-                       "conditions": [condition("Updated", done), condition("Updating", !done), condition("Degraded", false)]}});
-        apply_status(&pools, "master", body).await
     }
 }
 

@@ -29,7 +29,16 @@ yaml_top() {
                     v = (v == "" ? line : v sep line)
                 }
             }
-            gsub(/^["\047]|["\047][ \t]*$/, "", v)
+            sub(/[ \t]+$/, "", v)
+            if (v ~ /^".*"$/) {
+                # Double-quoted: its escapes resolved, as a YAML parser does.
+                v = substr(v, 2, length(v) - 2)
+                gsub(/\\"/, "\"", v)
+                gsub(/\\\\/, "\\", v)
+            } else if (v ~ /^\047.*\047$/) {
+                v = substr(v, 2, length(v) - 2)
+                gsub(/\047\047/, "\047", v)
+            }
             print v
             exit
         }' "$2"
@@ -94,6 +103,12 @@ validate_install_config() {
 }
 
 # The install-config as the ConfigMap the real installer renders (kube-system/cluster-config-v1).
+# The cluster's pull secret, from the install-config, as `create manifests` writes it.
+write_pull_secret() {
+    printf 'apiVersion: v1\nkind: Secret\ntype: kubernetes.io/dockerconfigjson\nmetadata:\n  name: pull-secret\n  namespace: openshift-config\ndata:\n  .dockerconfigjson: %s\n' \
+        "$(printf '%s' "$(yaml_top pullSecret "$1")" | base64 -w0)" >"$2"
+}
+
 write_cluster_config() {
     {
         echo 'apiVersion: v1'
@@ -103,7 +118,8 @@ write_cluster_config() {
         echo '  namespace: kube-system'
         echo 'data:'
         echo '  install-config: |'
-        sed 's/^/    /' "$1"
+        # The cluster keeps the install-config without its pull secret.
+        sed -e 's/^pullSecret:.*/pullSecret: ""/' -e 's/^/    /' "$1"
     } >"$2"
 }
 
@@ -131,6 +147,7 @@ create_manifests() {
     printf 'apiVersion: config.openshift.io/v1\nkind: Ingress\nmetadata:\n  creationTimestamp: null\n  name: cluster\nspec:\n  domain: apps.%s.%s\nstatus: {}\n' \
         "$(cluster_name "$config")" "$(yaml_top baseDomain "$config")" \
         >"$dir/manifests/cluster-ingress-02-config.yml"
+    write_pull_secret "$config" "$dir/manifests/openshift-config-secret-pull-secret.yaml"
     mint_certs manifests
     if [ "$config" = "$dir/install-config.yaml" ]; then
         mv -f "$config" "$(state_dir)/install-config.yaml"
@@ -224,6 +241,7 @@ create_single_node_ignition_config() {
     if [ ! -f "$dir/manifests/cluster-config.yaml" ]; then
         mkdir -p "$dir/manifests"
         write_cluster_config "$config" "$dir/manifests/cluster-config.yaml"
+        write_pull_secret "$config" "$dir/manifests/openshift-config-secret-pull-secret.yaml"
     fi
     [ -f "$dir/tls/root-ca.crt" ] || mint_certs manifests
     mint_certs ignition

@@ -680,18 +680,26 @@ async fn seal(config: &Config, guest: Arc<SshGuest>) -> Result<String, Error> {
     let (api, _) = real_time_client(&guest, &mounted).await?;
     let calls = patience(steps::CALL_WAIT);
     let rollout = patience(WAITS.rollout);
-    seal::remove_pull_secret(&api, guest.as_ref(), calls, rollout).await?;
-    info!("pull secret removed from the cluster and the node");
+    // SNC's order: chronyd back first, then the pull secret emptied, then every rendering that
+    // still carries it pruned.
     seal::remove_build_helpers(&api, calls, rollout).await?;
+    info!("cred-manager and chronyd mask removed");
+    seal::remove_pull_secret(&api, guest.as_ref(), calls, rollout).await?;
+    let pruned = seal::prune_rendered_configs(&api, calls).await?;
+    seal::check_machine_configs(&api, calls).await?;
+    info!(
+        pruned,
+        "pull secret removed from the cluster, the node and every MachineConfig"
+    );
     seal::remove_installer_login(&api, calls).await?;
-    info!("cred-manager, chronyd mask and the installer's kubeadmin login removed");
+    info!("the installer's kubeadmin login removed");
     let scrubbed = seal::seal_disk(guest.as_ref(), mounted.kubeconfig.as_bytes(), calls).await?;
     let sealed = seal::check_sealed(guest.as_ref()).await?;
     if let Some(missing) = sealed.missing() {
         return Err(seal::Error::Incomplete(missing).into());
     }
     Ok(format!(
-        "pull secret {{}} on the node, {} install-only images pruned (the node IP image kept), kubelet stopped and disabled, pod records of {} namespaces and every lease scrubbed from etcd, /opt/kubeconfig written, journal and logs scrubbed, free space trimmed",
+        "pull secret {{}} on the node and in every MachineConfig ({pruned} old rendered MachineConfigs pruned), {} install-only images pruned (the node IP image kept), kubelet stopped and disabled, pod records of {} namespaces and every lease scrubbed from etcd, /opt/kubeconfig written, journal and logs scrubbed, free space trimmed",
         scrubbed.images, scrubbed.pod_namespaces
     ))
 }

@@ -135,9 +135,46 @@ pub fn data_url(bytes: &[u8]) -> String {
     url
 }
 
+/// The bytes of an RFC 2397 `data:` URL, base64 (`;base64,`) or percent-encoded, as Ignition
+/// reads them; `None` for anything else.
+pub fn decode_data_url(url: &str) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+    let (meta, data) = url.strip_prefix("data:")?.split_once(',')?;
+    if meta.ends_with(";base64") {
+        return base64::engine::general_purpose::STANDARD.decode(data).ok();
+    }
+    let bytes = data.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn data_urls_round_trip_and_base64_ones_decode() {
+        for text in [&b"a=b c\n"[..], b"100%;#", b"{}"] {
+            assert_eq!(decode_data_url(&data_url(text)).as_deref(), Some(text));
+        }
+        assert_eq!(
+            decode_data_url("data:text/plain;charset=utf-8;base64,aGk=").as_deref(),
+            Some(&b"hi"[..])
+        );
+        assert_eq!(decode_data_url("data:,%ZZ"), None);
+        assert_eq!(decode_data_url("https://example.com"), None);
+    }
 
     #[test]
     fn data_urls_decode_to_the_text() {

@@ -3,6 +3,7 @@
 use super::*;
 use crate::guest::exec::{Runtime, testing};
 use crate::installer::native::test_ignition;
+use base64::Engine as _;
 
 const STAMP: i64 = testing::NOW;
 const GIB: u64 = 1 << 30;
@@ -138,4 +139,44 @@ fn the_installed_system_carries_the_cluster_and_the_ignition() {
             .keys()
             .any(|p| p.ends_with("/kubelet-signer.crt"))
     );
+}
+
+#[test]
+fn the_installed_cluster_starts_with_every_install_manifest() {
+    let mut ignition: serde_json::Value =
+        serde_json::from_str(&test_ignition(STAMP, testing::KEY, "/dev/vda")).unwrap();
+    let mc = "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n  name: 99-user\n  labels:\n    machineconfiguration.openshift.io/role: master\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: extra\n  namespace: default\n";
+    ignition["storage"]["files"].as_array_mut().unwrap().push(
+        serde_json::json!({"path": "/opt/openshift/openshift/99-user.yaml", "mode": 420,
+            "contents": {"source": format!("data:;base64,{}",
+                base64::engine::general_purpose::STANDARD.encode(mc))}}),
+    );
+    let mut m = live(&ignition.to_string());
+    bootkube(&mut m, STAMP + 120, true).unwrap();
+    let state = installed_state(&m.state, STAMP + 120, 64 * GIB).unwrap();
+    let names: Vec<(&str, &str)> = state
+        .api_objects
+        .iter()
+        .map(|o| {
+            (
+                o["kind"].as_str().unwrap(),
+                o["metadata"]["name"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert!(names.contains(&("MachineConfig", "99-user")), "{names:?}");
+    assert!(names.contains(&("ConfigMap", "extra")), "{names:?}");
+    // The installer's own: the cluster's pull secret, from the install-config.
+    assert!(names.contains(&("Secret", "pull-secret")), "{names:?}");
+
+    // A manifest that is not YAML of objects fails the install with its path.
+    let mut bad = ignition.clone();
+    bad["storage"]["files"].as_array_mut().unwrap().push(
+        serde_json::json!({"path": "/opt/openshift/manifests/broken.yaml", "mode": 420,
+            "contents": {"source": "data:,just%20text"}}),
+    );
+    let mut m = live(&bad.to_string());
+    bootkube(&mut m, STAMP + 120, true).unwrap();
+    let err = installed_state(&m.state, STAMP + 120, 64 * GIB).unwrap_err();
+    assert!(err.to_string().contains("broken.yaml"), "{err}");
 }

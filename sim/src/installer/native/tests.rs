@@ -370,3 +370,15 @@ fn yaml_helpers_read_like_the_shell_fake() {
     assert_eq!(cluster_name(INSTALL_CONFIG).as_deref(), Some("crc"));
     assert_eq!(cluster_name("metadata:\n  labels: {}\nname: x\n"), None);
 }
+
+#[test]
+fn quoted_scalars_come_back_as_a_yaml_parser_reads_them() {
+    let config =
+        "pullSecret: \"{\\\"auths\\\":{\\\"a\\\\\\\\b\\\":{}}}\"\nsshKey: 'it''s'\nplain: x\n";
+    assert_eq!(
+        yaml_top("pullSecret", config).as_deref(),
+        Some(r#"{"auths":{"a\\b":{}}}"#)
+    );
+    assert_eq!(yaml_top("sshKey", config).as_deref(), Some("it's"));
+    assert_eq!(yaml_top("plain", config).as_deref(), Some("x"));
+}
