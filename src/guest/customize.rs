@@ -369,7 +369,8 @@ fn selects(pool: &DynamicObject, config: &DynamicObject) -> bool {
         })
 }
 
-fn mc_api(client: &kube::Client, kind: &str, plural: &str) -> Api<DynamicObject> {
+/// The guest's `machineconfiguration.openshift.io/v1` objects of `kind`.
+pub(super) fn mc_api(client: &kube::Client, kind: &str, plural: &str) -> Api<DynamicObject> {
     Api::all_with(
         client.clone(),
         &ApiResource::from_gvk_with_plural(

@@ -74,12 +74,18 @@ async fn sudo<G: Guest>(guest: &G, step: &'static str, argv: &[&str]) -> Result<
         .map_err(guest_err(step))
 }
 
-/// The payload image a unit file runs: OpenShift references payload images by digest.
-pub fn image_in_unit(unit: &str) -> Option<&str> {
-    unit.lines()
+/// The payload image a unit file runs (OpenShift references payload images by digest): the first
+/// digest reference in an `ExecStart` command, whose continuation lines (a line ending in `\`)
+/// are joined as systemd joins them — the MCO's `nodeip-configuration.service` puts the image
+/// alone on a continuation line.
+pub fn image_in_unit(unit: &str) -> Option<String> {
+    let joined = unit.replace("\\\n", " ");
+    joined
+        .lines()
         .filter(|l| l.trim_start().starts_with("ExecStart"))
         .flat_map(|l| l.split(|c: char| c.is_whitespace() || c == '"' || c == '='))
         .find(|token| token.contains("@sha256:"))
+        .map(str::to_owned)
 }
 
 /// The image of the container named `etcd` in etcd's static pod.
@@ -111,12 +117,10 @@ pub async fn node_ip_image<G: Guest>(guest: &G) -> Result<String, Error> {
         .read_file(NODE_IP_UNIT_FILE)
         .await
         .map_err(guest_err("read the node IP unit"))?;
-    image_in_unit(&String::from_utf8_lossy(&unit))
-        .map(str::to_owned)
-        .ok_or(Error::NoImage {
-            path: NODE_IP_UNIT_FILE,
-            what: "baremetal-runtimecfg",
-        })
+    image_in_unit(&String::from_utf8_lossy(&unit)).ok_or(Error::NoImage {
+        path: NODE_IP_UNIT_FILE,
+        what: "baremetal-runtimecfg",
+    })
 }
 
 /// As SNC does after the install: the runtimecfg image pinned, every image no container uses
@@ -317,10 +321,17 @@ mod tests {
     fn the_runtimecfg_image_is_read_from_the_unit_and_etcds_from_its_pod() {
         let unit = "[Service]\nType=oneshot\nExecStart=/bin/bash -c \"until /usr/bin/podman run --rm --authfile /var/lib/kubelet/config.json --net=host quay.io/openshift-release-dev/ocp-v4.0-art-dev@sha256:abc node-ip set 192.168.126.11; do sleep 5; done\"\n";
         assert_eq!(
-            image_in_unit(unit),
+            image_in_unit(unit).as_deref(),
             Some("quay.io/openshift-release-dev/ocp-v4.0-art-dev@sha256:abc")
         );
         assert_eq!(image_in_unit("[Service]\nExecStart=/bin/true\n"), None);
+        // As the MCO renders it: the command continued over lines, the image alone on one, and a
+        // digest in a comment or another key is not the command's.
+        let rendered = "[Service]\n# was @sha256:old\nType=oneshot\nExecStart=/bin/bash -c \" \\\n  until \\\n  /usr/bin/podman run --rm \\\n  --net=host \\\n  quay.io/openshift-release-dev/ocp-v4.0-art-dev@sha256:def \\\n  node-ip \\\n  set; \\\n  do \\\n  sleep 5; \\\n  done\"\nExecStart=/bin/systemctl daemon-reload\n";
+        assert_eq!(
+            image_in_unit(rendered).as_deref(),
+            Some("quay.io/openshift-release-dev/ocp-v4.0-art-dev@sha256:def")
+        );
 
         let pod = br#"{"spec":{"containers":[{"name":"etcdctl","image":"a@sha256:1"},{"name":"etcd","image":"b@sha256:2"}]}}"#;
         assert_eq!(etcd_image(pod).as_deref(), Some("b@sha256:2"));

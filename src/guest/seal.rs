@@ -13,11 +13,10 @@ use base64::Engine as _;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
-use kube::core::{ApiResource, GroupVersionKind};
 
 use super::build::{CRED_MANAGER, MCO_NAMESPACE};
 use super::cluster::{self, KUBECONFIG_MODE, KUBECONFIG_PATH, Patience, retry};
-use super::customize;
+use super::customize::{self, mc_api};
 use super::scrub::{self, KUBELET_PULL_SECRET};
 use super::{Command, Guest, GuestError};
 use crate::resources::profile::ignition_config::decode_data_url;
@@ -236,16 +235,6 @@ pub async fn check_machine_configs(client: &kube::Client, calls: Patience) -> Re
         "MachineConfig {} still carries a pull secret in {KUBELET_PULL_SECRET}",
         holding.join(", ")
     )))
-}
-
-fn mc_api(client: &kube::Client, kind: &str, plural: &str) -> Api<DynamicObject> {
-    Api::all_with(
-        client.clone(),
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("machineconfiguration.openshift.io", "v1", kind),
-            plural,
-        ),
-    )
 }
 
 /// As SNC does: the installer's temporary kubeadmin login goes; the htpasswd users stay.

@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 use sha2::{Digest, Sha256};
 
 use super::{Ctx, Machine, Run};
-use crate::guest::state::{Container, File, GuestState, NODE_IP, Unit, paths};
+use crate::guest::state::{Container, File, GuestState, Unit, paths};
 use crate::guest::time;
 
 pub const NODE_IP_UNIT: &str = "nodeip-configuration.service";
@@ -208,10 +208,12 @@ pub fn install(state: &mut GuestState, version: &str, release: &str) {
     state.etcd_keys = keys;
 }
 
-/// The unit as RHCOS renders it (on one line): it loops on `podman run` of the runtimecfg image.
+/// The unit as the MCO renders it for a platform-`none` single node (machine-config-operator
+/// 7ff337a, `templates/common/_base/units/nodeip-configuration.service.yaml`): `ExecStart` is a
+/// `bash -c` loop over `podman run` continued over several lines, the image alone on one of them.
 fn node_ip_unit(image: &str) -> String {
     format!(
-        "[Unit]\nDescription=Writes IP address configuration so that kubelet and crio services select a valid node IP\nWants=NetworkManager-wait-online.service\nAfter=NetworkManager-wait-online.service firstboot-osupdate.target\nBefore=kubelet-dependencies.target ovs-configuration.service\n\n[Service]\n# Need oneshot to delay kubelet\nType=oneshot\nExecStart=/bin/bash -c \"until /usr/bin/podman run --rm --authfile {pull_secret} --net=host --security-opt label=disable --volume /etc/systemd/system:/etc/systemd/system --volume /run/nodeip-configuration:/run/nodeip-configuration {image} node-ip set --retry-on-failure --network-type OVNKubernetes {NODE_IP}; do sleep 5; done\"\nExecStart=/bin/systemctl daemon-reload\nStandardOutput=journal+console\nStandardError=journal+console\n\n[Install]\nRequiredBy=kubelet-dependencies.target\n",
+        "[Unit]\nDescription=Writes IP address configuration so that kubelet and crio services select a valid node IP\nWants=NetworkManager-wait-online.service\nAfter=NetworkManager-wait-online.service firstboot-osupdate.target\nBefore=kubelet-dependencies.target ovs-configuration.service\n\n[Service]\n# Need oneshot to delay kubelet\nType=oneshot\nSyslogIdentifier=nodeip-configuration\nExecStart=/bin/bash -c \" \\\n  until \\\n  /usr/bin/podman run --rm \\\n  --authfile {pull_secret} \\\n  --env 'ENABLE_NODEIP_DEBUG=true' \\\n  --net=host \\\n  --security-opt label=disable \\\n  --volume /etc/systemd/system:/etc/systemd/system \\\n  --volume /run/nodeip-configuration:/run/nodeip-configuration \\\n  {image} \\\n  node-ip \\\n  set \\\n  --retry-on-failure \\\n  --network-type OVNKubernetes \\\n  ${{NODEIP_HINT:-${{KUBELET_NODEIP_HINT:-}}}}; \\\n  do \\\n  sleep 5; \\\n  done\"\nExecStart=/bin/systemctl daemon-reload\nExecStartPre=/bin/mkdir -p /run/nodeip-configuration\nStandardOutput=journal+console\nStandardError=journal+console\n\nEnvironmentFile=-/etc/default/nodeip-configuration\n\n[Install]\nRequiredBy=kubelet-dependencies.target\n",
         pull_secret = paths::PULL_SECRET
     )
 }

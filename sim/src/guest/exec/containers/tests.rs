@@ -33,10 +33,15 @@ fn ok(m: &mut Machine, line: &str) -> String {
     stdout(&out)
 }
 
-/// What the product reads: the digest reference on the unit's ExecStart line.
+/// The digest reference of the unit's first `ExecStart`, its continuation lines (`\`) joined as
+/// systemd joins them.
 fn runtimecfg_image(m: &mut Machine) -> String {
     let unit = ok(m, &format!("sudo cat {NODE_IP_UNIT_FILE}"));
-    let exec = unit.lines().find(|l| l.starts_with("ExecStart=")).unwrap();
+    let joined = unit.replace("\\\n", " ");
+    let exec = joined
+        .lines()
+        .find(|l| l.starts_with("ExecStart="))
+        .unwrap();
     exec.split(|c: char| c.is_whitespace() || c == '"')
         .find(|w| w.contains("@sha256:"))
         .unwrap()
