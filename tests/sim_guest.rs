@@ -290,11 +290,60 @@ async fn no_bootable_disk_is_a_boot_error() {
 }
 
 #[tokio::test]
+async fn chronyd_on_a_pod_network_steps_an_offset_clock_back_unless_masked() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = keys::generate_ed25519().unwrap();
+    let image = sealed_disk(dir.path(), "ntp.img", &key);
+    // As a real pod network: NTP is reachable unless told otherwise.
+    let host = GuestHost::new(Timings::fast());
+    let offset = 20 * DAY;
+    host.boot(spec("uid-ntp", ip(8), vec![root_disk(&image)], offset))
+        .await
+        .unwrap();
+    let guest = connect(ip(8), &key).await.unwrap();
+    let now: i64 = run(&guest, &["date", "+%s"])
+        .await
+        .stdout_text()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        (now - host_time().await).abs() < DAY,
+        "chronyd stepped the +20 days back"
+    );
+    // Masked, the next boot keeps the offset.
+    guest
+        .run_checked(&Command::sudo(["systemctl", "mask", "chronyd.service"]))
+        .await
+        .unwrap();
+    drop(guest);
+    host.shutdown("uid-ntp").await;
+    host.boot(spec("uid-ntp-2", ip(8), vec![root_disk(&image)], offset))
+        .await
+        .unwrap();
+    let guest = connect(ip(8), &key).await.unwrap();
+    let now: i64 = run(&guest, &["date", "+%s"])
+        .await
+        .stdout_text()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        (now - host_time().await - offset).abs() < 60,
+        "the masked clone keeps its clock"
+    );
+    drop(guest);
+    host.shutdown("uid-ntp-2").await;
+}
+
+#[tokio::test]
 async fn guest_clock_is_host_time_plus_offset_and_certificates_follow_it() {
     let dir = tempfile::tempdir().unwrap();
     let key = keys::generate_ed25519().unwrap();
     let image = sealed_disk(dir.path(), "disk.img", &key);
     let host = GuestHost::new(Timings::fast());
+    // The clock as KubeVirt sets it, with nothing to step it (NTP out of reach).
+    host.set_ntp_reachable(false);
     let offset = 40 * DAY;
     host.boot(spec("uid-clock", ip(7), vec![root_disk(&image)], offset))
         .await

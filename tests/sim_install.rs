@@ -446,8 +446,14 @@ async fn an_ignition_made_on_the_pods_clock_fails_bootstrap_in_a_guest_a_day_beh
     );
     let ignition =
         std::fs::read_to_string(install.join("bootstrap-in-place-for-live-iso.ign")).unwrap();
+    // chronyd masked, as the build does, so the guest's clock stays a day behind.
+    let mut patched: serde_json::Value = serde_json::from_str(&ignition).unwrap();
+    patched["systemd"]["units"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"name": "chronyd.service", "mask": true}));
     let iso = dir.path().join("install.iso");
-    pod.iso_with(&ignition, &iso);
+    pod.iso_with(&patched.to_string(), &iso);
     let root = dir.path().join("root.img");
     create_disk(&root, 4 * GIB, None).unwrap();
 

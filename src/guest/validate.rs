@@ -117,6 +117,20 @@ async fn window<G: Guest>(guest: &G, path: &str, guest_now: i64) -> Result<Windo
     })
 }
 
+/// Masks chronyd on the throwaway clone, so its next boot keeps the clock KubeVirt gives it:
+/// with the default pool reachable, chronyd steps the clock at boot (RHCOS `makestep 1.0 3`),
+/// which would pull the aged boot's +20 days back to real time. Never on a disk that is kept.
+pub async fn hold_clock<G: Guest>(guest: &G) -> Result<(), Error> {
+    guest
+        .run_checked(&Command::sudo(["systemctl", "mask", "chronyd.service"]))
+        .await
+        .map(drop)
+        .map_err(|source| Error::Guest {
+            step: "mask chronyd on the validation clone",
+            source,
+        })
+}
+
 /// Reads the promises in a clone that nothing has touched yet.
 pub async fn read_promises<G: Guest>(guest: &G) -> Result<Promises, Error> {
     let pull_secret = guest

@@ -12,8 +12,8 @@
 //!   removes the ones no pool uses);
 //! - **node status** (`pkg/controller/node/status.go`): once the node runs the target,
 //!   `status.configuration` becomes the spec's, `updatedMachineCount` equals `machineCount`, and
-//!   `Updated` is True; until then `Updating` is True. The node gets the rendered files after
-//!   `Timings.rollout`.
+//!   `Updated` is True; until then `Updating` is True. The node gets the rendered files and unit
+//!   masks after `Timings.rollout` (a mask that left the rendering is lifted).
 //!
 //! The MachineConfigs are written as the machine-config-controller, so a disk carries them like a
 //! real etcd does; the pool is the simulation's (made on every start), so a cluster started from a
@@ -184,8 +184,19 @@ impl Controllers {
                 .elapsed()
                 >= self.timings.rollout;
         if done && !on_target {
+            let configs = mc_api(&self.client, "MachineConfig", "machineconfigs");
+            let previous = match status["name"].as_str().filter(|n| !n.is_empty()) {
+                Some(old) => configs.get_opt(old).await?.map(|c| c.data["spec"].clone()),
+                None => None,
+            };
             self.guest
                 .write_files(super::machine_config_files(&target.spec));
+            let masks = unit_masks(previous.as_ref(), &target.spec);
+            self.guest.update(Box::new(move |state| {
+                for (unit, masked) in masks {
+                    state.units.entry(unit).or_default().masked = masked;
+                }
+            }));
             self.rollouts.clear();
             tracing::info!(rendered = %name, "the node runs the rendered MachineConfig");
         }
@@ -247,6 +258,30 @@ fn selects(pool: &DynamicObject, config: &DynamicObject) -> bool {
             v.as_str()
                 .is_some_and(|v| labels.get(k).map(String::as_str) == Some(v))
         })
+}
+
+/// The masks a move from the `previous` rendering to `next` sets (`true`) or lifts (`false`), as
+/// the machine-config-daemon applies units (`pkg/daemon/update.go`: `writeUnits` masks a unit the
+/// config masks; `deleteStaleData` removes a unit that left the config and presets it, so its
+/// mask goes).
+fn unit_masks(previous: Option<&Value>, next: &Value) -> Vec<(String, bool)> {
+    let masked = |spec: &Value| -> Vec<String> {
+        spec["config"]["systemd"]["units"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|u| u["mask"] == true)
+            .filter_map(|u| u["name"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let now = masked(next);
+    let mut changes: Vec<(String, bool)> = now.iter().map(|u| (u.clone(), true)).collect();
+    for unit in previous.map(masked).unwrap_or_default() {
+        if !now.contains(&unit) {
+            changes.push((unit, false));
+        }
+    }
+    changes
 }
 
 /// The selected configs merged as upstream's `MergeMachineConfigs` does for files and units: in
@@ -316,6 +351,22 @@ mod tests {
             &empty,
             &config("99-master-x", Some("master"), "/x", "")
         ));
+    }
+
+    #[test]
+    fn a_mask_that_leaves_the_rendering_is_lifted() {
+        let with =
+            json!({"config": {"systemd": {"units": [{"name": "chronyd.service", "mask": true}]}}});
+        let without = json!({"config": {"systemd": {"units": []}}});
+        assert_eq!(
+            unit_masks(None, &with),
+            vec![("chronyd.service".to_owned(), true)]
+        );
+        assert_eq!(
+            unit_masks(Some(&with), &without),
+            vec![("chronyd.service".to_owned(), false)]
+        );
+        assert!(unit_masks(Some(&without), &without).is_empty());
     }
 
     #[test]
