@@ -51,6 +51,8 @@ const KINDS: &[(&str, &str, &str, bool)] = &[
         "ingresscontrollers",
         true,
     ),
+    // The cluster network operator's configuration, an install manifest of the profile.
+    ("operator.openshift.io", "Network", "networks", false),
     ("route.openshift.io", "Route", "routes", true),
     ("config.openshift.io", "Image", "images", false),
     (
