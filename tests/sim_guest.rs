@@ -86,6 +86,16 @@ async fn run(guest: &SshGuest, line: &[&str]) -> guestcluster::guest::Output {
         .expect("run")
 }
 
+/// The guest's clock, `date +%s` in it.
+async fn guest_seconds(guest: &SshGuest) -> i64 {
+    run(guest, &["date", "+%s"])
+        .await
+        .stdout_text()
+        .trim()
+        .parse()
+        .expect("date +%s prints seconds")
+}
+
 async fn host_time() -> i64 {
     sim::guest::time::host_now()
 }
@@ -301,12 +311,7 @@ async fn chronyd_on_a_pod_network_steps_an_offset_clock_back_unless_masked() {
         .await
         .unwrap();
     let guest = connect(ip(8), &key).await.unwrap();
-    let now: i64 = run(&guest, &["date", "+%s"])
-        .await
-        .stdout_text()
-        .trim()
-        .parse()
-        .unwrap();
+    let now = guest_seconds(&guest).await;
     assert!(
         (now - host_time().await).abs() < DAY,
         "chronyd stepped the +20 days back"
@@ -322,12 +327,7 @@ async fn chronyd_on_a_pod_network_steps_an_offset_clock_back_unless_masked() {
         .await
         .unwrap();
     let guest = connect(ip(8), &key).await.unwrap();
-    let now: i64 = run(&guest, &["date", "+%s"])
-        .await
-        .stdout_text()
-        .trim()
-        .parse()
-        .unwrap();
+    let now = guest_seconds(&guest).await;
     assert!(
         (now - host_time().await - offset).abs() < 60,
         "the masked clone keeps its clock"
@@ -350,9 +350,8 @@ async fn guest_clock_is_host_time_plus_offset_and_certificates_follow_it() {
         .unwrap();
     let guest = connect(ip(7), &key).await.unwrap();
     let before = host_time().await;
-    let out = run(&guest, &["date", "+%s"]).await;
+    let guest_now = guest_seconds(&guest).await;
     let after = host_time().await;
-    let guest_now: i64 = out.stdout_text().trim().parse().expect("seconds");
     assert!(
         (before + offset..=after + offset).contains(&guest_now),
         "guest {guest_now}, host {before}..{after}, offset {offset}"
