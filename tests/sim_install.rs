@@ -837,13 +837,10 @@ async fn build(
     let client = api::client(ssh.clone(), &credentials, clock).unwrap();
 
     // The day-long control-plane certificates rotate by guest time.
-    let lb = format!(
-        "{}/kube-apiserver-lb-server.crt",
-        paths::CONTROL_PLANE_CERTS
-    );
+    let lb = paths::AGGREGATOR_CLIENT_CERT;
     wait_for("the control plane's rotation", || async {
         let state = host.state(&uid)?;
-        let cert = state.certificates.get(&lb)?;
+        let cert = state.certificates.get(lb)?;
         (cert.not_before >= now && cert.not_after - cert.not_before == 30 * DAY).then_some(())
     })
     .await;

@@ -1,7 +1,7 @@
 //! The Validate stage in the guest (`docs/architecture.md`, "The build source"): before anything
 //! is injected into a fresh clone of the golden disk, read what sealing promised — no pull secret
 //! on the node, the kubelet disabled, the node IP image cached (the disk cannot pull it), the
-//! kubelet's and the control plane's certificates valid 25 days by the guest's own clock. The
+//! certificates `crc start` checks valid 25 days by the guest's own clock. The
 //! startup path that follows is the crc-agent's ([`crate::agent::startup_path`]).
 
 use super::build::{
@@ -11,8 +11,20 @@ use super::scrub::KUBELET_PULL_SECRET;
 use super::seal::EMPTY_PULL_SECRET;
 use super::{Command, Guest, GuestError};
 
-/// Where an installed system keeps the control plane's certificates (`*.crt`).
-pub const CONTROL_PLANE_CERTS: &str = "/etc/kubernetes/static-pod-certs";
+/// The API server's aggregator client certificate on the node. The node keeps the static pods'
+/// certificates under `/etc/kubernetes/static-pod-resources/<component>-certs/`
+/// (`/etc/kubernetes/static-pod-certs` is only the path inside the API server's container).
+pub const AGGREGATOR_CLIENT_CERT: &str =
+    "/etc/kubernetes/static-pod-resources/kube-apiserver-certs/secrets/aggregator-client/tls.crt";
+
+/// The certificates `crc start` checks before it starts a cluster (crc
+/// `pkg/crc/cluster/cluster.go`, `CheckCertsValidity`): an expired one sends it down its
+/// certificate-recovery path, so each must hold the bundle's 25 days.
+pub const CHECKED_CERTS: [&str; 3] = [
+    KUBELET_CLIENT_CERT,
+    KUBELET_SERVER_CERT,
+    AGGREGATOR_CLIENT_CERT,
+];
 
 /// Why the clone does not hold what sealing promised; [`Error::reason`] is its helper reason.
 #[derive(Debug, thiserror::Error)]
@@ -152,31 +164,8 @@ pub async fn read_promises<G: Guest>(guest: &G) -> Result<Promises, Error> {
             .parse()
             .map_err(|_| Error::Broken(format!("`date -u +%s` printed {:?}", text.trim())))?
     };
-    let listed = guest
-        .run_checked(&Command::sudo([
-            "find",
-            CONTROL_PLANE_CERTS,
-            "-type",
-            "f",
-            "-name",
-            "*.crt",
-        ]))
-        .await
-        .map_err(guest_err("list the control plane's certificates"))?
-        .stdout_text();
-    let mut paths = vec![
-        KUBELET_CLIENT_CERT.to_owned(),
-        KUBELET_SERVER_CERT.to_owned(),
-    ];
-    paths.extend(
-        listed
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .map(str::to_owned),
-    );
-    let mut certificates = Vec::with_capacity(paths.len());
-    for path in &paths {
+    let mut certificates = Vec::with_capacity(CHECKED_CERTS.len());
+    for path in CHECKED_CERTS {
         certificates.push(window(guest, path, guest_now).await?);
     }
     Ok(Promises {
@@ -230,5 +219,41 @@ mod tests {
             ..good
         };
         assert!(none.broken().unwrap().contains("no certificate"));
+    }
+
+    #[tokio::test]
+    async fn the_clone_is_read_for_the_certificates_crc_start_checks() {
+        use crate::guest::Output;
+        use crate::guest::fake::ScriptedGuest;
+        let guest = ScriptedGuest::new();
+        guest.expect("sudo cat /var/lib/kubelet/config.json", Output::ok("{}\n"));
+        guest.expect("systemctl is-enabled kubelet", Output::ok("disabled\n"));
+        guest.expect("date -u +%s", Output::ok("1000\n"));
+        for path in CHECKED_CERTS {
+            guest.expect(
+                format!("sudo openssl x509 -noout -checkend 2160000 -in {path}"),
+                Output::ok(""),
+            );
+            guest.expect(
+                format!("sudo openssl x509 -noout -enddate -in {path}"),
+                Output::ok("notAfter=Feb  1 00:00:00 1970 GMT\n"),
+            );
+        }
+        guest.expect(
+            "sudo cat /etc/systemd/system/nodeip-configuration.service",
+            Output::ok("ExecStart=/usr/bin/podman run q.io/r@sha256:1 node-ip\n"),
+        );
+        guest.expect("sudo podman image exists q.io/r@sha256:1", Output::ok(""));
+        let promises = read_promises(&guest).await.unwrap();
+        let paths: Vec<&str> = promises.certificates.iter().map(|c| c.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "/var/lib/kubelet/pki/kubelet-client-current.pem",
+                "/var/lib/kubelet/pki/kubelet-server-current.pem",
+                "/etc/kubernetes/static-pod-resources/kube-apiserver-certs/secrets/aggregator-client/tls.crt",
+            ]
+        );
+        assert_eq!(promises.shortest_days(), 30, "31 days from 1000 s after the epoch");
     }
 }

@@ -121,6 +121,47 @@ pub fn validity_error(cert: &Certificate, now: i64) -> Option<String> {
     }
 }
 
+/// Where the installed node keeps the installer's control-plane certificates, relative to
+/// [`paths::STATIC_POD_RESOURCES`]: the API server's serving and aggregator client certificates
+/// as the secrets of `openshift-kube-apiserver` that carry them
+/// (cluster-kube-apiserver-operator `pkg/operator/certrotationcontroller`), the signers whose
+/// bundles the API server trusts as its configmaps. The other signers stay with their operators,
+/// off the node.
+const NODE_CERT_PATHS: &[(&str, &str)] = &[
+    (
+        "kube-apiserver-lb-server",
+        "kube-apiserver-certs/secrets/external-loadbalancer-serving-certkey/tls.crt",
+    ),
+    (
+        "kube-apiserver-internal-lb-server",
+        "kube-apiserver-certs/secrets/internal-loadbalancer-serving-certkey/tls.crt",
+    ),
+    (
+        "kube-apiserver-localhost-server",
+        "kube-apiserver-certs/secrets/localhost-serving-cert-certkey/tls.crt",
+    ),
+    (
+        "aggregator-client",
+        "kube-apiserver-certs/secrets/aggregator-client/tls.crt",
+    ),
+    (
+        "aggregator-signer",
+        "kube-apiserver-certs/configmaps/aggregator-client-ca/ca-bundle.crt",
+    ),
+    (
+        "admin-kubeconfig-signer",
+        "kube-apiserver-certs/configmaps/client-ca/ca-bundle.crt",
+    ),
+];
+
+/// The node path of an installer certificate, if the node keeps it.
+pub fn node_cert_path(name: &str) -> Option<String> {
+    NODE_CERT_PATHS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, path)| format!("{}/{path}", paths::STATIC_POD_RESOURCES))
+}
+
 /// What the installation disk holds while the install writes it: not bootable.
 pub fn in_progress() -> GuestState {
     GuestState {
@@ -134,7 +175,8 @@ pub fn in_progress() -> GuestState {
 /// - RHCOS with the Ignition's users, files and units (dnsmasq, drop-ins, a chronyd mask…),
 ///   without the bootstrap's own `/opt/openshift` and units;
 /// - OpenShift of the release's version; kubelet, CRI-O and OVN-Kubernetes enabled;
-/// - the installer's day-long control-plane certificates under [`paths::CONTROL_PLANE_CERTS`],
+/// - the installer's control-plane certificates the node keeps under
+///   [`paths::STATIC_POD_RESOURCES`] ([`node_cert_path`]),
 ///   the bootstrap kubeconfig's client certificate at [`paths::KUBELET_BOOTSTRAP_CERT`];
 /// - the kubelet's client and serving certificates, issued now by the installer's CSR signer
 ///   and valid until that signer expires;
@@ -195,7 +237,11 @@ pub fn installed_state(
         match name.as_str() {
             KUBELET_SIGNER => signer = Some(cert),
             KUBELET_BOOTSTRAP_CLIENT => state.add_certificate(paths::KUBELET_BOOTSTRAP_CERT, cert),
-            _ => state.add_certificate(&format!("{}/{name}.crt", paths::CONTROL_PLANE_CERTS), cert),
+            _ => {
+                if let Some(path) = node_cert_path(&name) {
+                    state.add_certificate(&path, cert);
+                }
+            }
         }
     }
     let signer = signer.ok_or(InstallError::Missing(

@@ -375,9 +375,14 @@ pub mod paths {
     /// Simulation-specific: the client certificate of the installer's bootstrap kubeconfig, as
     /// its own certificate path (gone once the cred-manager replaced the kubeconfig).
     pub const KUBELET_BOOTSTRAP_CERT: &str = "/etc/kubernetes/kubelet-bootstrap-client.crt";
-    /// Simulation-specific: where an installed system keeps the control plane's certificates
-    /// the installer minted (`<name>.crt`), which the cluster rotates.
-    pub const CONTROL_PLANE_CERTS: &str = "/etc/kubernetes/static-pod-certs";
+    /// Where an installed node keeps its static pods' certificates, which the cluster's
+    /// operators rotate (cluster-kube-apiserver-operator's installer writes
+    /// `<component>-certs/secrets/<secret>/tls.crt` and `…/configmaps/<configmap>/ca-bundle.crt`;
+    /// `/etc/kubernetes/static-pod-certs` is only the in-container mount of that directory).
+    pub const STATIC_POD_RESOURCES: &str = "/etc/kubernetes/static-pod-resources";
+    /// The API server's aggregator client certificate, one of the three `crc start` checks.
+    pub const AGGREGATOR_CLIENT_CERT: &str =
+        "/etc/kubernetes/static-pod-resources/kube-apiserver-certs/secrets/aggregator-client/tls.crt";
 }
 
 impl GuestState {

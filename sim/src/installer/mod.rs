@@ -136,6 +136,13 @@ pub const INSTALLER_CERTS: &[InstallerCert] = &[
         Stage::Ignition,
     ),
     cert(
+        "aggregator-client",
+        "CN=system:openshift-aggregator",
+        "CN=aggregator-signer, OU=openshift",
+        DAY,
+        Stage::Ignition,
+    ),
+    cert(
         "kubelet-bootstrap-kubeconfig-signer",
         "CN=kubelet-bootstrap-kubeconfig-signer, OU=openshift",
         "CN=kubelet-bootstrap-kubeconfig-signer, OU=openshift",

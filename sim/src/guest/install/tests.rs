@@ -123,10 +123,7 @@ fn the_installed_system_carries_the_cluster_and_the_ignition() {
         state.certificates[paths::KUBELET_SERVER_CERT].not_after,
         STAMP + 86_400
     );
-    let lb = &state.certificates[&format!(
-        "{}/kube-apiserver-lb-server.crt",
-        paths::CONTROL_PLANE_CERTS
-    )];
+    let lb = &state.certificates[&node_cert_path("kube-apiserver-lb-server").unwrap()];
     assert_eq!((lb.not_before, lb.not_after), (STAMP, STAMP + 86_400));
     assert!(
         state

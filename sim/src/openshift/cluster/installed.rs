@@ -50,7 +50,7 @@ pub fn valid_at(cert: &Certificate, now: i64) -> bool {
 /// Renews the control plane's day-long certificates that are past their rotation point; how
 /// many were renewed.
 pub fn rotate_control_plane(state: &mut GuestState, now: i64) -> usize {
-    let prefix = format!("{}/", paths::CONTROL_PLANE_CERTS);
+    let prefix = format!("{}/", paths::STATIC_POD_RESOURCES);
     let mut renewed = 0;
     for (path, cert) in state.certificates.iter_mut() {
         if path.starts_with(&prefix)
@@ -298,14 +298,14 @@ mod tests {
         }
         state.add_certificate(paths::KUBELET_BOOTSTRAP_CERT, cert(stamp, DAY, "CN=b"));
         state.add_certificate(
-            &format!(
-                "{}/kube-apiserver-lb-server.crt",
-                paths::CONTROL_PLANE_CERTS
-            ),
+            paths::AGGREGATOR_CLIENT_CERT,
             cert(stamp, DAY, "CN=lb"),
         );
         state.add_certificate(
-            &format!("{}/root-ca.crt", paths::CONTROL_PLANE_CERTS),
+            &format!(
+                "{}/kube-apiserver-certs/configmaps/client-ca/ca-bundle.crt",
+                paths::STATIC_POD_RESOURCES
+            ),
             cert(stamp, 3650 * DAY, "CN=root-ca"),
         );
         state
@@ -317,10 +317,7 @@ mod tests {
         assert_eq!(rotate_control_plane(&mut state, NOW + DAY / 2), 0);
         // A day and an hour later (the cold restart): expired, renewed for 30 days.
         assert_eq!(rotate_control_plane(&mut state, NOW + DAY + 3600), 1);
-        let lb = &state.certificates[&format!(
-            "{}/kube-apiserver-lb-server.crt",
-            paths::CONTROL_PLANE_CERTS
-        )];
+        let lb = &state.certificates[paths::AGGREGATOR_CLIENT_CERT];
         assert_eq!(
             (lb.not_before, lb.not_after),
             (NOW + DAY + 3600, NOW + 31 * DAY + 3600)
