@@ -96,6 +96,50 @@ pub struct GuestState {
     /// modelled. See [`super::exec::containers`].
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub etcd_keys: BTreeSet<String>,
+    /// What etcd's data directory holds of values that are no longer current. See
+    /// [`EtcdHistory`].
+    #[serde(default, skip_serializing_if = "EtcdHistory::is_empty")]
+    pub etcd_history: EtcdHistory,
+}
+
+/// The values etcd's data directory still holds besides the current objects
+/// ([`GuestState::api_objects`]), as etcd's MVCC store and bbolt keep them: every write makes a
+/// revision and keeps the value it replaced until a compaction (etcd `mvcc/kvstore.go`); a
+/// compaction frees the old values' pages, but their bytes stay in the database file until a
+/// defragmentation rewrites it (bbolt reuses free pages, it does not zero them); the replaced
+/// file's blocks then hold them on the filesystem until a trim discards its free space.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct EtcdHistory {
+    /// The store's revision: one more per write.
+    pub revision: u64,
+    /// The revision of the last compaction.
+    pub compacted: u64,
+    /// Replaced values not compacted yet, each with the revision that replaced it.
+    pub revisions: Vec<Replaced>,
+    /// Compacted values still in the database file's free pages.
+    pub free_pages: Vec<serde_json::Value>,
+    /// Values in the blocks of a database file a defragmentation replaced, until a trim.
+    pub released: Vec<serde_json::Value>,
+}
+
+/// A value a write replaced (or deleted), as etcd keeps it for reads at older revisions.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Replaced {
+    pub replaced_at: u64,
+    pub value: serde_json::Value,
+}
+
+impl EtcdHistory {
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Bytes a value takes in the database (its JSON, as custom resources are stored).
+    pub fn size(values: &[serde_json::Value]) -> u64 {
+        values.iter().map(|v| v.to_string().len() as u64).sum()
+    }
 }
 
 /// A podman container.
@@ -160,6 +204,7 @@ impl Default for GuestState {
             api_objects: Vec::new(),
             containers: BTreeMap::new(),
             etcd_keys: BTreeSet::new(),
+            etcd_history: EtcdHistory::default(),
         }
     }
 }

@@ -117,7 +117,7 @@ fn stop_hook(clusters: Clusters) -> StopHook {
         Box::pin(async move {
             let objects = stopping?.saved().await?;
             let change: StateChange = Box::new(move |state| {
-                state.api_objects = objects.as_ref().clone();
+                super::persist::save_into(state, objects.as_ref().clone());
             });
             Some(change)
         })
@@ -137,7 +137,9 @@ fn save_and_stop(ctx: &Arc<SimContext>, clusters: &Clusters, uid: String) {
         };
         let saved = ctx
             .guests
-            .update_state(&uid, |state| state.api_objects = objects.as_ref().clone());
+            .update_state(&uid, |state| {
+                super::persist::save_into(state, objects.as_ref().clone())
+            });
         match saved {
             Ok(()) => {}
             // Gone down meanwhile: its stop hook saved the same objects.

@@ -159,6 +159,26 @@ pub fn updated(existing: &Value, saved: &Value) -> Value {
     Value::Object(out)
 }
 
+/// Saves `objects` as the disk's current ones. Each value they replace or delete stays in etcd's
+/// history as a revision ([`GuestState::etcd_history`](crate::guest::GuestState::etcd_history))
+/// until a compaction. Revisions are counted per save: values written and replaced within one
+/// run of the cluster leave none here, where a real etcd keeps each.
+pub fn save_into(state: &mut crate::guest::GuestState, objects: Vec<Value>) {
+    let current: std::collections::HashMap<String, &Value> =
+        objects.iter().map(|o| (key(o), o)).collect();
+    let history = &mut state.etcd_history;
+    for old in &state.api_objects {
+        if current.get(&key(old)) != Some(&old) {
+            history.revision += 1;
+            history.revisions.push(crate::guest::state::Replaced {
+                replaced_at: history.revision,
+                value: old.clone(),
+            });
+        }
+    }
+    state.api_objects = objects;
+}
+
 /// The order objects are restored in: namespaces, then CRDs (their custom resources need them),
 /// then everything else by key.
 fn restore_rank(object: &Value) -> u8 {

@@ -205,6 +205,8 @@ pub fn install(state: &mut GuestState, version: &str, release: &str) {
             .map(|p| format!("/kubernetes.io/pods/{p}")),
     );
     keys.extend(LEASES.iter().map(|l| format!("/kubernetes.io/leases/{l}")));
+    // One write per key so far.
+    state.etcd_history.revision = keys.len() as u64;
     state.etcd_keys = keys;
 }
 
@@ -567,72 +569,11 @@ fn exec(ctx: &mut Ctx<'_>, args: &[String]) -> Run {
         Some(_) => {}
     }
     match command.split_first() {
-        Some((program, args)) if program == "etcdctl" => etcdctl(ctx, args),
+        Some((program, args)) if program == "etcdctl" => super::etcd::etcdctl(ctx, args),
         Some((program, _)) => podman_fail(format!(
             "the simulated etcd container runs etcdctl only, not {program}"
         )),
         None => podman_fail("must provide a non-empty command to start an exec session"),
-    }
-}
-
-/// `etcdctl get --prefix --keys-only KEY` (each key then an empty line, as etcdctl prints a key
-/// and its empty value), `etcdctl del [--prefix] KEY` (the count deleted).
-fn etcdctl(ctx: &mut Ctx<'_>, args: &[String]) -> Run {
-    let Some((verb, rest)) = args.split_first() else {
-        return Run::fail(1, "etcdctl: a command is required");
-    };
-    let mut prefix = false;
-    let mut keys_only = false;
-    let mut operands = Vec::new();
-    for arg in rest {
-        match arg.as_str() {
-            "--prefix" | "--prefix=true" => prefix = true,
-            "--keys-only" | "--keys-only=true" if verb == "get" => keys_only = true,
-            a if a.starts_with('-') => {
-                return Run::fail(1, format!("Error: unknown flag: {a} (not simulated)"));
-            }
-            a => operands.push(a),
-        }
-    }
-    let [key] = operands[..] else {
-        return Run::fail(
-            1,
-            format!(
-                "Error: {verb} command needs one argument as key (the simulation takes no range_end)"
-            ),
-        );
-    };
-    let matching: Vec<String> = ctx
-        .state()
-        .etcd_keys
-        .iter()
-        .filter(|k| {
-            if prefix {
-                k.starts_with(key)
-            } else {
-                *k == key
-            }
-        })
-        .cloned()
-        .collect();
-    match verb.as_str() {
-        "get" if keys_only => Run::out(
-            matching
-                .iter()
-                .map(|k| format!("{k}\n\n"))
-                .collect::<String>(),
-        ),
-        "get" => Run::fail(1, "etcdctl get: values are not simulated, use --keys-only"),
-        "del" => {
-            if !matching.is_empty() {
-                let keys = &mut ctx.state_mut().etcd_keys;
-                for k in &matching {
-                    keys.remove(k);
-                }
-            }
-            Run::out(format!("{}\n", matching.len()))
-        }
-        other => Run::fail(1, format!("etcdctl {other} is not simulated")),
     }
 }
 

@@ -5,10 +5,11 @@
 //! Programs are grouped by what they touch: [`fs`] (files), [`system`] (units, clock, journal,
 //! power), [`storage`] (block devices, growpart, xfs_growfs), [`net`] (routes, NetworkManager,
 //! name resolution), [`openssl`] (certificate checks), [`containers`] (podman, crictl, the
-//! pods and etcd of an installed node). An unknown program exits 127 and is
+//! pods of an installed node), [`etcd`] (etcdctl over an installed node's data directory). An unknown program exits 127 and is
 //! reported in [`Output::unknown_commands`] so the host can log it loudly.
 
 pub mod containers;
+pub mod etcd;
 pub mod fs;
 pub mod installer;
 pub mod net;

@@ -323,7 +323,8 @@ pub fn xfs_growfs(ctx: &mut Ctx<'_>, args: &[String]) -> Run {
     Run::out(out)
 }
 
-/// `fstrim [-v] [-a|-A] [MOUNTPOINT]`: discards the root filesystem's freed blocks.
+/// `fstrim [-v] MOUNTPOINT`: discards the root XFS's freed blocks, through `/var`, `/sysroot` or
+/// `/etc`; `/` is a composefs overlay and refuses.
 pub fn fstrim(ctx: &mut Ctx<'_>, args: &[String]) -> Run {
     if !ctx.root {
         return Run::fail(1, "fstrim: cannot open: Permission denied");
@@ -333,12 +334,22 @@ pub fn fstrim(ctx: &mut Ctx<'_>, args: &[String]) -> Run {
         .iter()
         .find(|a| !a.starts_with('-'))
         .map_or("/", String::as_str);
-    if !matches!(target, "/" | "/var" | "/sysroot" | "/etc" | "/boot") {
-        return Run::fail(1, format!("fstrim: {target}: not a mount point"));
+    match target.trim_end_matches('/') {
+        // RHCOS mounts `/` as composefs: an overlayfs over an EROFS image, which has no FITRIM.
+        "" => {
+            return Run::fail(1, "fstrim: /: the discard operation is not supported");
+        }
+        // The root XFS, and the bind mounts of it.
+        "/var" | "/sysroot" | "/etc" => {}
+        _ => return Run::fail(1, format!("fstrim: {target}: not a mount point")),
     }
     let trimmed = ctx.state().untrimmed_bytes;
     if trimmed > 0 {
         ctx.state_mut().untrimmed_bytes = 0;
+    }
+    // A defragmented etcd's old database file was in the discarded blocks.
+    if !ctx.state().etcd_history.released.is_empty() {
+        ctx.state_mut().etcd_history.released.clear();
     }
     if verbose {
         Run::out(format!(
@@ -449,6 +460,16 @@ mod tests {
         let out = run(&mut m, "sudo fstrim -v /var");
         assert_eq!(stdout(&out), "/var: 4K (4096 bytes) trimmed\n");
         assert_eq!(m.state.untrimmed_bytes, 0);
+    }
+
+    #[test]
+    fn fstrim_refuses_the_composefs_root() {
+        let mut m = sealed();
+        m.state.untrimmed_bytes = 4096;
+        let out = run(&mut m, "sudo fstrim -v /");
+        assert_eq!(out.code, 1);
+        assert!(stderr(&out).contains("the discard operation is not supported"));
+        assert_eq!(m.state.untrimmed_bytes, 4096, "nothing discarded");
     }
 
     #[test]

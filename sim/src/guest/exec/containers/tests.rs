@@ -455,3 +455,75 @@ fn sealed_fixtures_have_no_pods_and_start_as_before() {
     assert_eq!(ok(&mut m, "sudo crictl pods -q"), "");
     assert!(m.state.etcd_keys.is_empty());
 }
+
+#[test]
+fn a_replaced_value_leaves_the_disk_only_through_compaction_defragmentation_and_a_trim() {
+    use crate::openshift::persist::save_into;
+    let mut m = installed();
+    let secret = |data: &str| {
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "pull-secret", "namespace": "openshift-config"},
+            "data": {".dockerconfigjson": data}})
+    };
+    let other = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "stays", "namespace": "default"}});
+    save_into(&mut m.state, vec![secret("c2VjcmV0"), other.clone()]);
+    let kept = m.state.etcd_history.revisions.len();
+    save_into(&mut m.state, vec![secret("e30="), other.clone()]);
+    let on_disk =
+        |m: &Machine| serde_json::to_string(&m.state).unwrap().contains("c2VjcmV0");
+    assert!(on_disk(&m), "the old revision is kept");
+    assert_eq!(
+        m.state.etcd_history.revisions.len(),
+        kept + 1,
+        "an unchanged object makes none"
+    );
+
+    let etcd = etcd_image(&mut m);
+    ok(&mut m, "sudo systemctl stop kubelet");
+    ok(&mut m, "sudo crictl rmp -fa");
+    ok(&mut m, &etcd_run(&etcd));
+    let status = |m: &mut Machine| -> serde_json::Value {
+        let text = ok(m, "sudo podman exec etcd-scrub etcdctl endpoint status -w json");
+        serde_json::from_str::<serde_json::Value>(&text).unwrap()[0]["Status"].clone()
+    };
+    let before = status(&mut m);
+    let revision = before["header"]["revision"].as_u64().unwrap();
+    assert_eq!(before["dbSize"], before["dbSizeInUse"]);
+
+    // A defragmentation or a trim alone frees nothing: the value is still a revision.
+    ok(&mut m, "sudo podman exec etcd-scrub etcdctl defrag");
+    ok(&mut m, "sudo fstrim -v /var");
+    assert!(on_disk(&m));
+    let out = run(
+        &mut m,
+        &format!("sudo podman exec etcd-scrub etcdctl compact {}", revision + 1),
+    );
+    assert_eq!(out.code, 1);
+    assert!(stderr(&out).contains("future revision"), "{}", stderr(&out));
+    assert_eq!(
+        ok(&mut m, &format!("sudo podman exec etcd-scrub etcdctl compact {revision}")),
+        format!("compacted revision {revision}\n")
+    );
+    let out = run(
+        &mut m,
+        &format!("sudo podman exec etcd-scrub etcdctl compact {revision}"),
+    );
+    assert!(stderr(&out).contains("has been compacted"), "{}", stderr(&out));
+    // Compacted: in the database's free pages, which the status shows.
+    let compacted = status(&mut m);
+    assert!(compacted["dbSize"].as_u64() > compacted["dbSizeInUse"].as_u64());
+    assert!(on_disk(&m));
+    // A trim before the defragmentation does not reach the pages of a file in use.
+    ok(&mut m, "sudo fstrim -v /var");
+    assert!(on_disk(&m));
+    ok(&mut m, "sudo podman exec etcd-scrub etcdctl defrag");
+    assert!(on_disk(&m), "the old database file's blocks hold it until a trim");
+    let status = status(&mut m);
+    assert_eq!(status["dbSize"], status["dbSizeInUse"]);
+    let out = run(&mut m, "sudo fstrim -v /");
+    assert_eq!(out.code, 1, "the composefs root");
+    ok(&mut m, "sudo fstrim -v /var");
+    assert!(!on_disk(&m));
+    assert!(m.state.etcd_history.released.is_empty());
+}
