@@ -250,6 +250,19 @@ async fn a_built_bundle_goes_through_every_stage_to_ready_and_serves_a_pool_besi
     let image = |component: &str| sim::guest::exec::containers::payload_image(component, &version);
     assert!(state.image_cache.contains(&image("baremetal-runtimecfg")));
     assert!(!state.image_cache.contains(&image("cluster-bootstrap")));
+    // A clone killed rather than shut down boots again with its images: CRI-O's crio-wipe would
+    // empty the store after a stop that was not clean, and a sealed disk cannot pull.
+    {
+        use sim::guest::exec::{Machine, Runtime};
+        let runtime = || Runtime::new(64 << 30, 0, false);
+        let clone = Machine::power_on(state.clone(), runtime());
+        let killed = Machine::power_on(clone.state, runtime());
+        assert!(
+            killed.state.image_cache.contains(&image("baremetal-runtimecfg")),
+            "the node IP image is gone after an unclean restart: {:?}",
+            killed.state.journal.get("crio-wipe.service")
+        );
+    }
     assert!(state.containers.is_empty(), "{:?}", state.containers);
     let stale: Vec<&String> = state
         .etcd_keys

@@ -32,6 +32,8 @@ const PODS: &str = "/kubernetes.io/pods/";
 /// Pods of these namespaces stay: the network operator's pods hold the node's OVN state.
 const KEPT_PODS: &str = "/kubernetes.io/pods/openshift-network";
 const LEASES: &str = "/kubernetes.io/leases/";
+/// etcd's answer to a compaction at or below the last one (`mvcc.ErrCompacted`).
+const ALREADY_COMPACTED: &str = "required revision has been compacted";
 
 /// Why a scrub failed; [`Error::reason`] is its helper reason.
 #[derive(Debug, thiserror::Error)]
@@ -50,12 +52,14 @@ pub enum Error {
     Etcd(#[from] cluster::Error),
     #[error("etcd still holds {0} after the scrub")]
     NotScrubbed(String),
+    #[error("`etcdctl endpoint status -w json` printed no revision: {0}")]
+    NoRevision(String),
 }
 
 impl Error {
     pub fn reason(&self) -> &'static str {
         match self {
-            Error::Guest { .. } | Error::Etcd(_) => "GuestStepFailed",
+            Error::Guest { .. } | Error::Etcd(_) | Error::NoRevision(_) => "GuestStepFailed",
             Error::NoImage { .. } => "GuestLayoutUnexpected",
             Error::NotScrubbed(_) => "SealIncomplete",
         }
@@ -161,6 +165,42 @@ pub async fn prune_images<G: Guest>(guest: &G) -> Result<usize, Error> {
     Ok(pruned.lines().filter(|l| l.starts_with("Deleted")).count())
 }
 
+/// Where an administrator's unit replaces CRI-O's `crio-wipe.service`.
+pub const CRIO_WIPE_UNIT_FILE: &str = "/etc/systemd/system/crio-wipe.service";
+
+/// SNC's stand-in for `crio-wipe.service` (snc `crio-wipe.service`, installed by
+/// `createdisk.sh`): after a stop that was not clean, the stock unit removes CRI-O's whole
+/// storage at the next boot (cri-o `internal/criocli/wipe.go`), and a sealed disk cannot pull
+/// the images back. A lessee's VM killed rather than shut down would then come up without the
+/// node IP image.
+pub const NOOP_CRIO_WIPE: &str = "[Unit]\nDescription=crio-wipe replaced: a sealed CRC disk keeps its image store\nBefore=crio.service\nRequiresMountsFor=/var/lib/containers\n\n[Service]\nType=oneshot\nExecStart=/bin/true\n\n[Install]\nWantedBy=multi-user.target\n";
+
+/// Puts [`NOOP_CRIO_WIPE`] in place of the stock unit.
+pub async fn keep_image_store<G: Guest>(guest: &G) -> Result<(), Error> {
+    guest
+        .write_file(CRIO_WIPE_UNIT_FILE, NOOP_CRIO_WIPE.as_bytes(), 0o644)
+        .await
+        .map_err(guest_err("replace crio-wipe.service"))?;
+    sudo(guest, "reload systemd", &["systemctl", "daemon-reload"]).await?;
+    Ok(())
+}
+
+/// Whether the unit in place of `crio-wipe.service` is [`NOOP_CRIO_WIPE`].
+pub async fn image_store_kept<G: Guest>(guest: &G) -> Result<bool, Error> {
+    if !guest
+        .exists(CRIO_WIPE_UNIT_FILE)
+        .await
+        .map_err(guest_err("look for the crio-wipe unit"))?
+    {
+        return Ok(false);
+    }
+    let unit = guest
+        .read_file(CRIO_WIPE_UNIT_FILE)
+        .await
+        .map_err(guest_err("read the crio-wipe unit"))?;
+    Ok(unit == NOOP_CRIO_WIPE.as_bytes())
+}
+
 /// Whether the node IP image is in the cache.
 pub async fn node_ip_image_cached<G: Guest>(guest: &G) -> Result<bool, Error> {
     let image = node_ip_image(guest).await?;
@@ -214,11 +254,80 @@ pub fn scrubbed_pod_prefixes(keys: &[String]) -> Vec<String> {
     prefixes
 }
 
+/// The revision in `etcdctl endpoint status -w json` output.
+pub fn status_revision(status: &str) -> Option<u64> {
+    let parsed: serde_json::Value = serde_json::from_str(status.trim()).ok()?;
+    parsed.get(0)?.pointer("/Status/header/revision")?.as_u64()
+}
+
+/// etcd keeps every value a write replaced until a compaction, and a compacted value's bytes
+/// stay in the database file until a defragmentation: without both, the pull secret emptied in
+/// the cluster and the renderings pruned would still be on the disk for every lessee to read.
+/// The old database file's blocks are then free space for the trim that follows.
+/// Returns the revision compacted at.
+async fn compact_and_defragment<G: Guest>(guest: &G) -> Result<u64, Error> {
+    let status = sudo(
+        guest,
+        "read etcd's revision",
+        &[
+            "podman",
+            "exec",
+            SCRUB_CONTAINER,
+            "etcdctl",
+            "endpoint",
+            "status",
+            "-w",
+            "json",
+        ],
+    )
+    .await?;
+    let revision = status_revision(&status)
+        .ok_or_else(|| Error::NoRevision(status.trim().chars().take(200).collect()))?;
+    let compacted = guest
+        .run(&Command::sudo([
+            "podman",
+            "exec",
+            SCRUB_CONTAINER,
+            "etcdctl",
+            "compact",
+            &revision.to_string(),
+        ]))
+        .await
+        .map_err(guest_err("compact etcd"))?;
+    // A step retried after a crash finds its compaction done (deleting nothing writes nothing).
+    if !compacted.success() && !compacted.stderr_text().contains(ALREADY_COMPACTED) {
+        return Err(Error::Guest {
+            step: "compact etcd",
+            source: GuestError::Failed {
+                command: format!("etcdctl compact {revision}"),
+                status: compacted.status,
+                stderr: compacted.stderr_text(),
+            },
+        });
+    }
+    sudo(
+        guest,
+        "defragment etcd",
+        &["podman", "exec", SCRUB_CONTAINER, "etcdctl", "defrag"],
+    )
+    .await?;
+    Ok(revision)
+}
+
+/// What [`scrub_etcd`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EtcdScrub {
+    /// How many namespaces' pod records went.
+    pub pod_namespaces: usize,
+    /// The revision etcd was compacted at before its defragmentation.
+    pub revision: u64,
+}
+
 /// SNC's etcd scrub (`createdisk.sh`), after the kubelet is stopped: the pods removed, a
 /// throwaway etcd over `/var/lib/etcd`, pod records (but the network operator's) and leases
-/// deleted and read back.
-/// Returns how many namespaces' pod records went.
-pub async fn scrub_etcd<G: Guest>(guest: &G, ready: Patience) -> Result<usize, Error> {
+/// deleted and read back; then, beyond SNC, the history compacted away and the database
+/// defragmented ([`compact_and_defragment`]).
+pub async fn scrub_etcd<G: Guest>(guest: &G, ready: Patience) -> Result<EtcdScrub, Error> {
     sudo(
         guest,
         "remove the pods",
@@ -298,7 +407,11 @@ pub async fn scrub_etcd<G: Guest>(guest: &G, ready: Patience) -> Result<usize, E
                 left.len()
             )));
         }
-        Ok(prefixes.len())
+        let revision = compact_and_defragment(guest).await?;
+        Ok(EtcdScrub {
+            pod_namespaces: prefixes.len(),
+            revision,
+        })
     }
     .await;
     // Stopped whatever happened: a running etcd would hold the data directory.
@@ -414,5 +527,39 @@ mod tests {
                 "/kubernetes.io/pods/openshift-ingress/"
             ]
         );
+    }
+
+    #[tokio::test]
+    async fn a_retried_compaction_finds_it_done_and_any_other_refusal_fails() {
+        use crate::guest::Output;
+        use crate::guest::fake::ScriptedGuest;
+
+        let status = "sudo podman exec etcd-scrub etcdctl endpoint status -w json";
+        let answer = r#"[{"Endpoint":"127.0.0.1:2379","Status":{"header":{"cluster_id":1,"member_id":1,"revision":412,"raft_term":2},"version":"3.5.21","dbSize":9000,"dbSizeInUse":4000}}]"#;
+        let compact = "sudo podman exec etcd-scrub etcdctl compact 412";
+        let defrag = "sudo podman exec etcd-scrub etcdctl defrag";
+        let guest = ScriptedGuest::new();
+        guest.expect(status, Output::ok(answer));
+        guest.expect(compact, Output::ok("compacted revision 412\n"));
+        guest.expect(defrag, Output::ok(""));
+        guest.expect(status, Output::ok(answer));
+        guest.expect(
+            compact,
+            Output::failed(1, "Error: etcdserver: mvcc: required revision has been compacted"),
+        );
+        guest.expect(defrag, Output::ok(""));
+        guest.expect(status, Output::ok(answer));
+        guest.expect(
+            compact,
+            Output::failed(1, "Error: etcdserver: mvcc: required revision is a future revision"),
+        );
+        assert_eq!(compact_and_defragment(&guest).await.unwrap(), 412);
+        assert_eq!(compact_and_defragment(&guest).await.unwrap(), 412);
+        let err = compact_and_defragment(&guest).await.unwrap_err();
+        assert!(err.to_string().contains("future revision"), "{err}");
+        assert_eq!(guest.calls().last().map(String::as_str), Some(compact), "no defrag");
+
+        assert_eq!(status_revision("[]"), None);
+        assert_eq!(status_revision("not json"), None);
     }
 }

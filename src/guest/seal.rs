@@ -255,12 +255,15 @@ pub async fn remove_installer_login(client: &kube::Client, calls: Patience) -> R
 pub struct Scrubbed {
     pub images: usize,
     pub pod_namespaces: usize,
+    /// The revision etcd was compacted at, then defragmented.
+    pub etcd_revision: u64,
 }
 
 /// As SNC's `snc.sh` and `createdisk.sh` do: `/opt/kubeconfig` (the admin kubeconfig the
 /// guest's units use), the image cache pruned to what the cluster runs, the kubelet stopped and
-/// disabled, etcd's pod records and leases scrubbed, the journal and `/var/log` emptied, free
-/// space trimmed so the export copies only data.
+/// disabled (with SNC's no-op `crio-wipe.service`, so a clone that is killed keeps its images),
+/// etcd's pod records and leases scrubbed and its history compacted and defragmented
+/// away, the journal and `/var/log` emptied, free space trimmed so the export copies only data.
 pub async fn seal_disk<G: Guest>(
     guest: &G,
     admin_kubeconfig: &[u8],
@@ -278,9 +281,10 @@ pub async fn seal_disk<G: Guest>(
     };
     // While the kubelet runs: its pods' images are in use and survive the prune.
     let images = scrub::prune_images(guest).await?;
+    scrub::keep_image_store(guest).await?;
     run("disable the kubelet", &["systemctl", "disable", "kubelet"]).await?;
     run("stop the kubelet", &["systemctl", "stop", "kubelet"]).await?;
-    let pod_namespaces = scrub::scrub_etcd(guest, etcd_ready).await?;
+    let etcd = scrub::scrub_etcd(guest, etcd_ready).await?;
     run("rotate the journal", &["journalctl", "--rotate"]).await?;
     run("vacuum the journal", &["journalctl", "--vacuum-time=1s"]).await?;
     run(
@@ -290,11 +294,14 @@ pub async fn seal_disk<G: Guest>(
         ],
     )
     .await?;
-    run("trim free space", &["fstrim", "-v", "/"]).await?;
+    // Through `/var`, a bind mount of the root XFS: `/` is a composefs overlay, which cannot
+    // discard. After etcd's defragmentation, so the old database file's blocks go too.
+    run("trim free space", &["fstrim", "-v", "/var"]).await?;
     run("flush to disk", &["sync"]).await?;
     Ok(Scrubbed {
         images,
-        pod_namespaces,
+        pod_namespaces: etcd.pod_namespaces,
+        etcd_revision: etcd.revision,
     })
 }
 
@@ -308,6 +315,8 @@ pub struct Sealed {
     pub opt_kubeconfig: bool,
     /// The image `nodeip-configuration.service` needs at boot survived the prune.
     pub node_ip_image_cached: bool,
+    /// `crio-wipe.service` is the no-op one: a stop that is not clean keeps the image store.
+    pub image_store_kept: bool,
 }
 
 impl Sealed {
@@ -321,6 +330,10 @@ impl Sealed {
             (
                 self.node_ip_image_cached,
                 "the node IP image (baremetal-runtimecfg) is not cached",
+            ),
+            (
+                self.image_store_kept,
+                "crio-wipe.service would empty the image store after a stop that is not clean",
             ),
         ]
         .into_iter()
@@ -356,6 +369,7 @@ pub async fn check_sealed<G: Guest>(guest: &G) -> Result<Sealed, Error> {
         kubelet_inactive: active != "active",
         opt_kubeconfig,
         node_ip_image_cached: scrub::node_ip_image_cached(guest).await?,
+        image_store_kept: scrub::image_store_kept(guest).await?,
     })
 }
 
@@ -427,6 +441,14 @@ mod tests {
             Output::ok("ExecStart=/usr/bin/podman run q.io/r@sha256:1 node-ip\n"),
         );
         guest.expect("sudo podman image exists q.io/r@sha256:1", Output::ok(""));
+        guest.expect(
+            "sudo test -e /etc/systemd/system/crio-wipe.service",
+            Output::ok(""),
+        );
+        guest.expect(
+            "sudo cat /etc/systemd/system/crio-wipe.service",
+            Output::ok(scrub::NOOP_CRIO_WIPE),
+        );
         let sealed = check_sealed(&guest).await.unwrap();
         assert_eq!(sealed.missing(), None);
 

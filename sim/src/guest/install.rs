@@ -275,7 +275,8 @@ pub fn installed_state(
     state.units.remove(BOOTKUBE);
     state.units.remove(INSTALL_TO_DISK);
     state.set_unit("kubelet.service", Unit::enabled_running());
-    for unit in ["crio.service", "ovs-configuration.service"] {
+    // RHCOS runs CRI-O's crio-wipe before CRI-O (see `exec::crio`).
+    for unit in ["crio.service", "crio-wipe.service", "ovs-configuration.service"] {
         let entry = state.units.entry(unit.to_owned()).or_default();
         entry.enabled = true;
     }

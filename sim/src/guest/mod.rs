@@ -60,6 +60,12 @@ pub type StateChange = Box<dyn FnOnce(&mut GuestState) + Send>;
 pub type StopHook =
     Arc<dyn Fn(&str) -> futures::future::BoxFuture<'static, Option<StateChange>> + Send + Sync>;
 
+/// Part of stopping one unit that a simulation plays, as the unit's own stop would: called with
+/// the VMI UID once a command stopped the unit, and its change applied to the state. The guest
+/// runs no further command until every such hook returned: on a real node `systemctl stop`
+/// returns once the unit is down, so nothing the next command does can come before it.
+pub type UnitStopHook = StopHook;
+
 /// How to power on a VMI's guest.
 #[derive(Clone, Debug)]
 pub struct BootSpec {
@@ -161,6 +167,7 @@ struct Inner {
     exits: broadcast::Sender<GuestExit>,
     events: broadcast::Sender<GuestEvent>,
     stop_hooks: Mutex<Vec<StopHook>>,
+    unit_stop_hooks: Mutex<Vec<(String, UnitStopHook)>>,
 }
 
 /// One powered-on VMI (survives in-guest reboots).
@@ -173,6 +180,8 @@ struct Guest {
     stopping: AtomicBool,
     /// Set once a host shutdown is complete, for a second shutdown to wait on.
     off: tokio::sync::watch::Sender<bool>,
+    /// How many [`UnitStopHook`] runs are under way; commands wait for none.
+    settling: tokio::sync::watch::Sender<usize>,
 }
 
 /// Numbers boots, so a task of an earlier boot (bootkube) never acts on a later one.
@@ -214,6 +223,7 @@ impl GuestHost {
                 exits,
                 events,
                 stop_hooks: Mutex::new(Vec::new()),
+                unit_stop_hooks: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -230,6 +240,7 @@ impl GuestHost {
             sshd: Mutex::new(None),
             stopping: AtomicBool::new(false),
             off: tokio::sync::watch::Sender::new(false),
+            settling: tokio::sync::watch::Sender::new(0),
         });
         {
             let mut guests = lock(&self.inner.guests);
@@ -275,6 +286,11 @@ impl GuestHost {
     /// Adds a part a simulation plays in every graceful stop of every guest (see [`StopHook`]).
     pub fn add_stop_hook(&self, hook: StopHook) {
         lock(&self.inner.stop_hooks).push(hook);
+    }
+
+    /// Adds a part a simulation plays whenever a command stops `unit` (see [`UnitStopHook`]).
+    pub fn add_unit_stop_hook(&self, unit: &str, hook: UnitStopHook) {
+        lock(&self.inner.unit_stop_hooks).push((unit.to_owned(), hook));
     }
 
     /// Reboots a running guest as `systemctl reboot` inside it would (a simulated install
@@ -562,6 +578,7 @@ impl Inner {
                 for change in changes {
                     change(&mut machine.state);
                 }
+                machine.shut_down();
                 disk::write_state_synced(&path, &machine.state)
             }
             _ => Ok(()),
@@ -614,6 +631,54 @@ impl Inner {
             return Some(Err(err));
         }
         Some(Ok(output))
+    }
+
+    /// Before a command's exit status goes out: the [`UnitStopHook`]s of the units it stopped
+    /// start, and the guest's next command waits for them.
+    fn stop_units(self: &Arc<Self>, guest: &Arc<Guest>, effects: &[Effect]) {
+        for effect in effects {
+            let Effect::UnitStopped(unit) = effect else {
+                continue;
+            };
+            let hooks: Vec<UnitStopHook> = lock(&self.unit_stop_hooks)
+                .iter()
+                .filter(|(u, _)| u == unit)
+                .map(|(_, hook)| hook.clone())
+                .collect();
+            if hooks.is_empty() {
+                continue;
+            }
+            guest.settling.send_modify(|n| *n += 1);
+            let (inner, guest) = (self.clone(), guest.clone());
+            tokio::spawn(async move {
+                let uid = guest.spec.vmi_uid.clone();
+                for hook in hooks {
+                    match tokio::time::timeout(STOP_HOOK_TIMEOUT, hook(&uid)).await {
+                        Ok(Some(change)) => inner.apply(&guest, change),
+                        Ok(None) => {}
+                        Err(_) => tracing::warn!(
+                            vmi_uid = %uid,
+                            "simulated guest: a unit stop hook did not finish within {STOP_HOOK_TIMEOUT:?}"
+                        ),
+                    }
+                }
+                guest.settling.send_modify(|n| *n -= 1);
+            });
+        }
+    }
+
+    /// Applies a change to a running guest's state and writes it to its disk.
+    fn apply(&self, guest: &Arc<Guest>, change: StateChange) {
+        let mut os = lock(&guest.os);
+        let Some(os) = os.as_mut() else {
+            return;
+        };
+        change(&mut os.machine.state);
+        if let Some(path) = &os.persist
+            && let Err(err) = disk::write_state(path, &os.machine.state)
+        {
+            tracing::warn!(vmi_uid = %guest.spec.vmi_uid, "simulated guest: writing its state: {err}");
+        }
     }
 
     /// After a command: unit events, power effects.

@@ -191,7 +191,7 @@ impl Connection {
             .is_some_and(|os| authorized(&os.machine, user, key))
     }
 
-    fn run(
+    async fn run(
         &mut self,
         channel: ChannelId,
         line: &str,
@@ -205,6 +205,13 @@ impl Connection {
             .unwrap_or_default();
         let user = self.user.clone().unwrap_or_default();
         tracing::trace!(vmi_uid = %self.guest.spec.vmi_uid, bytes = line.len(), "guest exec");
+        // A unit stopped by an earlier command is down only once its hooks are done.
+        let _ = self
+            .guest
+            .settling
+            .subscribe()
+            .wait_for(|running| *running == 0)
+            .await;
         match self.inner.exec(&self.guest, &user, pipeline, &stdin) {
             None => {
                 // Going down: the command never ran.
@@ -217,6 +224,7 @@ impl Connection {
                 if !output.stderr.is_empty() {
                     session.extended_data(channel, 1, output.stderr)?;
                 }
+                self.inner.stop_units(&self.guest, &output.effects);
                 session.exit_status_request(channel, output.code)?;
                 session.eof(channel)?;
                 session.close(channel)?;
@@ -301,7 +309,7 @@ impl server::Handler for Connection {
         let ready =
             !exec::reads_stdin(&pipeline) || self.channels.get(&channel).is_none_or(|c| c.eof);
         if ready {
-            self.run(channel, &line, &pipeline, session)
+            self.run(channel, &line, &pipeline, session).await
         } else {
             if let Some(state) = self.channels.get_mut(&channel) {
                 state.waiting = Some((line, pipeline));
@@ -344,7 +352,7 @@ impl server::Handler for Connection {
             None => None,
         };
         match waiting {
-            Some((line, pipeline)) => self.run(channel, &line, &pipeline, session),
+            Some((line, pipeline)) => self.run(channel, &line, &pipeline, session).await,
             None => Ok(()),
         }
     }

@@ -21,7 +21,7 @@ use tokio::sync::watch;
 
 use super::cluster::{ClusterSpec, GuestCluster, GuestView};
 use crate::guest::state::{File, paths};
-use crate::guest::{GuestError, GuestEvent, GuestEventKind, StateChange, StopHook};
+use crate::guest::{GuestEvent, GuestEventKind, StateChange, StopHook};
 use crate::{Error, SimContext};
 use testenv::ApiServerLauncher;
 
@@ -80,6 +80,8 @@ pub async fn run(ctx: Arc<SimContext>, launcher: ApiServerLauncher) -> Result<()
     let mut events = ctx.guests.subscribe_events();
     let clusters: Clusters = Arc::default();
     ctx.guests.add_stop_hook(stop_hook(clusters.clone()));
+    ctx.guests
+        .add_unit_stop_hook(KUBELET, kubelet_stop_hook(ctx.clone(), clusters.clone()));
     loop {
         match events.recv().await {
             Ok(event) => handle(&ctx, &launcher, &clusters, event),
@@ -102,7 +104,6 @@ fn handle(
     match event.kind {
         GuestEventKind::UnitStarted(unit) if unit == KUBELET => start(ctx, launcher, clusters, uid),
         GuestEventKind::Booted if kubelet_running(ctx, &uid) => start(ctx, launcher, clusters, uid),
-        GuestEventKind::UnitStopped(unit) if unit == KUBELET => save_and_stop(ctx, clusters, uid),
         // A graceful stop took the cluster down in its stop hook; this is for a crash.
         GuestEventKind::Rebooting | GuestEventKind::Stopped => stop(ctx, clusters, &uid),
         _ => {}
@@ -124,29 +125,22 @@ fn stop_hook(clusters: Clusters) -> StopHook {
     })
 }
 
-/// The kubelet stopped: the cluster goes down, and what its clients wrote goes into the guest.
-fn save_and_stop(ctx: &Arc<SimContext>, clusters: &Clusters, uid: String) {
-    let Some(stopping) = take_down(clusters, &uid) else {
-        return;
-    };
-    ctx.guests.unregister_port(&uid, API_PORT);
-    let ctx = ctx.clone();
-    tokio::spawn(async move {
-        let Some(objects) = stopping.saved().await else {
-            return;
-        };
-        let saved = ctx
-            .guests
-            .update_state(&uid, |state| {
-                super::persist::save_into(state, objects.as_ref().clone())
-            });
-        match saved {
-            Ok(()) => {}
-            // Gone down meanwhile: its stop hook saved the same objects.
-            Err(GuestError::NotRunning { .. }) => {}
-            Err(err) => tracing::warn!(vmi = %uid, "guest cluster: saving its objects: {err}"),
+/// The kubelet stopped: the cluster goes down, and what its clients wrote goes into the guest
+/// before its next command runs (the writes came first).
+fn kubelet_stop_hook(ctx: Arc<SimContext>, clusters: Clusters) -> StopHook {
+    Arc::new(move |uid: &str| {
+        let stopping = take_down(&clusters, uid);
+        if stopping.is_some() {
+            ctx.guests.unregister_port(uid, API_PORT);
         }
-    });
+        Box::pin(async move {
+            let objects = stopping?.saved().await?;
+            let change: StateChange = Box::new(move |state| {
+                super::persist::save_into(state, objects.as_ref().clone());
+            });
+            Some(change)
+        })
+    })
 }
 
 /// Starts taking the cluster of `uid` down, saving what its clients wrote first; `None` when

@@ -702,8 +702,8 @@ async fn seal(config: &Config, guest: Arc<SshGuest>) -> Result<String, Error> {
         return Err(seal::Error::Incomplete(missing).into());
     }
     Ok(format!(
-        "pull secret {{}} on the node and in every MachineConfig ({pruned} old rendered MachineConfigs pruned), {} install-only images pruned (the node IP image kept), kubelet stopped and disabled, pod records of {} namespaces and every lease scrubbed from etcd, /opt/kubeconfig written, journal and logs scrubbed, free space trimmed",
-        scrubbed.images, scrubbed.pod_namespaces
+        "pull secret {{}} on the node and in every MachineConfig ({pruned} old rendered MachineConfigs pruned), {} install-only images pruned (the node IP image kept, crio-wipe replaced by a no-op), kubelet stopped and disabled, pod records of {} namespaces and every lease scrubbed from etcd, etcd compacted at revision {} and defragmented, /opt/kubeconfig written, journal and logs scrubbed, free space trimmed",
+        scrubbed.images, scrubbed.pod_namespaces, scrubbed.etcd_revision
     ))
 }
 

@@ -5,10 +5,11 @@
 //! Programs are grouped by what they touch: [`fs`] (files), [`system`] (units, clock, journal,
 //! power), [`storage`] (block devices, growpart, xfs_growfs), [`net`] (routes, NetworkManager,
 //! name resolution), [`openssl`] (certificate checks), [`containers`] (podman, crictl, the
-//! pods of an installed node), [`etcd`] (etcdctl over an installed node's data directory). An unknown program exits 127 and is
+//! pods of an installed node), [`crio`] (CRI-O's storage across boots), [`etcd`] (etcdctl over an installed node's data directory). An unknown program exits 127 and is
 //! reported in [`Output::unknown_commands`] so the host can log it loudly.
 
 pub mod containers;
+pub mod crio;
 pub mod etcd;
 pub mod fs;
 pub mod installer;
@@ -102,8 +103,14 @@ impl Machine {
         if machine.unit_active("chronyd.service") {
             system::sync_clock(&mut machine);
         }
+        crio::boot(&mut machine);
         containers::boot(&mut machine);
         machine
+    }
+
+    /// A clean stop of the OS (shutdown, power-off, reboot), before its state is flushed.
+    pub fn shut_down(&mut self) {
+        crio::shutdown(self);
     }
 
     /// The guest's wall clock when the host's reads `host_unix`.

@@ -69,6 +69,17 @@ fn etcd_run(image: &str) -> String {
     )
 }
 
+/// SNC's no-op `crio-wipe.service` in place of the vendor's (as the product writes it, over SSH).
+fn write_snc_crio_wipe(m: &mut Machine) {
+    m.state.files.insert(
+        crate::guest::exec::crio::WIPE_OVERRIDE.to_owned(),
+        crate::guest::state::File::root(
+            "[Unit]\nDescription=Dummy crio-wipe service\nBefore=crio.service\nRequiresMountsFor=/var/lib/containers\n\n[Service]\nExecStart=/bin/true\nType=oneshot\n\n[Install]\nWantedBy=multi-user.target\n",
+            0o644,
+        ),
+    );
+}
+
 /// `etcdctl get --prefix --keys-only PREFIX`, without etcdctl's empty line after each key.
 fn keys(m: &mut Machine, prefix: &str) -> Vec<String> {
     let text = ok(
@@ -247,6 +258,9 @@ fn a_correct_seal_keeps_what_the_next_boot_needs() {
     assert_eq!(ok(&mut m, "sudo podman stop etcd-scrub"), "etcd-scrub\n");
     assert_eq!(ok(&mut m, "sudo podman ps -a --format '{{.Names}}'"), "");
     ok(&mut m, "sudo systemctl disable kubelet");
+    // SNC's no-op crio-wipe: a clone killed without a clean stop keeps its images.
+    write_snc_crio_wipe(&mut m);
+    m.shut_down();
 
     // A clone boots and its kubelet starts without pulling.
     let mut clone = boot(m.state.clone());
@@ -260,7 +274,7 @@ fn a_correct_seal_keeps_what_the_next_boot_needs() {
         ok(&mut clone, "systemctl is-active nodeip-configuration"),
         "active\n"
     );
-    // Enabled again, it starts at boot too.
+    // Enabled again, it starts at boot too, even after the clone was killed.
     ok(&mut clone, "sudo systemctl enable kubelet");
     let again = boot(clone.state.clone());
     assert!(again.unit_active("kubelet.service"));
@@ -526,4 +540,35 @@ fn a_replaced_value_leaves_the_disk_only_through_compaction_defragmentation_and_
     ok(&mut m, "sudo fstrim -v /var");
     assert!(!on_disk(&m));
     assert!(m.state.etcd_history.released.is_empty());
+}
+
+#[test]
+fn crio_wipe_empties_the_image_store_after_an_unclean_stop_unless_overridden() {
+    use crate::guest::exec::crio::{CLEAN_SHUTDOWN, WIPE_OVERRIDE};
+    let m = installed();
+    let cached = m.state.image_cache.len();
+    assert!(cached > 0);
+    assert!(!m.state.files.contains_key(CLEAN_SHUTDOWN), "removed at CRI-O's start");
+
+    // A clean stop, then a boot: nothing wiped.
+    let mut stopped = m.clone();
+    stopped.shut_down();
+    assert!(stopped.state.files.contains_key(CLEAN_SHUTDOWN));
+    assert_eq!(boot(stopped.state).state.image_cache.len(), cached);
+
+    // Killed (no clean stop): the next boot's crio-wipe removes the storage.
+    let wiped = boot(m.state.clone());
+    assert!(wiped.state.image_cache.is_empty());
+    assert!(wiped.state.journal["crio-wipe.service"][0].contains("unclean shutdown"));
+
+    // SNC's no-op unit in its place keeps it.
+    let mut m = m;
+    write_snc_crio_wipe(&mut m);
+    assert_eq!(boot(m.state.clone()).state.image_cache.len(), cached);
+    // An override that still wipes is no override.
+    m.state.files.insert(
+        WIPE_OVERRIDE.to_owned(),
+        crate::guest::state::File::root("[Service]\nExecStart=/usr/bin/crio \\\n  wipe\n", 0o644),
+    );
+    assert!(boot(m.state).state.image_cache.is_empty());
 }
