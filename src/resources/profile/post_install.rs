@@ -18,7 +18,10 @@ pub const STORAGE_CLASS: &str = "crc-csi-hostpath-provisioner";
 pub const CSI_DATA_DIR: &str = "/var/lib/csi-hostpath-data/";
 pub const REGISTRY_NAMESPACE: &str = "openshift-image-registry";
 pub const REGISTRY_CLAIM: &str = "crc-image-registry-storage";
-/// The images of the CSI DaemonSet, as SNC's kustomization swaps them in.
+/// The images of the CSI DaemonSet, as SNC's kustomization swaps them in. Each is pulled with
+/// `IfNotPresent`, as SNC's manifests say: a `:latest` tag defaults to `Always`, and a sealed
+/// disk cannot pull (its pull secret is `{}` until `crc start` injects one, and a disconnected
+/// host never can), so the pods would wait on the registry instead of running the cached image.
 pub const CSI_DRIVER_IMAGE: &str =
     "registry.redhat.io/container-native-virtualization/hostpath-csi-driver-rhel9:v4.21";
 pub const CSI_REGISTRAR_IMAGE: &str =
@@ -259,7 +262,7 @@ fn storage() -> Vec<Value> {
                 "spec": {
                     "serviceAccountName": CSI_ACCOUNT,
                     "containers": [
-                        {"name": "hostpath-provisioner", "image": CSI_DRIVER_IMAGE,
+                        {"name": "hostpath-provisioner", "image": CSI_DRIVER_IMAGE, "imagePullPolicy": "IfNotPresent",
                          "args": ["--drivername=kubevirt.io.hostpath-provisioner", "--v=3",
                                   "--datadir=[{\"name\":\"local\",\"path\":\"/csi-data-dir\"}]",
                                   "--endpoint=$(CSI_ENDPOINT)", "--nodeid=$(NODE_NAME)"],
@@ -270,15 +273,15 @@ fn storage() -> Vec<Value> {
                                           {"name": "csi-data-dir", "mountPath": "/csi-data-dir"},
                                           {"name": "mountpoint-dir", "mountPath": "/var/lib/kubelet/pods", "mountPropagation": "Bidirectional"},
                                           {"name": "plugins-dir", "mountPath": "/var/lib/kubelet/plugins", "mountPropagation": "Bidirectional"}]},
-                        {"name": "node-driver-registrar", "image": CSI_REGISTRAR_IMAGE,
+                        {"name": "node-driver-registrar", "image": CSI_REGISTRAR_IMAGE, "imagePullPolicy": "IfNotPresent",
                          "args": ["--v=3", "--csi-address=/csi/csi.sock",
                                   "--kubelet-registration-path=/var/lib/kubelet/plugins/csi-hostpath/csi.sock"],
                          "securityContext": {"privileged": true},
                          "volumeMounts": [socket, {"name": "registration-dir", "mountPath": "/registration"}]},
-                        {"name": "liveness-probe", "image": CSI_LIVENESS_IMAGE,
+                        {"name": "liveness-probe", "image": CSI_LIVENESS_IMAGE, "imagePullPolicy": "IfNotPresent",
                          "args": ["--csi-address=/csi/csi.sock", "--health-port=9898"],
                          "volumeMounts": [socket]},
-                        {"name": "csi-provisioner", "image": CSI_PROVISIONER_IMAGE,
+                        {"name": "csi-provisioner", "image": CSI_PROVISIONER_IMAGE, "imagePullPolicy": "IfNotPresent",
                          "args": ["--v=5", "--csi-address=/csi/csi.sock", "--feature-gates=Topology=true",
                                   "--enable-capacity=false", "--node-deployment=true"],
                          "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
@@ -344,6 +347,33 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn every_container_the_profile_runs_uses_the_image_the_disk_holds() {
+        let mut containers = 0;
+        for step in steps() {
+            for change in step.changes {
+                let Change::Apply(object) = change else {
+                    continue;
+                };
+                let Some(list) = object
+                    .pointer("/spec/template/spec/containers")
+                    .and_then(Value::as_array)
+                else {
+                    continue;
+                };
+                for container in list {
+                    containers += 1;
+                    assert_eq!(
+                        container["imagePullPolicy"], "IfNotPresent",
+                        "{} in {}",
+                        container["name"], object["metadata"]["name"]
+                    );
+                }
+            }
+        }
+        assert!(containers >= 4);
     }
 
     #[test]
