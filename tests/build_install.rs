@@ -258,7 +258,10 @@ async fn a_built_bundle_goes_through_every_stage_to_ready_and_serves_a_pool_besi
         let clone = Machine::power_on(state.clone(), runtime());
         let killed = Machine::power_on(clone.state, runtime());
         assert!(
-            killed.state.image_cache.contains(&image("baremetal-runtimecfg")),
+            killed
+                .state
+                .image_cache
+                .contains(&image("baremetal-runtimecfg")),
             "the node IP image is gone after an unclean restart: {:?}",
             killed.state.journal.get("crio-wipe.service")
         );

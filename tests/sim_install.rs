@@ -157,6 +157,17 @@ fn install_config(key: &str) -> String {
     )
 }
 
+/// The installer's live Ignition with chronyd masked, as the build patches it: with NTP in reach,
+/// chronyd would step the guest's day-behind clock to real time, past the day-long certificates.
+fn with_chronyd_masked(ignition: &str) -> String {
+    let mut patched: serde_json::Value = serde_json::from_str(ignition).unwrap();
+    patched["systemd"]["units"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"name": "chronyd.service", "mask": true}));
+    patched.to_string()
+}
+
 fn generator_ignition(key: &str) -> String {
     serde_json::json!({
         "ignition": {"version": "3.2.0"},
@@ -446,14 +457,8 @@ async fn an_ignition_made_on_the_pods_clock_fails_bootstrap_in_a_guest_a_day_beh
     );
     let ignition =
         std::fs::read_to_string(install.join("bootstrap-in-place-for-live-iso.ign")).unwrap();
-    // chronyd masked, as the build does, so the guest's clock stays a day behind.
-    let mut patched: serde_json::Value = serde_json::from_str(&ignition).unwrap();
-    patched["systemd"]["units"]
-        .as_array_mut()
-        .unwrap()
-        .push(serde_json::json!({"name": "chronyd.service", "mask": true}));
     let iso = dir.path().join("install.iso");
-    pod.iso_with(&patched.to_string(), &iso);
+    pod.iso_with(&with_chronyd_masked(&ignition), &iso);
     let root = dir.path().join("root.img");
     create_disk(&root, 4 * GIB, None).unwrap();
 
@@ -526,7 +531,7 @@ async fn a_disk_whose_install_did_not_finish_needs_its_iso() {
     let (ignition, _, _) = generate(&guest, &launcher, &install_config(&line)).await;
     power_off(&host, guest, "uid-gen-2").await;
     let install_iso = dir.path().join("install.iso");
-    pod.iso_with(&ignition, &install_iso);
+    pod.iso_with(&with_chronyd_masked(&ignition), &install_iso);
 
     // A blank root without the ISO does not boot.
     let err = host

@@ -21,7 +21,7 @@ use super::ssh::SshGuest;
 use super::{Command, Guest, GuestError};
 use crate::contract::build_helper::Settle;
 use crate::resources::profile::inputs::Sensitive;
-use crate::resources::profile::network::HOSTNAME;
+use crate::resources::profile::network::{HOSTNAME, NODE_IP};
 use crate::resources::profile::{ignition, manifests};
 
 /// The live system's memory-backed scratch directory: nothing written there reaches a disk.
@@ -178,7 +178,10 @@ fn guest_err(step: &'static str) -> impl Fn(GuestError) -> Error {
 }
 
 /// Runs `openshift-install create <what> --dir INSTALL_DIR` as root in the guest, pinned to the
-/// release the installer Job resolved.
+/// release the installer Job resolved. The bootstrap's node IP is the cluster's (SNC's dummy NIC),
+/// not the default route's: the bootstrap kubelet otherwise takes the pod network's address,
+/// and etcd, made for that address, cannot follow the node to its installed IP (what
+/// assisted-service's `addBootstrapKubeletIpIfRequired` sets the variable for).
 async fn openshift_install(
     guest: &SshGuest,
     step: &'static str,
@@ -188,6 +191,7 @@ async fn openshift_install(
         "env".to_owned(),
         "OPENSHIFT_INSTALL_EXPERIMENTAL_DISABLE_IMAGE_POLICY=true".to_owned(),
         format!("OPENSHIFT_INSTALL_RELEASE_IMAGE_OVERRIDE={release}"),
+        format!("OPENSHIFT_INSTALL_BOOTSTRAP_NODE_IP={NODE_IP}"),
         INSTALLER.to_owned(),
         "create".to_owned(),
         step.to_owned(),

@@ -545,19 +545,29 @@ mod tests {
         guest.expect(status, Output::ok(answer));
         guest.expect(
             compact,
-            Output::failed(1, "Error: etcdserver: mvcc: required revision has been compacted"),
+            Output::failed(
+                1,
+                "Error: etcdserver: mvcc: required revision has been compacted",
+            ),
         );
         guest.expect(defrag, Output::ok(""));
         guest.expect(status, Output::ok(answer));
         guest.expect(
             compact,
-            Output::failed(1, "Error: etcdserver: mvcc: required revision is a future revision"),
+            Output::failed(
+                1,
+                "Error: etcdserver: mvcc: required revision is a future revision",
+            ),
         );
         assert_eq!(compact_and_defragment(&guest).await.unwrap(), 412);
         assert_eq!(compact_and_defragment(&guest).await.unwrap(), 412);
         let err = compact_and_defragment(&guest).await.unwrap_err();
         assert!(err.to_string().contains("future revision"), "{err}");
-        assert_eq!(guest.calls().last().map(String::as_str), Some(compact), "no defrag");
+        assert_eq!(
+            guest.calls().last().map(String::as_str),
+            Some(compact),
+            "no defrag"
+        );
 
         assert_eq!(status_revision("[]"), None);
         assert_eq!(status_revision("not json"), None);

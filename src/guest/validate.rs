@@ -245,7 +245,11 @@ mod tests {
         );
         guest.expect("sudo podman image exists q.io/r@sha256:1", Output::ok(""));
         let promises = read_promises(&guest).await.unwrap();
-        let paths: Vec<&str> = promises.certificates.iter().map(|c| c.path.as_str()).collect();
+        let paths: Vec<&str> = promises
+            .certificates
+            .iter()
+            .map(|c| c.path.as_str())
+            .collect();
         assert_eq!(
             paths,
             [
@@ -254,6 +258,10 @@ mod tests {
                 "/etc/kubernetes/static-pod-resources/kube-apiserver-certs/secrets/aggregator-client/tls.crt",
             ]
         );
-        assert_eq!(promises.shortest_days(), 30, "31 days from 1000 s after the epoch");
+        assert_eq!(
+            promises.shortest_days(),
+            30,
+            "31 days from 1000 s after the epoch"
+        );
     }
 }

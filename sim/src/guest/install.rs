@@ -66,6 +66,8 @@ pub fn bootkube(machine: &mut Machine, now: i64, has_target: bool) -> Result<(),
             format!("Checking {path}"),
             format!("https://localhost:6443/version: tls: failed to verify certificate: {error}"),
         ])
+    } else if let Some(error) = bootstrap_ip_error(machine) {
+        Some(vec![error])
     } else if disk != INSTALLATION_DISK || !has_target {
         Some(vec![format!(
             "install-to-disk: installation disk {disk} not found (the VMI's first disk is {INSTALLATION_DISK})"
@@ -99,6 +101,40 @@ pub fn bootkube(machine: &mut Machine, now: i64, has_target: bool) -> Result<(),
     unit.active = false;
     unit.failed = true;
     Err(reason)
+}
+
+/// The bootstrap control plane runs on the bootstrap kubelet's node IP: the Ignition's
+/// `OPENSHIFT_INSTALL_BOOTSTRAP_NODE_IP`, else the address of the default route's NIC. etcd's
+/// member and serving certificates are made for it, so when the installed kubelet's node IP (the
+/// Ignition's `KUBELET_NODE_IP` drop-in, else that same NIC) is another one, the control plane
+/// cannot come up on the installed node (assisted-service sets the variable for exactly this
+/// case: `addBootstrapKubeletIpIfRequired`).
+fn bootstrap_ip_error(machine: &Machine) -> Option<String> {
+    let default_nic = machine.runtime.guest_ip.to_string();
+    let bootstrap = machine
+        .state
+        .file(crate::installer::IGNITION_BOOTSTRAP_NODE_IP)
+        .map(|b| String::from_utf8_lossy(b).trim().to_owned())
+        .unwrap_or_else(|| default_nic.clone());
+    let node = machine
+        .state
+        .file(paths::NODE_IP_DROPIN)
+        .and_then(|b| {
+            let text = String::from_utf8_lossy(b);
+            let start = text.find("KUBELET_NODE_IP=")? + "KUBELET_NODE_IP=".len();
+            Some(
+                text[start..]
+                    .split(|c: char| c == '"' || c.is_whitespace())
+                    .next()?
+                    .to_owned(),
+            )
+        })
+        .unwrap_or(default_nic);
+    (bootstrap != node).then(|| {
+        format!(
+            "etcd: member crc advertises peer URL https://{bootstrap}:2380 and its certificates cover {bootstrap}, but the node's IP is {node}: the control plane cannot move to the installed node"
+        )
+    })
 }
 
 /// Go's wording for a certificate outside its validity at `now`; `None` when it is valid.
@@ -276,7 +312,11 @@ pub fn installed_state(
     state.units.remove(INSTALL_TO_DISK);
     state.set_unit("kubelet.service", Unit::enabled_running());
     // RHCOS runs CRI-O's crio-wipe before CRI-O (see `exec::crio`).
-    for unit in ["crio.service", "crio-wipe.service", "ovs-configuration.service"] {
+    for unit in [
+        "crio.service",
+        "crio-wipe.service",
+        "ovs-configuration.service",
+    ] {
         let entry = state.units.entry(unit.to_owned()).or_default();
         entry.enabled = true;
     }

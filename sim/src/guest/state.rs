@@ -426,8 +426,7 @@ pub mod paths {
     /// `/etc/kubernetes/static-pod-certs` is only the in-container mount of that directory).
     pub const STATIC_POD_RESOURCES: &str = "/etc/kubernetes/static-pod-resources";
     /// The API server's aggregator client certificate, one of the three `crc start` checks.
-    pub const AGGREGATOR_CLIENT_CERT: &str =
-        "/etc/kubernetes/static-pod-resources/kube-apiserver-certs/secrets/aggregator-client/tls.crt";
+    pub const AGGREGATOR_CLIENT_CERT: &str = "/etc/kubernetes/static-pod-resources/kube-apiserver-certs/secrets/aggregator-client/tls.crt";
 }
 
 impl GuestState {

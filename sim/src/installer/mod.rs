@@ -32,6 +32,12 @@ pub const IGNITION_GUEST_PKI: &str = "/opt/openshift/tls/sim-guest-pki.json";
 pub const IGNITION_RELEASE_VERSION: &str = "/opt/openshift/release-version";
 /// The file carrying the release image in the Ignition.
 pub const IGNITION_RELEASE_IMAGE: &str = "/opt/openshift/release-image";
+/// Simulation-specific: where the Ignition carries `OPENSHIFT_INSTALL_BOOTSTRAP_NODE_IP`, which
+/// the real installer renders into the bootstrap kubelet's `--node-ip` (openshift/installer
+/// `pkg/asset/ignition/bootstrap/common.go`; an address that does not parse is skipped).
+pub const IGNITION_BOOTSTRAP_NODE_IP: &str = "/opt/openshift/bootstrap-node-ip";
+/// The variable the installer reads it from.
+pub const BOOTSTRAP_NODE_IP_ENV: &str = "OPENSHIFT_INSTALL_BOOTSTRAP_NODE_IP";
 /// The file carrying `bootstrapInPlace.installationDisk` in the Ignition.
 pub const IGNITION_INSTALLATION_DISK: &str = "/opt/openshift/installation-disk";
 

@@ -15,8 +15,9 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
 
 use super::{
-    IGNITION_GUEST_PKI, IGNITION_INSTALLATION_DISK, IGNITION_RELEASE_IMAGE,
-    IGNITION_RELEASE_VERSION, IGNITION_TLS_DIR, INSTALLER_CERTS, Launcher, Stage, render_record,
+    BOOTSTRAP_NODE_IP_ENV, IGNITION_BOOTSTRAP_NODE_IP, IGNITION_GUEST_PKI,
+    IGNITION_INSTALLATION_DISK, IGNITION_RELEASE_IMAGE, IGNITION_RELEASE_VERSION, IGNITION_TLS_DIR,
+    INSTALLER_CERTS, Launcher, Stage, render_record,
 };
 use crate::guest::state::Certificate;
 use crate::openshift::GuestPki;
@@ -349,6 +350,13 @@ fn create_single_node_ignition_config(
         ),
         file_entry(IGNITION_INSTALLATION_DISK, &line(&disk), 0o644),
     ];
+    if let Some(ip) = call
+        .env
+        .get(BOOTSTRAP_NODE_IP_ENV)
+        .filter(|ip| ip.parse::<std::net::IpAddr>().is_ok())
+    {
+        files.push(file_entry(IGNITION_BOOTSTRAP_NODE_IP, &line(ip), 0o644));
+    }
     for name in fs.list_files(&format!("{dir}/tls")) {
         if let Some(bytes) = fs.read(&format!("{dir}/tls/{name}")) {
             files.push(file_entry(
@@ -624,6 +632,12 @@ impl InstallFs for HostFs {
 /// `ssh_key` and installation disk `disk` (tests of what consumes it).
 #[cfg(test)]
 pub fn test_ignition(now: i64, ssh_key: &str, disk: &str) -> String {
+    test_ignition_with_env(now, ssh_key, disk, &[])
+}
+
+/// [`test_ignition`] from an installer run with `env`.
+#[cfg(test)]
+pub fn test_ignition_with_env(now: i64, ssh_key: &str, disk: &str, env: &[(&str, &str)]) -> String {
     let root = tempfile::tempdir().expect("tempdir");
     let mut fs = HostFs {
         root: root.path().to_path_buf(),
@@ -638,7 +652,10 @@ pub fn test_ignition(now: i64, ssh_key: &str, disk: &str) -> String {
         release_version: "4.22.3".into(),
         release_digest: "sha256:11".into(),
     };
-    let env = BTreeMap::new();
+    let env: BTreeMap<String, String> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     let call = Invocation {
         launcher: &launcher,
         env: &env,

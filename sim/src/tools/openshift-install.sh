@@ -188,6 +188,14 @@ write_ignition() {
         string_entry /opt/openshift/release-version "$SIM_INSTALL_RELEASE_VERSION"
         printf ','
         string_entry /opt/openshift/installation-disk "$disk"
+        # The installer skips an address that does not parse (a loose check here).
+        case "${OPENSHIFT_INSTALL_BOOTSTRAP_NODE_IP:-}" in
+        *[!0-9a-fA-F.:]* | "") ;;
+        *)
+            printf ','
+            string_entry /opt/openshift/bootstrap-node-ip "$OPENSHIFT_INSTALL_BOOTSTRAP_NODE_IP"
+            ;;
+        esac
         manifest_entries tls
         manifest_entries manifests
         manifest_entries openshift

@@ -54,9 +54,10 @@ pub fn boot(machine: &mut Machine) {
     }
     let state = &mut machine.state;
     state.files.remove(CLEAN_SHUTDOWN);
-    state
-        .files
-        .insert(CLEAN_SHUTDOWN_SUPPORTED.to_owned(), File::root(Vec::new(), 0o644));
+    state.files.insert(
+        CLEAN_SHUTDOWN_SUPPORTED.to_owned(),
+        File::root(Vec::new(), 0o644),
+    );
 }
 
 /// A clean stop of the OS: a running CRI-O writes its clean-shutdown file.

@@ -98,19 +98,27 @@ fn compact(ctx: &mut Ctx<'_>, rest: &[String]) -> Run {
     };
     let history = &ctx.state().etcd_history;
     if revision > history.revision {
-        return Run::fail(1, "Error: etcdserver: mvcc: required revision is a future revision");
+        return Run::fail(
+            1,
+            "Error: etcdserver: mvcc: required revision is a future revision",
+        );
     }
     if revision <= history.compacted {
-        return Run::fail(1, "Error: etcdserver: mvcc: required revision has been compacted");
+        return Run::fail(
+            1,
+            "Error: etcdserver: mvcc: required revision has been compacted",
+        );
     }
     let history = &mut ctx.state_mut().etcd_history;
     let (freed, kept) = std::mem::take(&mut history.revisions)
         .into_iter()
         .partition(|r| r.replaced_at <= revision);
     history.revisions = kept;
-    history
-        .free_pages
-        .extend(freed.into_iter().map(|r: crate::guest::state::Replaced| r.value));
+    history.free_pages.extend(
+        freed
+            .into_iter()
+            .map(|r: crate::guest::state::Replaced| r.value),
+    );
     history.compacted = revision;
     Run::out(format!("compacted revision {revision}\n"))
 }
@@ -130,7 +138,9 @@ fn defrag(ctx: &mut Ctx<'_>) -> Run {
 fn endpoint(ctx: &mut Ctx<'_>, rest: &[String]) -> Run {
     let json = matches!(
         rest.iter().map(String::as_str).collect::<Vec<_>>()[..],
-        ["status", "-w", "json"] | ["status", "--write-out=json"] | ["status", "--write-out", "json"]
+        ["status", "-w", "json"]
+            | ["status", "--write-out=json"]
+            | ["status", "--write-out", "json"]
     );
     if !json {
         return Run::fail(

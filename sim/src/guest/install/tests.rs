@@ -57,6 +57,45 @@ fn certificates_not_yet_valid_fail_bootkube_visibly() {
 }
 
 #[test]
+fn a_node_ip_off_the_default_nic_needs_the_bootstrap_node_ip() {
+    use crate::installer::native::test_ignition_with_env;
+    // The node IP on SNC's dummy NIC, as the kubelet's drop-in says: another address than the
+    // default route's (the masquerade NIC).
+    let with_dropin = |ignition: String| {
+        let mut value: serde_json::Value = serde_json::from_str(&ignition).unwrap();
+        let dropin = "[Service]\nEnvironment=\"KUBELET_NODE_IP=192.168.126.11\" \"KUBELET_NODE_IPS=192.168.126.11\"\n";
+        value["storage"]["files"].as_array_mut().unwrap().push(serde_json::json!({
+            "path": paths::NODE_IP_DROPIN, "mode": 420,
+            "contents": {"source": format!("data:,{}", dropin.replace('"', "%22").replace('\n', "%0A").replace(' ', "%20"))}}));
+        value.to_string()
+    };
+    let mut m = live(&with_dropin(test_ignition(STAMP, testing::KEY, "/dev/vda")));
+    let err = bootkube(&mut m, STAMP + 60, true).unwrap_err();
+    assert!(
+        err.contains("https://10.0.2.2:2380") && err.contains("node's IP is 192.168.126.11"),
+        "{err}"
+    );
+    let set = |ip: &str| {
+        with_dropin(test_ignition_with_env(
+            STAMP,
+            testing::KEY,
+            "/dev/vda",
+            &[("OPENSHIFT_INSTALL_BOOTSTRAP_NODE_IP", ip)],
+        ))
+    };
+    bootkube(&mut live(&set("192.168.126.11")), STAMP + 60, true).unwrap();
+    // The installer skips an address that does not parse.
+    assert!(bootkube(&mut live(&set("node-ip")), STAMP + 60, true).is_err());
+    // Without the drop-in the kubelet takes the default NIC's address, as the bootstrap does.
+    bootkube(
+        &mut live(&test_ignition(STAMP, testing::KEY, "/dev/vda")),
+        STAMP + 60,
+        true,
+    )
+    .unwrap();
+}
+
+#[test]
 fn the_installation_disk_must_be_the_first_disk() {
     let mut m = live(&test_ignition(STAMP, testing::KEY, "/dev/sdb"));
     let err = bootkube(&mut m, STAMP + 60, true).unwrap_err();

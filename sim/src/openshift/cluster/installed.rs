@@ -297,10 +297,7 @@ mod tests {
             state.add_certificate(path, cert(stamp, DAY, "CN=kubelet-signer, OU=openshift"));
         }
         state.add_certificate(paths::KUBELET_BOOTSTRAP_CERT, cert(stamp, DAY, "CN=b"));
-        state.add_certificate(
-            paths::AGGREGATOR_CLIENT_CERT,
-            cert(stamp, DAY, "CN=lb"),
-        );
+        state.add_certificate(paths::AGGREGATOR_CLIENT_CERT, cert(stamp, DAY, "CN=lb"));
         state.add_certificate(
             &format!(
                 "{}/kube-apiserver-certs/configmaps/client-ca/ca-bundle.crt",

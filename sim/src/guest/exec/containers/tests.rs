@@ -484,8 +484,11 @@ fn a_replaced_value_leaves_the_disk_only_through_compaction_defragmentation_and_
     save_into(&mut m.state, vec![secret("c2VjcmV0"), other.clone()]);
     let kept = m.state.etcd_history.revisions.len();
     save_into(&mut m.state, vec![secret("e30="), other.clone()]);
-    let on_disk =
-        |m: &Machine| serde_json::to_string(&m.state).unwrap().contains("c2VjcmV0");
+    let on_disk = |m: &Machine| {
+        serde_json::to_string(&m.state)
+            .unwrap()
+            .contains("c2VjcmV0")
+    };
     assert!(on_disk(&m), "the old revision is kept");
     assert_eq!(
         m.state.etcd_history.revisions.len(),
@@ -498,7 +501,10 @@ fn a_replaced_value_leaves_the_disk_only_through_compaction_defragmentation_and_
     ok(&mut m, "sudo crictl rmp -fa");
     ok(&mut m, &etcd_run(&etcd));
     let status = |m: &mut Machine| -> serde_json::Value {
-        let text = ok(m, "sudo podman exec etcd-scrub etcdctl endpoint status -w json");
+        let text = ok(
+            m,
+            "sudo podman exec etcd-scrub etcdctl endpoint status -w json",
+        );
         serde_json::from_str::<serde_json::Value>(&text).unwrap()[0]["Status"].clone()
     };
     let before = status(&mut m);
@@ -511,19 +517,29 @@ fn a_replaced_value_leaves_the_disk_only_through_compaction_defragmentation_and_
     assert!(on_disk(&m));
     let out = run(
         &mut m,
-        &format!("sudo podman exec etcd-scrub etcdctl compact {}", revision + 1),
+        &format!(
+            "sudo podman exec etcd-scrub etcdctl compact {}",
+            revision + 1
+        ),
     );
     assert_eq!(out.code, 1);
     assert!(stderr(&out).contains("future revision"), "{}", stderr(&out));
     assert_eq!(
-        ok(&mut m, &format!("sudo podman exec etcd-scrub etcdctl compact {revision}")),
+        ok(
+            &mut m,
+            &format!("sudo podman exec etcd-scrub etcdctl compact {revision}")
+        ),
         format!("compacted revision {revision}\n")
     );
     let out = run(
         &mut m,
         &format!("sudo podman exec etcd-scrub etcdctl compact {revision}"),
     );
-    assert!(stderr(&out).contains("has been compacted"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("has been compacted"),
+        "{}",
+        stderr(&out)
+    );
     // Compacted: in the database's free pages, which the status shows.
     let compacted = status(&mut m);
     assert!(compacted["dbSize"].as_u64() > compacted["dbSizeInUse"].as_u64());
@@ -532,7 +548,10 @@ fn a_replaced_value_leaves_the_disk_only_through_compaction_defragmentation_and_
     ok(&mut m, "sudo fstrim -v /var");
     assert!(on_disk(&m));
     ok(&mut m, "sudo podman exec etcd-scrub etcdctl defrag");
-    assert!(on_disk(&m), "the old database file's blocks hold it until a trim");
+    assert!(
+        on_disk(&m),
+        "the old database file's blocks hold it until a trim"
+    );
     let status = status(&mut m);
     assert_eq!(status["dbSize"], status["dbSizeInUse"]);
     let out = run(&mut m, "sudo fstrim -v /");
@@ -548,7 +567,10 @@ fn crio_wipe_empties_the_image_store_after_an_unclean_stop_unless_overridden() {
     let m = installed();
     let cached = m.state.image_cache.len();
     assert!(cached > 0);
-    assert!(!m.state.files.contains_key(CLEAN_SHUTDOWN), "removed at CRI-O's start");
+    assert!(
+        !m.state.files.contains_key(CLEAN_SHUTDOWN),
+        "removed at CRI-O's start"
+    );
 
     // A clean stop, then a boot: nothing wiped.
     let mut stopped = m.clone();
