@@ -254,6 +254,97 @@ pub fn scrubbed_pod_prefixes(keys: &[String]) -> Vec<String> {
     prefixes
 }
 
+/// Starts a throwaway etcd from the cluster's own image over `/var/lib/etcd`, once nothing holds
+/// it (the kubelet stopped and its pods removed, or never started this boot).
+pub async fn start_throwaway_etcd<G: Guest>(guest: &G) -> Result<(), Error> {
+    let manifest = guest
+        .read_file(ETCD_MANIFEST)
+        .await
+        .map_err(guest_err("read etcd's static pod"))?;
+    let image = etcd_image(&manifest).ok_or(Error::NoImage {
+        path: ETCD_MANIFEST,
+        what: "etcd",
+    })?;
+    // A step retried after a crash may find the last throwaway etcd still running.
+    if containers(guest)
+        .await?
+        .iter()
+        .any(|n| n == SCRUB_CONTAINER)
+    {
+        sudo(
+            guest,
+            "remove the last throwaway etcd",
+            &["podman", "rm", "-f", SCRUB_CONTAINER],
+        )
+        .await?;
+    }
+    sudo(
+        guest,
+        "start a throwaway etcd",
+        &[
+            "podman",
+            "run",
+            "-d",
+            "--rm",
+            "--name",
+            SCRUB_CONTAINER,
+            "--network",
+            "host",
+            "--privileged",
+            "--entrypoint",
+            "etcd",
+            "-v",
+            "/var/lib/etcd:/store",
+            &image,
+            "--data-dir",
+            "/store",
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Stops the throwaway etcd (`--rm`: it goes).
+pub async fn stop_throwaway_etcd<G: Guest>(guest: &G) -> Result<(), Error> {
+    sudo(
+        guest,
+        "stop the throwaway etcd",
+        &["podman", "stop", SCRUB_CONTAINER],
+    )
+    .await
+    .map(drop)
+}
+
+/// The values under `prefix`, as `etcdctl get --prefix` prints them (a key line, then its value
+/// line), retried while the throwaway etcd comes up.
+pub async fn values<G: Guest>(
+    guest: &G,
+    prefix: &str,
+    ready: Patience,
+) -> Result<Vec<(String, String)>, Error> {
+    let text = retry("read etcd's values", ready, || async {
+        guest
+            .run_checked(&Command::sudo([
+                "podman",
+                "exec",
+                SCRUB_CONTAINER,
+                "etcdctl",
+                "get",
+                "--prefix",
+                prefix,
+            ]))
+            .await
+            .map(|o| o.stdout_text())
+    })
+    .await?;
+    let mut lines = text.lines();
+    let mut pairs = Vec::new();
+    while let (Some(key), Some(value)) = (lines.next(), lines.next()) {
+        pairs.push((key.to_owned(), value.to_owned()));
+    }
+    Ok(pairs)
+}
+
 /// The revision in `etcdctl endpoint status -w json` output.
 pub fn status_revision(status: &str) -> Option<u64> {
     let parsed: serde_json::Value = serde_json::from_str(status.trim()).ok()?;
@@ -334,50 +425,7 @@ pub async fn scrub_etcd<G: Guest>(guest: &G, ready: Patience) -> Result<EtcdScru
         &["crictl", "rmp", "--all", "--force"],
     )
     .await?;
-    let manifest = guest
-        .read_file(ETCD_MANIFEST)
-        .await
-        .map_err(guest_err("read etcd's static pod"))?;
-    let image = etcd_image(&manifest).ok_or(Error::NoImage {
-        path: ETCD_MANIFEST,
-        what: "etcd",
-    })?;
-    // A step retried after a crash may find the last throwaway etcd still running.
-    if containers(guest)
-        .await?
-        .iter()
-        .any(|n| n == SCRUB_CONTAINER)
-    {
-        sudo(
-            guest,
-            "remove the last throwaway etcd",
-            &["podman", "rm", "-f", SCRUB_CONTAINER],
-        )
-        .await?;
-    }
-    sudo(
-        guest,
-        "start a throwaway etcd",
-        &[
-            "podman",
-            "run",
-            "-d",
-            "--rm",
-            "--name",
-            SCRUB_CONTAINER,
-            "--network",
-            "host",
-            "--privileged",
-            "--entrypoint",
-            "etcd",
-            "-v",
-            "/var/lib/etcd:/store",
-            &image,
-            "--data-dir",
-            "/store",
-        ],
-    )
-    .await?;
+    start_throwaway_etcd(guest).await?;
     let scrubbed = async {
         let pods = retry("read etcd's pod records", ready, || keys(guest, PODS)).await?;
         let prefixes = scrubbed_pod_prefixes(&pods);
@@ -415,12 +463,7 @@ pub async fn scrub_etcd<G: Guest>(guest: &G, ready: Patience) -> Result<EtcdScru
     }
     .await;
     // Stopped whatever happened: a running etcd would hold the data directory.
-    let stopped = sudo(
-        guest,
-        "stop the throwaway etcd",
-        &["podman", "stop", SCRUB_CONTAINER],
-    )
-    .await;
+    let stopped = stop_throwaway_etcd(guest).await;
     let scrubbed = scrubbed?;
     stopped?;
     Ok(scrubbed)

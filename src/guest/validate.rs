@@ -7,6 +7,7 @@
 use super::build::{
     KUBELET_CLIENT_CERT, KUBELET_SERVER_CERT, MIN_VALIDITY_SECONDS, certificate_window,
 };
+use super::cluster::Patience;
 use super::scrub::KUBELET_PULL_SECRET;
 use super::seal::EMPTY_PULL_SECRET;
 use super::{Command, Guest, GuestError};
@@ -73,6 +74,8 @@ pub struct Promises {
     pub kubelet_disabled: bool,
     pub node_ip_image_cached: bool,
     pub certificates: Vec<Window>,
+    /// The MachineConfigs in the disk's etcd whose pull secret is not `{}` (names only).
+    pub machine_configs_with_pull_secret: Vec<String>,
 }
 
 impl Promises {
@@ -90,6 +93,12 @@ impl Promises {
                 "the node IP image (baremetal-runtimecfg) is not cached and cannot be pulled"
                     .to_owned(),
             );
+        }
+        if !self.machine_configs_with_pull_secret.is_empty() {
+            broken.push(format!(
+                "MachineConfigs in etcd carry a pull secret: {}",
+                self.machine_configs_with_pull_secret.join(", ")
+            ));
         }
         if self.certificates.is_empty() {
             broken.push("no certificate found to check".to_owned());
@@ -143,8 +152,41 @@ pub async fn hold_clock<G: Guest>(guest: &G) -> Result<(), Error> {
         })
 }
 
+/// etcd's key prefix of MachineConfigs (custom resources, stored as JSON).
+pub const MACHINE_CONFIGS_IN_ETCD: &str =
+    "/kubernetes.io/machineconfiguration.openshift.io/machineconfigs/";
+
+/// The MachineConfigs of the disk's etcd that carry a pull secret, read by a throwaway etcd
+/// before the cluster starts: once `crc start` injects a pull secret the MCO renders it in, so
+/// only the untouched clone tells whether the golden disk itself carries one.
+pub async fn machine_configs_with_pull_secret<G: Guest>(
+    guest: &G,
+    ready: Patience,
+) -> Result<Vec<String>, Error> {
+    super::scrub::start_throwaway_etcd(guest).await?;
+    let read = super::scrub::values(guest, MACHINE_CONFIGS_IN_ETCD, ready).await;
+    // Stopped whatever happened: the kubelet's etcd needs the data directory.
+    let stopped = super::scrub::stop_throwaway_etcd(guest).await;
+    let values = read?;
+    stopped?;
+    let mut configs = Vec::with_capacity(values.len());
+    for (key, value) in values {
+        // Never the value in the message: it may hold the very secret looked for.
+        let config = serde_json::from_str(&value).map_err(|e| {
+            Error::Broken(format!(
+                "etcd's {key} is not a MachineConfig in JSON ({:?} error at line {}, column {})",
+                e.classify(),
+                e.line(),
+                e.column()
+            ))
+        })?;
+        configs.push(config);
+    }
+    Ok(super::seal::holding_pull_secret(&configs))
+}
+
 /// Reads the promises in a clone that nothing has touched yet.
-pub async fn read_promises<G: Guest>(guest: &G) -> Result<Promises, Error> {
+pub async fn read_promises<G: Guest>(guest: &G, ready: Patience) -> Result<Promises, Error> {
     let pull_secret = guest
         .read_file(KUBELET_PULL_SECRET)
         .await
@@ -173,6 +215,7 @@ pub async fn read_promises<G: Guest>(guest: &G) -> Result<Promises, Error> {
         kubelet_disabled: enabled.trim() == "disabled",
         node_ip_image_cached: super::scrub::node_ip_image_cached(guest).await?,
         certificates,
+        machine_configs_with_pull_secret: machine_configs_with_pull_secret(guest, ready).await?,
     })
 }
 
@@ -195,6 +238,7 @@ mod tests {
             kubelet_disabled: true,
             node_ip_image_cached: true,
             certificates: vec![window("/a.crt", 29, true), window("/b.crt", 26, true)],
+            machine_configs_with_pull_secret: Vec::new(),
         };
         assert_eq!(good.broken(), None);
         assert_eq!(good.shortest_days(), 26);
@@ -203,6 +247,7 @@ mod tests {
             kubelet_disabled: false,
             node_ip_image_cached: false,
             certificates: vec![window("/a.crt", 24, true), window("/b.crt", 29, false)],
+            machine_configs_with_pull_secret: vec!["rendered-master-old".to_owned()],
         };
         let text = bad.broken().unwrap();
         for part in [
@@ -211,6 +256,7 @@ mod tests {
             "runtimecfg",
             "/a.crt is valid 24",
             "/b.crt",
+            "carry a pull secret: rendered-master-old",
         ] {
             assert!(text.contains(part), "{text}");
         }
@@ -244,7 +290,45 @@ mod tests {
             Output::ok("ExecStart=/usr/bin/podman run q.io/r@sha256:1 node-ip\n"),
         );
         guest.expect("sudo podman image exists q.io/r@sha256:1", Output::ok(""));
-        let promises = read_promises(&guest).await.unwrap();
+        guest.expect(
+            "sudo cat /etc/kubernetes/manifests/etcd-pod.yaml",
+            Output::ok(r#"{"spec":{"containers":[{"name":"etcd","image":"e@sha256:1"}]}}"#),
+        );
+        guest.expect("sudo podman ps -a --format '{{.Names}}'", Output::ok(""));
+        guest.expect(
+            "sudo podman run -d --rm --name etcd-scrub --network host --privileged --entrypoint etcd -v /var/lib/etcd:/store e@sha256:1 --data-dir /store",
+            Output::ok("abc\n"),
+        );
+        let get =
+            format!("sudo podman exec etcd-scrub etcdctl get --prefix {MACHINE_CONFIGS_IN_ETCD}");
+        // Not up yet, then up: one sealed rendering, one that still carries a pull secret.
+        guest.expect(&get, Output::failed(1, "connection refused"));
+        let config = |name: &str, source: &str| {
+            serde_json::json!({"apiVersion": "machineconfiguration.openshift.io/v1",
+                "kind": "MachineConfig", "metadata": {"name": name},
+                "spec": {"config": {"storage": {"files": [
+                    {"path": "/var/lib/kubelet/config.json", "contents": {"source": source}}]}}}})
+            .to_string()
+        };
+        guest.expect(
+            &get,
+            Output::ok(format!(
+                "{MACHINE_CONFIGS_IN_ETCD}rendered-master-a\n{}\n{MACHINE_CONFIGS_IN_ETCD}rendered-master-b\n{}\n",
+                config("rendered-master-a", "data:,%7B%7D"),
+                config("rendered-master-b", "data:;base64,eyJhdXRocyI6e319")
+            )),
+        );
+        guest.expect("sudo podman stop etcd-scrub", Output::ok("etcd-scrub\n"));
+        let patience = Patience::new(
+            std::time::Duration::from_millis(1),
+            std::time::Duration::from_secs(5),
+        );
+        let promises = read_promises(&guest, patience).await.unwrap();
+        guest.assert_done();
+        assert_eq!(
+            promises.machine_configs_with_pull_secret,
+            ["rendered-master-b"]
+        );
         let paths: Vec<&str> = promises
             .certificates
             .iter()

@@ -615,7 +615,7 @@ async fn validation(config: &Config) -> Result<String, Error> {
     let promises = if aged {
         None
     } else {
-        let promises = validate::read_promises(guest.as_ref()).await?;
+        let promises = validate::read_promises(guest.as_ref(), patience(steps::CALL_WAIT)).await?;
         if let Some(broken) = promises.broken() {
             return Err(validate::Error::Broken(broken).into());
         }
@@ -666,7 +666,7 @@ async fn validation(config: &Config) -> Result<String, Error> {
     .map_err(|source| Error::Startup { source })?;
     Ok(match promises {
         Some(promises) => format!(
-            "sealing held in the fresh clone (no pull secret on the node, kubelet disabled, {} certificates valid at least {} days by guest time); the CRC startup path passed: SSH, DNS, kubelet and API, pull secret, users, OpenShift {version}",
+            "sealing held in the fresh clone (no pull secret on the node or in a MachineConfig of its etcd, kubelet disabled, {} certificates valid at least {} days by guest time); the CRC startup path passed: SSH, DNS, kubelet and API, pull secret, users, OpenShift {version}",
             promises.certificates.len(),
             promises.shortest_days()
         ),

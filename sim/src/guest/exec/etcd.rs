@@ -1,7 +1,9 @@
 //! `etcdctl` in a throwaway etcd over the disk's `/var/lib/etcd` (see [`super::containers`]):
-//! the keys of [`GuestState::etcd_keys`](crate::guest::GuestState::etcd_keys) (values are not
-//! served) and the revisions of [`EtcdHistory`], so that a seal which neither compacts nor
-//! defragments leaves replaced values — an old pull secret among them — on the disk.
+//! the keys of [`GuestState::etcd_keys`](crate::guest::GuestState::etcd_keys) (no values), the
+//! carried objects of [`GuestState::api_objects`](crate::guest::GuestState::api_objects) under
+//! the keys the API server gives them (values for custom resources, which it stores as JSON;
+//! see [`object_key`]), and the revisions of [`EtcdHistory`], so that a seal which neither
+//! compacts nor defragments leaves replaced values — an old pull secret among them — on the disk.
 //!
 //! Modelled on etcd v3.5's `etcdctl` (`etcdctl/ctlv3/command/{get,del,compaction,defrag,ep}_command.go`)
 //! and its server's answers (`server/mvcc/kvstore.go`: `ErrCompacted`, `ErrFutureRev`).
@@ -12,9 +14,9 @@ use crate::guest::state::EtcdHistory;
 /// The client URL a throwaway etcd started with no flags serves, which etcdctl uses by default.
 const ENDPOINT: &str = "127.0.0.1:2379";
 
-/// `etcdctl get --prefix --keys-only KEY` (each key then an empty line, as etcdctl prints a key
-/// and its empty value), `etcdctl del [--prefix] KEY` (the count deleted; a delete is one
-/// write), `etcdctl compact REV`, `etcdctl defrag`, `etcdctl endpoint status -w json`.
+/// `etcdctl get [--prefix] [--keys-only] KEY` (each key then its value on the next line; an
+/// empty line for keys only, as etcdctl prints them), `etcdctl del [--prefix] KEY` (the count
+/// deleted; a delete is one write), `etcdctl compact REV`, `etcdctl defrag`, `etcdctl endpoint status -w json`.
 pub fn etcdctl(ctx: &mut Ctx<'_>, args: &[String]) -> Run {
     let Some((verb, rest)) = args.split_first() else {
         return Run::fail(1, "etcdctl: a command is required");
@@ -29,6 +31,31 @@ pub fn etcdctl(ctx: &mut Ctx<'_>, args: &[String]) -> Run {
             format!("etcdctl {other} {} is not simulated", rest.join(" ")),
         ),
     }
+}
+
+/// The key the API server stores an object under (`/kubernetes.io/<group>/<plural>/[<ns>/]<name>`,
+/// the group left out for the core group), with its value when the simulation has it: custom
+/// resources are stored as their JSON (apiextensions-apiserver); built-in kinds are protobuf,
+/// not modelled. The plural is the kind's lowercase with an `s`, right for the kinds read here.
+pub fn object_key(object: &serde_json::Value) -> (String, Option<String>) {
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+    let api_version = text(&object["apiVersion"]);
+    let plural = format!("{}s", text(&object["kind"]).to_lowercase());
+    let (resource, value) = match api_version.split_once('/') {
+        Some((group, _)) if group.contains('.') => {
+            (format!("{group}/{plural}"), Some(object.to_string()))
+        }
+        Some((group, _)) => (format!("{group}/{plural}"), None),
+        None => (plural, None),
+    };
+    let namespace = text(&object["metadata"]["namespace"]);
+    let name = text(&object["metadata"]["name"]);
+    let path = if namespace.is_empty() {
+        format!("/kubernetes.io/{resource}/{name}")
+    } else {
+        format!("/kubernetes.io/{resource}/{namespace}/{name}")
+    };
+    (path, value)
 }
 
 fn keys(ctx: &mut Ctx<'_>, verb: &str, rest: &[String]) -> Run {
@@ -53,34 +80,68 @@ fn keys(ctx: &mut Ctx<'_>, verb: &str, rest: &[String]) -> Run {
             ),
         );
     };
-    let matching: Vec<String> = ctx
-        .state()
+    let selected = |k: &str| if prefix { k.starts_with(key) } else { k == key };
+    let state = ctx.state();
+    // Every key in order, with the value when it is modelled.
+    let mut matching: std::collections::BTreeMap<String, Option<String>> = state
         .etcd_keys
         .iter()
-        .filter(|k| {
-            if prefix {
-                k.starts_with(key)
-            } else {
-                *k == key
-            }
-        })
-        .cloned()
+        .filter(|k| selected(k))
+        .map(|k| (k.clone(), None))
         .collect();
+    matching.extend(
+        state
+            .api_objects
+            .iter()
+            .map(object_key)
+            .filter(|(k, _)| selected(k)),
+    );
     match verb {
         "get" if keys_only => Run::out(
             matching
-                .iter()
+                .keys()
                 .map(|k| format!("{k}\n\n"))
                 .collect::<String>(),
         ),
-        "get" => Run::fail(1, "etcdctl get: values are not simulated, use --keys-only"),
+        "get" => {
+            let mut out = String::new();
+            for (k, value) in &matching {
+                let Some(value) = value else {
+                    return Run::fail(
+                        1,
+                        format!(
+                            "etcdctl get: the value of {k} is not simulated (protobuf), use --keys-only"
+                        ),
+                    );
+                };
+                out.push_str(&format!("{k}\n{value}\n"));
+            }
+            Run::out(out)
+        }
         _ => {
             if !matching.is_empty() {
                 let state = ctx.state_mut();
-                for k in &matching {
+                let replaced: Vec<serde_json::Value> = state
+                    .api_objects
+                    .iter()
+                    .filter(|o| matching.contains_key(&object_key(o).0))
+                    .cloned()
+                    .collect();
+                state
+                    .api_objects
+                    .retain(|o| !matching.contains_key(&object_key(o).0));
+                for k in matching.keys() {
                     state.etcd_keys.remove(k);
                 }
-                state.etcd_history.revision += 1;
+                let history = &mut state.etcd_history;
+                history.revision += 1;
+                let revision = history.revision;
+                history.revisions.extend(replaced.into_iter().map(|value| {
+                    crate::guest::state::Replaced {
+                        replaced_at: revision,
+                        value,
+                    }
+                }));
             }
             Run::out(format!("{}\n", matching.len()))
         }

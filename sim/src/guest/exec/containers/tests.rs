@@ -594,3 +594,50 @@ fn crio_wipe_empties_the_image_store_after_an_unclean_stop_unless_overridden() {
     );
     assert!(boot(m.state).state.image_cache.is_empty());
 }
+
+#[test]
+fn the_throwaway_etcd_serves_custom_resources_as_json_and_built_in_kinds_as_keys() {
+    let mut m = installed();
+    let config = serde_json::json!({"apiVersion": "machineconfiguration.openshift.io/v1",
+        "kind": "MachineConfig", "metadata": {"name": "rendered-master-1"},
+        "spec": {"config": {"ignition": {"version": "3.5.0"}}}});
+    let secret = serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "pull-secret", "namespace": "openshift-config"}});
+    m.state.api_objects = vec![config.clone(), secret];
+    let etcd = etcd_image(&mut m);
+    ok(&mut m, "sudo systemctl stop kubelet");
+    ok(&mut m, "sudo crictl rmp -fa");
+    ok(&mut m, &etcd_run(&etcd));
+    let prefix = "/kubernetes.io/machineconfiguration.openshift.io/machineconfigs/";
+    let text = ok(
+        &mut m,
+        &format!("sudo podman exec etcd-scrub etcdctl get --prefix {prefix}"),
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], format!("{prefix}rendered-master-1"));
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(lines[1]).unwrap(),
+        config
+    );
+    assert_eq!(lines.len(), 2);
+    let out = run(
+        &mut m,
+        "sudo podman exec etcd-scrub etcdctl get --prefix /kubernetes.io/secrets/",
+    );
+    assert_eq!(out.code, 1, "protobuf values are not modelled");
+    assert_eq!(
+        keys(&mut m, "/kubernetes.io/secrets/"),
+        ["/kubernetes.io/secrets/openshift-config/pull-secret"]
+    );
+    // A delete takes the object out, and keeps its value as a revision.
+    let before = m.state.etcd_history.revisions.len();
+    assert_eq!(
+        ok(
+            &mut m,
+            &format!("sudo podman exec etcd-scrub etcdctl del --prefix {prefix}")
+        ),
+        "1\n"
+    );
+    assert_eq!(m.state.api_objects.len(), 1);
+    assert_eq!(m.state.etcd_history.revisions.len(), before + 1);
+}
