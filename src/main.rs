@@ -91,9 +91,9 @@ struct OperatorArgs {
     job_image: String,
     /// The pause between the three reads of a build guest's ClusterOperators that must all find
     /// them settled before a build step goes on (SNC's and `crc start`'s 30 s; shorter only
-    /// for simulated guests).
-    #[arg(long, default_value = "30s", value_parser = guestcluster::operator::leader::parse_duration)]
-    build_settle_interval: std::time::Duration,
+    /// for simulated guests). Unset: upstream's.
+    #[arg(long, value_parser = guestcluster::operator::leader::parse_duration)]
+    build_settle_interval: Option<std::time::Duration>,
     /// Service account of the bundle prep Jobs (needs Secrets and ConfigMaps in the operator
     /// namespace).
     #[arg(
@@ -209,7 +209,10 @@ fn operator(args: OperatorArgs) -> Result<(), Box<dyn std::error::Error>> {
             image: args.job_image,
             prep_service_account: args.bundle_prep_service_account,
             pod_users: Default::default(),
-            settle: guestcluster::contract::build_helper::Settle::every(args.build_settle_interval),
+            settle: args.build_settle_interval.map_or(
+                guestcluster::contract::build_helper::Settle::UPSTREAM,
+                guestcluster::contract::build_helper::Settle::every,
+            ),
         },
         platform: args.platform,
         guests: guestcluster::actors::runtime::context::GuestSettings::from_env(),
