@@ -216,22 +216,28 @@ pub async fn node_ip_image_cached<G: Guest>(guest: &G) -> Result<bool, Error> {
     Ok(output.status == 0)
 }
 
+/// What the throwaway etcd prints for `etcdctl get --prefix PREFIX` (with `--keys-only`: each
+/// key then an empty line; otherwise each key then its value).
+async fn get<G: Guest>(guest: &G, prefix: &str, keys_only: bool) -> Result<String, GuestError> {
+    let mut argv = vec![
+        "podman",
+        "exec",
+        SCRUB_CONTAINER,
+        "etcdctl",
+        "get",
+        "--prefix",
+    ];
+    if keys_only {
+        argv.push("--keys-only");
+    }
+    argv.push(prefix);
+    Ok(guest.run_checked(&Command::sudo(argv)).await?.stdout_text())
+}
+
 /// The etcd keys under `prefix`.
 async fn keys<G: Guest>(guest: &G, prefix: &str) -> Result<Vec<String>, GuestError> {
-    let output = guest
-        .run_checked(&Command::sudo([
-            "podman",
-            "exec",
-            SCRUB_CONTAINER,
-            "etcdctl",
-            "get",
-            "--prefix",
-            "--keys-only",
-            prefix,
-        ]))
-        .await?;
-    Ok(output
-        .stdout_text()
+    Ok(get(guest, prefix, true)
+        .await?
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
@@ -322,21 +328,7 @@ pub async fn values<G: Guest>(
     prefix: &str,
     ready: Patience,
 ) -> Result<Vec<(String, String)>, Error> {
-    let text = retry("read etcd's values", ready, || async {
-        guest
-            .run_checked(&Command::sudo([
-                "podman",
-                "exec",
-                SCRUB_CONTAINER,
-                "etcdctl",
-                "get",
-                "--prefix",
-                prefix,
-            ]))
-            .await
-            .map(|o| o.stdout_text())
-    })
-    .await?;
+    let text = retry("read etcd's values", ready, || get(guest, prefix, false)).await?;
     let mut lines = text.lines();
     let mut pairs = Vec::new();
     while let (Some(key), Some(value)) = (lines.next(), lines.next()) {
@@ -469,6 +461,21 @@ pub async fn scrub_etcd<G: Guest>(guest: &G, ready: Patience) -> Result<EtcdScru
     Ok(scrubbed)
 }
 
+/// What [`start_throwaway_etcd`] runs on a guest with no container yet, answered.
+#[cfg(test)]
+pub(crate) fn expect_throwaway_etcd_start(guest: &super::fake::ScriptedGuest) {
+    use super::Output;
+    guest.expect(
+        "sudo cat /etc/kubernetes/manifests/etcd-pod.yaml",
+        Output::ok(r#"{"spec":{"containers":[{"name":"etcd","image":"e@sha256:1"}]}}"#),
+    );
+    guest.expect("sudo podman ps -a --format '{{.Names}}'", Output::ok(""));
+    guest.expect(
+        "sudo podman run -d --rm --name etcd-scrub --network host --privileged --entrypoint etcd -v /var/lib/etcd:/store e@sha256:1 --data-dir /store",
+        Output::ok("abc\n"),
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -501,15 +508,7 @@ mod tests {
 
         let guest = ScriptedGuest::new();
         guest.expect("sudo crictl rmp --all --force", Output::ok(""));
-        guest.expect(
-            "sudo cat /etc/kubernetes/manifests/etcd-pod.yaml",
-            Output::ok(r#"{"spec":{"containers":[{"name":"etcd","image":"e@sha256:1"}]}}"#),
-        );
-        guest.expect("sudo podman ps -a --format '{{.Names}}'", Output::ok(""));
-        guest.expect(
-            "sudo podman run -d --rm --name etcd-scrub --network host --privileged --entrypoint etcd -v /var/lib/etcd:/store e@sha256:1 --data-dir /store",
-            Output::ok("abc\n"),
-        );
+        expect_throwaway_etcd_start(&guest);
         let get = |prefix: &str| {
             format!("sudo podman exec etcd-scrub etcdctl get --prefix --keys-only {prefix}")
         };

@@ -290,15 +290,7 @@ mod tests {
             Output::ok("ExecStart=/usr/bin/podman run q.io/r@sha256:1 node-ip\n"),
         );
         guest.expect("sudo podman image exists q.io/r@sha256:1", Output::ok(""));
-        guest.expect(
-            "sudo cat /etc/kubernetes/manifests/etcd-pod.yaml",
-            Output::ok(r#"{"spec":{"containers":[{"name":"etcd","image":"e@sha256:1"}]}}"#),
-        );
-        guest.expect("sudo podman ps -a --format '{{.Names}}'", Output::ok(""));
-        guest.expect(
-            "sudo podman run -d --rm --name etcd-scrub --network host --privileged --entrypoint etcd -v /var/lib/etcd:/store e@sha256:1 --data-dir /store",
-            Output::ok("abc\n"),
-        );
+        crate::guest::scrub::expect_throwaway_etcd_start(&guest);
         let get =
             format!("sudo podman exec etcd-scrub etcdctl get --prefix {MACHINE_CONFIGS_IN_ETCD}");
         // Not up yet, then up: one sealed rendering, one that still carries a pull secret.
