@@ -4,7 +4,7 @@
 //! written to the installation disk and the guest reboots into it. Pure functions; the host
 //! (`GuestHost`) times and persists them.
 
-use super::exec::{Machine, containers};
+use super::exec::{Machine, containers, crio};
 use super::ignition::{self, IgnitionError};
 use super::state::{Certificate, File, GuestState, InstallState, NODE_NAME, RootDisk, Unit, paths};
 use super::time;
@@ -312,11 +312,7 @@ pub fn installed_state(
     state.units.remove(INSTALL_TO_DISK);
     state.set_unit("kubelet.service", Unit::enabled_running());
     // RHCOS runs CRI-O's crio-wipe before CRI-O (see `exec::crio`).
-    for unit in [
-        "crio.service",
-        "crio-wipe.service",
-        "ovs-configuration.service",
-    ] {
+    for unit in [crio::CRIO, crio::WIPE_UNIT, "ovs-configuration.service"] {
         let entry = state.units.entry(unit.to_owned()).or_default();
         entry.enabled = true;
     }
