@@ -923,6 +923,9 @@ pub struct VolumeStatus {
 pub struct PersistentVolumeClaimInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claim_name: Option<String>,
+    /// The claim's access modes (`ReadWriteMany` makes the disk shareable by a migration).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub access_modes: Vec<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub capacity: BTreeMap<String, Quantity>,
 }

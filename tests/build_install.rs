@@ -632,6 +632,65 @@ async fn a_validation_clone_deleted_mid_validate_fails_the_attempt_and_is_not_ad
     .await;
 }
 
+/// A node drain while the build VM runs a day behind. KubeVirt's cluster default on OpenShift
+/// Virtualization, `LiveMigrate`, would hold the drain for the whole build (the root disk is
+/// `ReadWriteOnce`) or, on shared storage, migrate the guest and reset its clock; the build VM's
+/// own `evictionStrategy: None` lets the drain kill it, the guest starts again on the same
+/// shifted clock, and the build goes on.
+#[tokio::test]
+async fn a_drain_mid_install_kills_the_shifted_build_vm_and_the_build_goes_on() {
+    use k8s_openapi::api::core::v1::Pod;
+
+    let client = support::client().await;
+    support::world::world();
+    let api: Api<CRCBundle> = Api::all(client.clone());
+    let name = support::unique("drained");
+    good_inputs(&client, &name).await;
+    create_build(&client, &name, "30m").await;
+    let vm = format!("{name}-b1-build");
+    let vmis = Api::<VirtualMachineInstance>::namespaced(client.clone(), OPERATOR_NS);
+    let pods = Api::<Pod>::namespaced(client.clone(), OPERATOR_NS);
+    let (vmi_uid, pod) = support::wait_long("the install boot running a day behind", || async {
+        let vmi = vmis.get_opt(&vm).await.ok()??;
+        let install_iso = vmi.spec.volumes.iter().any(|v| {
+            v.claim_name()
+                .is_some_and(|claim| claim.ends_with("-install-iso"))
+        });
+        let shifted = vmi.spec.domain.clock_offset_seconds() == -DAY;
+        if !(install_iso && shifted && vmi.is_ready()) {
+            return None;
+        }
+        let uid = vmi.metadata.uid.clone()?;
+        let selector = format!("{}={uid}", guestcluster::kubevirt::labels::CREATED_BY);
+        let pod = pods
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .ok()?
+            .items
+            .pop()?;
+        Some((uid, pod.name_any()))
+    })
+    .await;
+
+    support::evict_once(OPERATOR_NS, &pod)
+        .await
+        .unwrap_or_else(|(code, message)| panic!("the drain is held ({code}): {message}"));
+    let restarted =
+        support::wait_long("the build VM started again, still a day behind", || async {
+            let vmi = vmis.get_opt(&vm).await.ok()??;
+            (vmi.metadata.uid.as_deref() != Some(vmi_uid.as_str()) && vmi.is_ready()).then_some(vmi)
+        })
+        .await;
+    assert_eq!(restarted.spec.domain.clock_offset_seconds(), -DAY);
+    let installed = support::wait_long("Installed", || async {
+        let b = api.get(&name).await.ok()?;
+        let c = conditions::find(&b.status.as_ref()?.conditions, types::INSTALLED)?;
+        (c.status == "True").then_some(c.message.clone())
+    })
+    .await;
+    assert!(installed.contains(&vm), "{installed}");
+}
+
 /// Deletes the DataVolume `recorded` names once the build records it, and checks the stage's
 /// condition says `ResourceLost` naming it and the attempt's VMs go.
 async fn lost_mid_build(

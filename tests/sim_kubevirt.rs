@@ -91,10 +91,19 @@ async fn create_vm(client: &Client, ns: &str, vm: Value) -> VirtualMachine {
 }
 
 async fn create_pvc(client: &Client, ns: &str, name: &str) -> PersistentVolumeClaim {
+    create_pvc_with(client, ns, name, "ReadWriteOnce").await
+}
+
+async fn create_pvc_with(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    access: &str,
+) -> PersistentVolumeClaim {
     let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
         "metadata": {"name": name},
         "spec": {
-            "accessModes": ["ReadWriteOnce"],
+            "accessModes": [access],
             "resources": {"requests": {"storage": "1Gi"}},
         },
     }))
@@ -124,7 +133,17 @@ async fn bound_disk_path(sim: &SharedSim, client: &Client, ns: &str, name: &str)
 /// A bound PVC holding a bootable guest disk. The disk is written before the claim binds, as
 /// a pre-populated volume would be: a VMI waiting for this claim must never see it blank.
 async fn bootable_pvc(sim: &SharedSim, client: &Client, ns: &str, name: &str) -> PathBuf {
-    let pvc = create_pvc(client, ns, name).await;
+    bootable_pvc_with(sim, client, ns, name, "ReadWriteOnce").await
+}
+
+async fn bootable_pvc_with(
+    sim: &SharedSim,
+    client: &Client,
+    ns: &str,
+    name: &str,
+    access: &str,
+) -> PathBuf {
+    let pvc = create_pvc_with(client, ns, name, access).await;
     let uid = pvc.uid().expect("a created PVC has a UID");
     let path = sim.ctx().volumes.disk_path(&uid);
     std::fs::create_dir_all(path.parent().unwrap()).expect("create the volume directory");
@@ -689,6 +708,101 @@ async fn a_missing_disk_image_fails_the_vmi_with_a_reason() {
         }
     })
     .await;
+}
+
+async fn evict(ns: &str, pod: &Pod) -> Result<(), (u16, String)> {
+    support::evict_once(ns, &pod.name_any()).await
+}
+
+fn condition<'a>(
+    vmi: &'a VirtualMachineInstance,
+    kind: &str,
+) -> Option<&'a guestcluster::kubevirt::KubevirtCondition> {
+    vmi.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == kind)
+}
+
+#[tokio::test]
+async fn a_drain_meets_the_clusters_live_migrate_strategy_unless_the_vmi_says_none() {
+    let sim = sim().await;
+    let _shared = sim.share().await;
+    let client = client().await;
+    let ns = namespace(&client, "kv-evict").await;
+    bootable_pvc(sim, &client, &ns, "local-root").await;
+    bootable_pvc_with(sim, &client, &ns, "shared-root", "ReadWriteMany").await;
+    bootable_pvc(sim, &client, &ns, "none-root").await;
+    create_vm(&client, &ns, vm_with_pvc("local", "Always", "local-root")).await;
+    create_vm(&client, &ns, vm_with_pvc("shared", "Always", "shared-root")).await;
+    let mut none = vm_with_pvc("none", "Always", "none-root");
+    none["spec"]["template"]["spec"]["evictionStrategy"] = json!("None");
+    create_vm(&client, &ns, none).await;
+
+    // A VM on a ReadWriteOnce disk cannot move, and the cluster's LiveMigrate holds the drain.
+    let local = running_vmi(&client, &ns, "local").await;
+    let c = condition(&local, "LiveMigratable").expect("a LiveMigratable condition");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_deref()),
+        ("False", Some("DisksNotLiveMigratable"))
+    );
+    let pod = the_launcher_pod(&client, &ns, &local).await;
+    let (code, message) = evict(&ns, &pod).await.expect_err("the drain is held");
+    assert_eq!(code, 429, "{message}");
+    assert!(
+        message.contains(
+            "VMI local is configured with an eviction strategy but is not live-migratable"
+        ),
+        "{message}"
+    );
+    assert!(
+        pods(&client, &ns)
+            .get_opt(&pod.name_any())
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    // One on a shared disk is marked for evacuation; the eviction is refused while it moves.
+    let shared = running_vmi(&client, &ns, "shared").await;
+    let pod = the_launcher_pod(&client, &ns, &shared).await;
+    let (code, message) = evict(&ns, &pod).await.expect_err("evacuated, not evicted");
+    assert_eq!(code, 429, "{message}");
+    assert!(
+        message.contains(&format!(
+            "Eviction triggered evacuation of VMI \"{ns}/shared\""
+        )),
+        "{message}"
+    );
+    let marked = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        &ns,
+        &kube::api::ApiResource::erase::<VirtualMachineInstance>(&()),
+    )
+    .get("shared")
+    .await
+    .unwrap();
+    let marked = serde_json::to_value(&marked).unwrap();
+    assert_eq!(
+        marked["status"]["evacuationNodeName"],
+        json!(pod.spec.as_ref().unwrap().node_name)
+    );
+    let (_, again) = evict(&ns, &pod).await.expect_err("still moving");
+    assert!(
+        again.starts_with("admission webhook") && again.contains("Evacuation in progress"),
+        "{again}"
+    );
+
+    // `None` on the VMI: the eviction deletes the pod, and the guest stops with it.
+    let first = running_vmi(&client, &ns, "none").await;
+    let pod = the_launcher_pod(&client, &ns, &first).await;
+    evict(&ns, &pod).await.expect("evicted");
+    let second = wait_vmi(&client, &ns, "none", "a replacement VMI Running", |v| {
+        v.uid() != first.uid() && v.is_ready()
+    })
+    .await;
+    assert_ne!(second.uid(), first.uid());
 }
 
 #[tokio::test]

@@ -169,7 +169,14 @@ impl Sim {
                 scc::allocator::run(client.clone(), namespaces.clone()),
             ));
         }
-        let admission = match admission::server::AdmissionServer::start(namespaces) {
+        let config = match kube_config(&options.kubeconfig).await {
+            Ok(config) => config,
+            Err(err) => {
+                tasks.iter().for_each(|t| t.abort());
+                return Err(err);
+            }
+        };
+        let admission = match admission::server::AdmissionServer::start(namespaces, config) {
             Ok(admission) => admission,
             Err(err) => {
                 tasks.iter().for_each(|t| t.abort());
@@ -271,4 +278,13 @@ fn spawn(
             tracing::error!(controller = name, "simulated controller stopped: {err}");
         }
     })
+}
+
+/// The client configuration of the control plane's kubeconfig.
+async fn kube_config(path: &std::path::Path) -> Result<kube::Config, Error> {
+    let error = |e: &dyn std::fmt::Display| Error::Other(format!("{}: {e}", path.display()));
+    let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| error(&e))?;
+    kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+        .await
+        .map_err(|e| error(&e))
 }

@@ -78,6 +78,20 @@ pub async fn config() -> kube::Config {
     control_plane().await.config()
 }
 
+/// Evicts pod `ns/name` once, as each round of `kubectl drain` does: the code and message when
+/// refused. (A client's default retries would repeat a 429 for minutes.)
+pub async fn evict_once(ns: &str, name: &str) -> Result<(), (u16, String)> {
+    let mut config = config().await;
+    config.default_retry = false;
+    let client = kube::Client::try_from(config).expect("a client without retries");
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client, ns);
+    match pods.evict(name, &Default::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) => Err((status.code, status.message)),
+        Err(err) => panic!("evicting {ns}/{name}: {err}"),
+    }
+}
+
 /// A name unique within this test process run: `<prefix>-<pid>-<n>`.
 pub fn unique(prefix: &str) -> String {
     static N: AtomicUsize = AtomicUsize::new(0);

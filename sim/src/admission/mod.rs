@@ -13,8 +13,10 @@
 //! | [`vmi_spec`] | rules shared by VM and VMI admission: disks, volumes, boot order, interfaces and networks, firmware |
 //! | [`kubevirt`] | `virtualmachine-validator.kubevirt.io`, `virtualmachineinstances-create-validator.kubevirt.io` |
 //! | [`cdi`] | `datavolume-validate.cdi.kubevirt.io` |
+//! | [`eviction`] | `virt-launcher-eviction-interceptor.kubevirt.io` (reads and marks VMIs) |
 
 pub mod cdi;
+pub mod eviction;
 pub mod kubevirt;
 pub mod review;
 pub mod server;

@@ -20,6 +20,9 @@ pub enum Webhook {
     /// OpenShift's SCC admission (a plugin of the API server upstream, a mutating webhook
     /// here): new pods, under `restricted-v2`.
     SecurityContextConstraints,
+    /// virt-api: evictions of virt-launcher pods ([`super::eviction`]; it reads the cluster, so
+    /// the server answers it, not [`answer`]).
+    LauncherEviction,
 }
 
 /// How a project words a denial.
@@ -35,11 +38,12 @@ enum Wording {
 const KUBEVIRT_MAX_CAUSES: usize = 10;
 
 impl Webhook {
-    pub const ALL: [Webhook; 4] = [
+    pub const ALL: [Webhook; 5] = [
         Webhook::VirtualMachine,
         Webhook::VirtualMachineInstanceCreate,
         Webhook::DataVolume,
         Webhook::SecurityContextConstraints,
+        Webhook::LauncherEviction,
     ];
 
     /// The webhook's name: the API server's denial says `admission webhook "<name>"`.
@@ -51,6 +55,7 @@ impl Webhook {
             }
             Webhook::DataVolume => "datavolume-validate.cdi.kubevirt.io",
             Webhook::SecurityContextConstraints => "security.openshift.io.sim",
+            Webhook::LauncherEviction => super::eviction::NAME,
         }
     }
 
@@ -61,6 +66,7 @@ impl Webhook {
             Webhook::VirtualMachineInstanceCreate => "/virtualmachineinstances-validate-create",
             Webhook::DataVolume => "/datavolume-validate",
             Webhook::SecurityContextConstraints => "/scc-admission",
+            Webhook::LauncherEviction => super::eviction::PATH,
         }
     }
 
@@ -72,7 +78,9 @@ impl Webhook {
         match self {
             Webhook::VirtualMachine | Webhook::VirtualMachineInstanceCreate => Wording::KubeVirt,
             Webhook::DataVolume => Wording::Cdi,
-            Webhook::SecurityContextConstraints => unreachable!("SCC admission words its own"),
+            Webhook::SecurityContextConstraints | Webhook::LauncherEviction => {
+                unreachable!("SCC admission and the eviction interceptor word their own")
+            }
         }
     }
 }
@@ -84,6 +92,8 @@ pub enum ReviewError {
     Json(#[from] serde_json::Error),
     #[error("not an admission.k8s.io/v1 AdmissionReview with a request")]
     NotARequest,
+    #[error("this webhook reads the cluster: the server answers it")]
+    ReadsTheCluster,
 }
 
 /// The answer of `webhook` to the `AdmissionReview` `body`; SCC admission reads the ranges of
@@ -129,6 +139,7 @@ pub fn answer(
         }
         Webhook::DataVolume => (cdi::validate(object, old), Vec::new()),
         Webhook::SecurityContextConstraints => unreachable!("answered above"),
+        Webhook::LauncherEviction => return Err(ReviewError::ReadsTheCluster),
     };
     let mut response = json!({"uid": request["uid"], "allowed": verdict.is_ok()});
     match verdict {

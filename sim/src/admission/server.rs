@@ -14,6 +14,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use http::header::CONTENT_TYPE;
@@ -23,8 +24,8 @@ use hyper::body::{Bytes, Incoming};
 use hyper_util::rt::TokioIo;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ValidatingWebhook,
-    ValidatingWebhookConfiguration, WebhookClientConfig,
+    MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations,
+    ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta,
@@ -90,12 +91,25 @@ pub struct AdmissionServer {
     addr: SocketAddr,
     ca_pem: String,
     stop: Option<oneshot::Sender<()>>,
+    /// Eviction reviews answered: the interceptor lets an eviction of an unknown pod through,
+    /// so its registration is known effective once the API server calls it.
+    evictions_reviewed: Arc<AtomicU64>,
+}
+
+/// What the connections share.
+#[derive(Clone)]
+struct Shared {
+    namespaces: Namespaces,
+    /// The eviction interceptor's client, built on the server's runtime.
+    client: Option<kube::Client>,
+    evictions_reviewed: Arc<AtomicU64>,
 }
 
 impl AdmissionServer {
     /// Serves every [`Webhook`] on a free loopback port with a fresh CA; SCC admission reads
-    /// namespaces' ranges from `namespaces`.
-    pub fn start(namespaces: Namespaces) -> Result<Self, Error> {
+    /// namespaces' ranges from `namespaces`, the eviction interceptor reads the cluster of
+    /// `config`.
+    pub fn start(namespaces: Namespaces, config: kube::Config) -> Result<Self, Error> {
         let (ca_pem, cert, key) = certificates()?;
         let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
@@ -111,14 +125,27 @@ impl AdmissionServer {
             .enable_all()
             .build()?;
         let (stop, stopped) = oneshot::channel();
+        let evictions_reviewed = Arc::new(AtomicU64::new(0));
+        let counter = evictions_reviewed.clone();
         std::thread::Builder::new()
             .name("sim-admission".into())
             .spawn(move || {
                 runtime.block_on(async move {
+                    // Here, so its connection tasks run on this runtime.
+                    let client = kube::Client::try_from(config)
+                        .inspect_err(|err| {
+                            tracing::error!("admission webhook server: client: {err}");
+                        })
+                        .ok();
+                    let shared = Shared {
+                        namespaces,
+                        client,
+                        evictions_reviewed: counter,
+                    };
                     match TcpListener::from_std(listener) {
                         Ok(listener) => tokio::select! {
                             _ = stopped => {}
-                            () = serve(listener, acceptor, namespaces) => {}
+                            () = serve(listener, acceptor, shared) => {}
                         },
                         Err(err) => tracing::error!("admission webhook server: {err}"),
                     }
@@ -128,6 +155,7 @@ impl AdmissionServer {
             addr,
             ca_pem,
             stop: Some(stop),
+            evictions_reviewed,
         })
     }
 
@@ -182,7 +210,7 @@ fn common_name(cn: &str) -> DistinguishedName {
     dn
 }
 
-async fn serve(listener: TcpListener, acceptor: TlsAcceptor, namespaces: Namespaces) {
+async fn serve(listener: TcpListener, acceptor: TlsAcceptor, shared: Shared) {
     loop {
         let tcp = match listener.accept().await {
             Ok((tcp, _)) => tcp,
@@ -192,7 +220,7 @@ async fn serve(listener: TcpListener, acceptor: TlsAcceptor, namespaces: Namespa
             }
         };
         let acceptor = acceptor.clone();
-        let namespaces = namespaces.clone();
+        let shared = shared.clone();
         tokio::spawn(async move {
             let Ok(Ok(tls)) = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
             else {
@@ -201,7 +229,7 @@ async fn serve(listener: TcpListener, acceptor: TlsAcceptor, namespaces: Namespa
             let served = hyper::server::conn::http1::Builder::new()
                 .serve_connection(
                     TokioIo::new(tls),
-                    hyper::service::service_fn(|request| respond(request, namespaces.clone())),
+                    hyper::service::service_fn(|request| respond(request, shared.clone())),
                 )
                 .await;
             if let Err(err) = served {
@@ -213,8 +241,9 @@ async fn serve(listener: TcpListener, acceptor: TlsAcceptor, namespaces: Namespa
 
 async fn respond(
     request: Request<Incoming>,
-    namespaces: Namespaces,
+    shared: Shared,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
+    let namespaces = &shared.namespaces;
     let Some(webhook) = Webhook::from_path(request.uri().path()) else {
         return Ok(plain(
             StatusCode::NOT_FOUND,
@@ -232,9 +261,14 @@ async fn respond(
         Err(err) => return Ok(plain(StatusCode::BAD_REQUEST, err.to_string())),
     };
     if webhook == Webhook::SecurityContextConstraints {
-        await_ranges(&body, &namespaces).await;
+        await_ranges(&body, namespaces).await;
     }
-    Ok(match review::answer(webhook, &body, &namespaces) {
+    let answer = if webhook == Webhook::LauncherEviction {
+        answer_eviction(&body, &shared).await
+    } else {
+        review::answer(webhook, &body, namespaces)
+    };
+    Ok(match answer {
         Ok(answer) => {
             if answer["response"]["allowed"] == false {
                 tracing::info!(
@@ -251,6 +285,27 @@ async fn respond(
         }
         Err(err) => plain(StatusCode::BAD_REQUEST, err.to_string()),
     })
+}
+
+/// The eviction interceptor's answer to the review `body`.
+async fn answer_eviction(
+    body: &[u8],
+    shared: &Shared,
+) -> Result<serde_json::Value, review::ReviewError> {
+    let review: serde_json::Value = serde_json::from_slice(body)?;
+    let request = &review["request"];
+    if review["apiVersion"] != "admission.k8s.io/v1" || !request.is_object() {
+        return Err(review::ReviewError::NotARequest);
+    }
+    shared.evictions_reviewed.fetch_add(1, Ordering::SeqCst);
+    let response = match &shared.client {
+        Some(client) => super::eviction::review(client, request).await,
+        None => json!({"uid": request["uid"], "allowed": false,
+                       "status": {"message": "kubevirt has no client", "code": 500}}),
+    };
+    Ok(
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}),
+    )
 }
 
 /// SCC admission waits for a new namespace's ranges (upstream polls its namespace cache every
@@ -317,6 +372,20 @@ pub fn configurations(base_url: &str, ca_pem: &str) -> [ValidatingWebhookConfigu
                     ("kubevirt.io", "v1", "virtualmachines"),
                     10,
                 ),
+                // It writes the VMI's mark only when the eviction is not a dry run.
+                ValidatingWebhook {
+                    side_effects: "NoneOnDryRun".to_owned(),
+                    match_conditions: Some(vec![MatchCondition {
+                        name: "only-vms".to_owned(),
+                        expression: super::eviction::MATCH_CONDITION.to_owned(),
+                    }]),
+                    ..hook(
+                        Webhook::LauncherEviction,
+                        &["*"],
+                        ("", "v1", "pods/eviction"),
+                        10,
+                    )
+                },
             ]),
         },
         ValidatingWebhookConfiguration {
@@ -410,8 +479,12 @@ pub async fn install(
         delete(&mutating, SCC_CONFIGURATION).await?;
     }
     for webhook in Webhook::ALL {
-        if scc || webhook != Webhook::SecurityContextConstraints {
-            wait_effective(client, webhook).await?;
+        match webhook {
+            Webhook::SecurityContextConstraints if !scc => {}
+            Webhook::LauncherEviction => {
+                wait_eviction_effective(client, &server.evictions_reviewed).await?;
+            }
+            _ => wait_effective(client, webhook).await?,
         }
     }
     Ok(())
@@ -444,7 +517,13 @@ where
 /// Waits until a dry-run create of an object `webhook` refuses is refused by it: the API server
 /// picks registrations up asynchronously.
 async fn wait_effective(client: &kube::Client, webhook: Webhook) -> Result<(), Error> {
-    let (resource, object) = probe(webhook);
+    let Some((resource, object)) = probe(webhook) else {
+        return Err(Error::NotEffective {
+            webhook: webhook.name(),
+            waited: Duration::ZERO,
+            last: "no object it refuses".to_owned(),
+        });
+    };
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), PROBE_NAMESPACE, &resource);
     let denied_by = format!(
         "admission webhook \"{}\" denied the request",
@@ -474,8 +553,42 @@ async fn wait_effective(client: &kube::Client, webhook: Webhook) -> Result<(), E
     }
 }
 
-/// An object `webhook` refuses (and the schema accepts).
-fn probe(webhook: Webhook) -> (ApiResource, DynamicObject) {
+/// Waits until the API server sends the interceptor a dry-run eviction of a pod that does not
+/// exist (which it lets through, so the API server then answers 404).
+async fn wait_eviction_effective(client: &kube::Client, reviewed: &AtomicU64) -> Result<(), Error> {
+    let api: Api<k8s_openapi::api::core::v1::Pod> =
+        Api::namespaced(client.clone(), PROBE_NAMESPACE);
+    let params = kube::api::EvictParams {
+        post_options: PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        },
+        ..Default::default()
+    };
+    let started = Instant::now();
+    loop {
+        let before = reviewed.load(Ordering::SeqCst);
+        let last = match api.evict("virt-launcher-sim-probe", &params).await {
+            Ok(_) => "evicted".to_owned(),
+            Err(err) => err.to_string(),
+        };
+        if reviewed.load(Ordering::SeqCst) > before {
+            return Ok(());
+        }
+        if started.elapsed() > EFFECTIVE_WITHIN {
+            return Err(Error::NotEffective {
+                webhook: Webhook::LauncherEviction.name(),
+                waited: started.elapsed(),
+                last,
+            });
+        }
+        tokio::time::sleep(PROBE_INTERVAL).await;
+    }
+}
+
+/// An object `webhook` refuses (and the schema accepts); none for the eviction interceptor,
+/// which refuses only evictions of running VMs.
+fn probe(webhook: Webhook) -> Option<(ApiResource, DynamicObject)> {
     let (resource, body) = match webhook {
         Webhook::VirtualMachine => (
             ApiResource::erase::<guestcluster::kubevirt::VirtualMachine>(&()),
@@ -497,10 +610,11 @@ fn probe(webhook: Webhook) -> (ApiResource, DynamicObject) {
             // The host's network.
             json!({"spec": {"hostNetwork": true, "containers": [{"name": "c", "image": "probe"}]}}),
         ),
+        Webhook::LauncherEviction => return None,
     };
     let mut object = DynamicObject::new("sim-admission-probe", &resource);
     object.data = body;
-    (resource, object)
+    Some((resource, object))
 }
 
 #[cfg(test)]
@@ -530,12 +644,17 @@ mod tests {
             [
                 "virtualmachineinstances-create-validator.kubevirt.io",
                 "virtualmachine-validator.kubevirt.io",
+                "virt-launcher-eviction-interceptor.kubevirt.io",
                 "datavolume-validate.cdi.kubevirt.io",
             ]
         );
         for hook in &hooks {
             assert_eq!(hook.failure_policy.as_deref(), Some("Fail"));
-            assert_eq!(hook.side_effects, "None");
+            let writes = hook.name == super::super::eviction::NAME;
+            assert_eq!(
+                hook.side_effects,
+                if writes { "NoneOnDryRun" } else { "None" }
+            );
             assert_eq!(
                 hook.client_config.ca_bundle,
                 Some(ByteString(b"PEM".to_vec()))
@@ -554,7 +673,11 @@ mod tests {
             Some(vec!["CREATE".to_owned(), "UPDATE".to_owned()])
         );
         assert_eq!(
-            rule(hooks[2]).api_versions,
+            rule(hooks[2]).resources,
+            Some(vec!["pods/eviction".to_owned()])
+        );
+        assert_eq!(
+            rule(hooks[3]).api_versions,
             Some(vec!["v1beta1".to_owned()])
         );
     }
@@ -562,7 +685,10 @@ mod tests {
     #[test]
     fn every_probe_is_refused_by_its_webhook() {
         for webhook in Webhook::ALL {
-            let (_, object) = probe(webhook);
+            let Some((_, object)) = probe(webhook) else {
+                assert_eq!(webhook, Webhook::LauncherEviction);
+                continue;
+            };
             let review = serde_json::to_vec(&json!({
                 "apiVersion": "admission.k8s.io/v1",
                 "kind": "AdmissionReview",

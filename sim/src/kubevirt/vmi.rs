@@ -1,11 +1,12 @@
 //! The VMI controller: virt-controller's and virt-handler's work for a VMI, one step at a time
 //! from what is observed ([`next_vmi_step`]), until the VMI waits for something.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
@@ -290,6 +291,8 @@ pub(super) async fn converge(
                     .first()
                     .and_then(|i| i.mac_address.clone())
                     .unwrap_or_else(|| mac_for(&uid));
+                let access_modes = claim_access_modes(shared, &vmi).await?;
+                let migratable = live_migratable(&vmi, &access_modes);
                 write_status(&api, &vmi, |status, now| {
                     enter(status, VmiPhase::Running, now);
                     status.node_name = pod.node.clone();
@@ -318,6 +321,10 @@ pub(super) async fn converge(
                                 .and_then(|v| v.claim_name())
                                 .map(|claim| guestcluster::kubevirt::PersistentVolumeClaimInfo {
                                     claim_name: Some(claim.to_owned()),
+                                    access_modes: access_modes
+                                        .get(claim)
+                                        .cloned()
+                                        .unwrap_or_default(),
                                     ..Default::default()
                                 }),
                         })
@@ -326,6 +333,14 @@ pub(super) async fn converge(
                     set_condition(
                         &mut status.conditions,
                         condition(condition_types::READY, true, "GuestRunning", "", now),
+                    );
+                    let (ok, reason, message) = match &migratable {
+                        Ok(()) => (true, "", ""),
+                        Err(message) => (false, DISKS_NOT_LIVE_MIGRATABLE, message.as_str()),
+                    };
+                    set_condition(
+                        &mut status.conditions,
+                        condition(LIVE_MIGRATABLE, ok, reason, message, now),
                     );
                 })
                 .await?;
@@ -370,6 +385,49 @@ fn mac_for(uid: &str) -> String {
         "02:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
         hash[0], hash[1], hash[2], hash[3], hash[4]
     )
+}
+
+/// The VMI condition saying whether a live migration could move it.
+pub const LIVE_MIGRATABLE: &str = crate::admission::eviction::LIVE_MIGRATABLE;
+/// Its reason when a disk's claim is not shared.
+pub const DISKS_NOT_LIVE_MIGRATABLE: &str = "DisksNotLiveMigratable";
+
+/// The access modes of every claim `vmi`'s volumes name (a claim that cannot be read has none).
+async fn claim_access_modes(
+    shared: &Arc<Shared>,
+    vmi: &VirtualMachineInstance,
+) -> Result<BTreeMap<String, Vec<String>>, Error> {
+    let namespace = vmi.namespace().unwrap_or_default();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(shared.ctx.client.clone(), &namespace);
+    let mut modes = BTreeMap::new();
+    for claim in vmi.spec.volumes.iter().filter_map(|v| v.claim_name()) {
+        if let Some(pvc) = claims.get_opt(claim).await? {
+            let access = pvc.spec.and_then(|s| s.access_modes).unwrap_or_default();
+            modes.insert(claim.to_owned(), access);
+        }
+    }
+    Ok(modes)
+}
+
+/// virt-handler's disk check for live migration (kubevirt d923fdb `pkg/virt-handler/vm.go`,
+/// `checkVolumesForMigration`): every PVC or DataVolume volume must be `ReadWriteMany`; other
+/// volumes (container disks, cloud-init) are copied by a block migration. The interfaces,
+/// host devices and the rest of upstream's checks are not modelled.
+pub fn live_migratable(
+    vmi: &VirtualMachineInstance,
+    access_modes: &BTreeMap<String, Vec<String>>,
+) -> Result<(), String> {
+    for claim in vmi.spec.volumes.iter().filter_map(|v| v.claim_name()) {
+        let shared = access_modes
+            .get(claim)
+            .is_some_and(|modes| modes.iter().any(|m| m == "ReadWriteMany"));
+        if !shared {
+            return Err(format!(
+                "cannot migrate VMI: PVC {claim} is not shared, live migration requires that all PVCs must be shared (using ReadWriteMany access mode)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Starts the guest of `vmi` in `pod`; `Ok(Err(why))` when it cannot start.

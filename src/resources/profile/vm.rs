@@ -123,7 +123,19 @@ struct Shape<'a> {
     node_selector: BTreeMap<String, String>,
     tolerations: Vec<Toleration>,
     affinity: Option<Affinity>,
+    /// `spec.evictionStrategy`; unset, the cluster's (`KubeVirt` configuration) applies.
+    eviction: Option<&'static str>,
 }
+
+/// The eviction strategy of the build's VMs: a drain deletes their virt-launcher pods, it never
+/// migrates them. OpenShift Virtualization's cluster default, `LiveMigrate`, would either hold
+/// every drain of the node for the whole build (the root disk is `ReadWriteOnce`, so the VM is
+/// not live-migratable) or, on shared storage, migrate a guest whose clock is shifted — and
+/// KubeVirt sets a migrated guest's clock to the host's through the guest agent, which undoes
+/// the shift (`docs/design/certificates-and-time.md`). A killed build VM restarts under
+/// `RerunOnFailure` (the validation VM under `Always`) and its stage goes on or fails with a
+/// reason; an instance's VM keeps the cluster's strategy.
+pub const BUILD_EVICTION_STRATEGY: &str = "None";
 
 /// The machine type KubeVirt knows for `arch`.
 fn machine_type(arch: Arch) -> &'static str {
@@ -256,6 +268,7 @@ fn vmi_spec(shape: Shape<'_>) -> VirtualMachineInstanceSpec {
         affinity: shape.affinity,
         hostname: Some(HOSTNAME.to_owned()),
         termination_grace_period_seconds: Some(shape.grace_seconds),
+        eviction_strategy: shape.eviction.map(str::to_owned),
         ..VirtualMachineInstanceSpec::default()
     }
 }
@@ -295,6 +308,7 @@ fn build_side_vm(
         node_selector: placement.node_selector,
         tolerations: placement.tolerations,
         affinity: placement.affinity,
+        eviction: Some(BUILD_EVICTION_STRATEGY),
     });
     Ok(VirtualMachine {
         metadata: ObjectMeta {
@@ -375,6 +389,7 @@ pub fn instance_vmi_spec(
         node_selector: node_selector.clone(),
         tolerations: Vec::new(),
         affinity: None,
+        eviction: None,
     })
 }
 
@@ -533,6 +548,29 @@ pub(super) mod tests {
             );
             assert_eq!(owner.controller, Some(true));
         }
+    }
+
+    #[test]
+    fn a_drain_kills_every_build_vm_and_leaves_instances_to_the_cluster() {
+        let b = bundle("amd64");
+        let iso = || "iso".to_owned();
+        let vms = [
+            build_vm(&b, &names(), &BuildBoot::Generator { iso_claim: iso() }).unwrap(),
+            build_vm(&b, &names(), &BuildBoot::Install { iso_claim: iso() }).unwrap(),
+            build_vm(&b, &names(), &BuildBoot::Installed).unwrap(),
+            validation_vm(&b, &names(), &BuildBoot::Installed).unwrap(),
+            validation_vm(&b, &names(), &BuildBoot::Aged).unwrap(),
+        ];
+        for vm in &vms {
+            assert_eq!(
+                spec(vm)["evictionStrategy"],
+                "None",
+                "{:?}",
+                vm.metadata.name
+            );
+        }
+        let instance = instance_vmi_spec(Arch::Amd64, 4, "16Gi", "root", &BTreeMap::new());
+        assert_eq!(instance.eviction_strategy, None);
     }
 
     #[test]
