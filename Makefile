@@ -45,9 +45,9 @@ lint:
 
 ## Everything CI runs, for the whole workspace (the product and its test crates `testenv` and
 ## `sim`): format and lint checks, generated-file drift checks, unit, control-plane and scenario
-## tests.
+## tests. tools/test-lanes.sh runs the longest scenario binaries beside the rest.
 test: deps controlplane helm lint
-	$(CARGO) test --workspace --no-fail-fast
+	CARGO=$(CARGO) tools/test-lanes.sh
 
 ## Criterion benchmarks (benches/): per-reconcile decision cost at scale, with same-run baselines to
 ## state results as ratios. Needs no control plane. Pass a filter with BENCH_ARGS="pool_decide".

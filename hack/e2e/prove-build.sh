@@ -25,7 +25,8 @@
 #   NAMESPACE           operator namespace (default guestcluster-system)
 #   BUNDLE              name of the CRCBundle (default prove-build)
 #   POOL_NAMESPACE      where the pool runs (default prove-build-pool; created, enabled)
-#   GOLDEN_VOLUME_SIZE  spec.goldenVolumeSize (default 80Gi; at least vm.diskSize, 64Gi)
+#   GOLDEN_VOLUME_SIZE  spec.goldenVolumeSize (default 80Gi; at least vm.diskSize)
+#   DISK_SIZE           spec.build.vm.diskSize (default: unset, the operator's 64Gi)
 #   STORAGE_CLASS       spec.storageClassName (default: unset, the cluster's default class)
 #   TIMEOUT_MINUTES     how long to wait for each of: the bundle Ready, the pool Ready (default 480,
 #                       the bundle's spec.build.deadline too: no less than the operator's default)
@@ -43,6 +44,7 @@ POOL_NAMESPACE=${POOL_NAMESPACE:-prove-build-pool}
 RELEASE_IMAGE=${RELEASE_IMAGE:-}
 PULL_SECRET_FILE=${PULL_SECRET_FILE:-}
 GOLDEN_VOLUME_SIZE=${GOLDEN_VOLUME_SIZE:-80Gi}
+DISK_SIZE=${DISK_SIZE:-}
 STORAGE_CLASS=${STORAGE_CLASS:-}
 TIMEOUT_MINUTES=${TIMEOUT_MINUTES:-480}
 POLL_SECONDS=${POLL_SECONDS:-15}
@@ -128,6 +130,7 @@ kc -n "$NAMESPACE" create configmap "$BUNDLE-post-install" --from-file=marker.ya
   printf '  build:\n    releaseImage: %s\n    pullSecretRef:\n      name: %s-pull-secret\n' "$RELEASE_IMAGE" "$BUNDLE"
   printf '    postInstallManifestRefs:\n      - name: %s-post-install\n' "$BUNDLE"
   printf '    deadline: %sm\n' "$TIMEOUT_MINUTES"
+  [ -z "$DISK_SIZE" ] || printf '    vm:\n      diskSize: %s\n' "$DISK_SIZE"
 } >"$WORK/bundle.yaml"
 kc apply -f "$WORK/bundle.yaml" >/dev/null
 say "created CRCBundle $BUNDLE from $RELEASE_IMAGE with post-install manifest $NAMESPACE/$BUNDLE-post-install"
@@ -138,8 +141,10 @@ say "created CRCBundle $BUNDLE from $RELEASE_IMAGE with post-install manifest $N
 deadline=$((SECONDS + TIMEOUT_MINUTES * 60))
 last=
 while :; do
-  stage=$(jp crcbundle "$BUNDLE" -o jsonpath='{.status.build.stage}')
-  message=$(jp crcbundle "$BUNDLE" -o jsonpath='{.status.build.message}')
+  # One read, so the stage and the message are of the same status.
+  state=$(jp crcbundle "$BUNDLE" -o jsonpath='{.status.build.stage}{"\t"}{.status.build.message}')
+  stage=${state%%$'\t'*}
+  message=${state#*$'\t'}
   line="stage ${stage:-?}: ${message:-}"
   if [ "$line" != "$last" ]; then
     say "$line"

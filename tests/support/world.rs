@@ -34,6 +34,9 @@ pub struct World {
     pub sim: std::sync::Arc<sim::SimContext>,
 }
 
+/// How far apart the build helpers' settle checks are (`--build-settle-interval`).
+const SETTLE_INTERVAL: &str = "100ms";
+
 /// The management cluster's ingress domain in the scenario world.
 pub const INGRESS_DOMAIN: &str = "apps.mgmt.example";
 
@@ -87,6 +90,9 @@ pub async fn operator_process(name: &str) -> super::Operator {
             sim::job_accounts::PREP_ACCOUNT,
             "--pool-crc-versions",
             "*",
+            // As the in-process operator: the fast timings settle operators in 300 ms.
+            "--build-settle-interval",
+            SETTLE_INTERVAL,
             "--log-format",
             "json",
         ],
@@ -177,7 +183,7 @@ async fn start(
         pod_users,
         // Upstream's three reads, 100 ms apart: the fast timings settle operators in 300 ms.
         settle: guestcluster::contract::build_helper::Settle::every(
-            std::time::Duration::from_millis(100),
+            guestcluster::operator::leader::parse_duration(SETTLE_INTERVAL)?,
         ),
     };
     let router = RouteProxy::start(client.clone())
