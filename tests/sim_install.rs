@@ -753,22 +753,27 @@ async fn build(
     .await;
     assert_eq!(installer_issuer, "issuer=CN=kubelet-signer, OU=openshift\n");
 
-    // SNC's certificate steps: the cred-manager, then a new CSR signer.
-    let daemonset: k8s_openapi::api::apps::v1::DaemonSet = serde_json::from_value(serde_json::json!({
-        "apiVersion": "apps/v1", "kind": "DaemonSet",
-        "metadata": {"name": "kubelet-bootstrap-cred-manager", "namespace": "openshift-machine-config-operator"},
-        "spec": {"selector": {"matchLabels": {"k8s-app": "kubelet-bootstrap-cred-manager"}},
-                 "template": {"metadata": {"labels": {"k8s-app": "kubelet-bootstrap-cred-manager"}},
-                              "spec": {"containers": [{"name": "c", "image": "quay.io/openshift/origin-cli:latest"}]}}}
-    }))
-    .unwrap();
-    kube::Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(
-        client.clone(),
-        "openshift-machine-config-operator",
-    )
-    .create(&Default::default(), &daemonset)
-    .await
-    .unwrap();
+    // SNC's certificate steps: the cred-manager (the build's: its account, role and DaemonSet),
+    // then a new CSR signer.
+    let mco = "openshift-machine-config-operator";
+    let (account, role, binding) = guestcluster::guest::build::cred_manager_access();
+    let post = Default::default();
+    kube::Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), mco)
+        .create(&post, &account)
+        .await
+        .unwrap();
+    kube::Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(client.clone(), mco)
+        .create(&post, &role)
+        .await
+        .unwrap();
+    kube::Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client.clone(), mco)
+        .create(&post, &binding)
+        .await
+        .unwrap();
+    kube::Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(client.clone(), mco)
+        .create(&post, &guestcluster::guest::build::cred_manager())
+        .await
+        .unwrap();
     let secrets = kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(
         client.clone(),
         "openshift-kube-controller-manager-operator",

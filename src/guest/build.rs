@@ -12,7 +12,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use sha2::{Digest, Sha256};
 
@@ -44,6 +46,8 @@ pub const CLOCK_TOLERANCE_SECONDS: i64 = 3_600;
 /// expired, and the namespace it runs in.
 pub const CRED_MANAGER: &str = "kubelet-bootstrap-cred-manager";
 pub const MCO_NAMESPACE: &str = "openshift-machine-config-operator";
+/// The ServiceAccount whose token the kubelet bootstraps with (it may file node CSRs).
+pub const NODE_BOOTSTRAPPER: &str = "node-bootstrapper";
 /// The kube-controller-manager operator's CSR signer Secrets; deleted so it makes a new signer.
 pub const KCM_OPERATOR_NAMESPACE: &str = "openshift-kube-controller-manager-operator";
 pub const CSR_SIGNER_SECRETS: [&str; 2] = ["csr-signer-signer", "csr-signer"];
@@ -128,17 +132,65 @@ pub async fn check_clock<G: Guest>(guest: &G, expected: i64) -> Result<i64, Erro
     Ok(actual)
 }
 
+fn hex(digest: &[u8]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 fn sha256_hex(data: &[u8]) -> String {
-    Sha256::digest(data)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex(&Sha256::digest(data))
+}
+
+/// Reads from `inner` and hashes what it reads, so a file is hashed as it is sent.
+struct Hashing<R> {
+    inner: R,
+    hasher: Sha256,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Hashing<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let std::task::Poll::Ready(Ok(())) = &polled {
+            self.hasher.update(&buf.filled()[before..]);
+        }
+        polled
+    }
 }
 
 /// Writes `data` to `path` as root through stdin (no size limit, nothing on a command line), and
 /// checks what the guest wrote by its SHA-256: `sudo tee PATH | sha256sum` — the digest is also
 /// what keeps the file's bytes from coming back on stdout.
 pub async fn upload(guest: &SshGuest, path: &str, data: &[u8], mode: u32) -> Result<(), Error> {
+    upload_from(guest, path, data, mode).await
+}
+
+/// [`upload`] of the local file `source`, streamed: `openshift-install` is hundreds of MiB and
+/// the helper's memory limit is 1 GiB, so it is sent as it is read, never held whole.
+pub async fn upload_file(
+    guest: &SshGuest,
+    path: &str,
+    source: &std::path::Path,
+    mode: u32,
+) -> Result<(), Error> {
+    let file = tokio::fs::File::open(source)
+        .await
+        .map_err(|e| Error::Upload {
+            path: path.to_owned(),
+            detail: format!("reading {}: {e}", source.display()),
+        })?;
+    upload_from(guest, path, file, mode).await
+}
+
+async fn upload_from(
+    guest: &SshGuest,
+    path: &str,
+    data: impl tokio::io::AsyncRead + Unpin + Send,
+    mode: u32,
+) -> Result<(), Error> {
     let mode = format!("{:04o}", mode & 0o7777);
     let step = "upload a file";
     guest
@@ -153,12 +205,16 @@ pub async fn upload(guest: &SshGuest, path: &str, data: &[u8], mode: u32) -> Res
         .await
         .map_err(guest_err(step))?;
     let command = Command::sudo(["tee", path]).pipe(Command::new(["sha256sum"]));
+    let mut sent = Hashing {
+        inner: data,
+        hasher: Sha256::new(),
+    };
     let output = guest
-        .run_with_input(&command, data)
+        .run_with_reader(&command, &mut sent)
         .await
         .map_err(guest_err(step))?;
     let printed = output.stdout_text();
-    let expected = sha256_hex(data);
+    let expected = hex(&sent.hasher.finalize());
     if !output.success() || printed.split_whitespace().next() != Some(expected.as_str()) {
         return Err(Error::Upload {
             path: path.to_owned(),
@@ -248,7 +304,7 @@ async fn edit_manifest(
 /// single-node Ignition made — all at the guest's clock — and read back with the credentials.
 pub async fn generate(
     guest: &SshGuest,
-    installer: &[u8],
+    installer: &std::path::Path,
     staged: &[StagedFile],
     release: &str,
 ) -> Result<Generated, Error> {
@@ -256,7 +312,7 @@ pub async fn generate(
         .run_checked(&Command::sudo(["mkdir", "-p", INSTALL_DIR]))
         .await
         .map_err(guest_err("create the install directory"))?;
-    upload(guest, INSTALLER, installer, 0o755).await?;
+    upload_file(guest, INSTALLER, installer, 0o755).await?;
     let (config, manifests_to_add): (Vec<&StagedFile>, Vec<&StagedFile>) =
         staged.iter().partition(|f| f.path == "install-config.yaml");
     let config = config
@@ -437,9 +493,64 @@ pub async fn issuer<G: Guest>(guest: &G, path: &str) -> Result<String, Error> {
     Ok(output.stdout_text().trim().to_owned())
 }
 
+/// What the cred-manager's pod may do, bound to a ServiceAccount of its own: mint a token of the
+/// `node-bootstrapper` ServiceAccount (nothing else of it), and run privileged (the
+/// `privileged` SCC: the MCO's namespace is no run-level namespace). The MCO's own
+/// `machine-config-daemon` account may do neither of the first (its roles: openshift/
+/// machine-config-operator `manifests/machineconfigdaemon/{clusterrole,role}.yaml`), and SNC's
+/// DaemonSet, which reads the `node-bootstrapper-token` Secret as the namespace's `default`
+/// account, needs a read of Secrets nothing grants it. Seal deletes all three with the DaemonSet.
+pub fn cred_manager_access() -> (ServiceAccount, Role, RoleBinding) {
+    let meta = || ObjectMeta {
+        name: Some(CRED_MANAGER.to_owned()),
+        namespace: Some(MCO_NAMESPACE.to_owned()),
+        ..ObjectMeta::default()
+    };
+    let rule = |group: &str, resource: &str, name: &str, verb: &str| PolicyRule {
+        api_groups: Some(vec![group.to_owned()]),
+        resources: Some(vec![resource.to_owned()]),
+        resource_names: Some(vec![name.to_owned()]),
+        verbs: vec![verb.to_owned()],
+        ..PolicyRule::default()
+    };
+    (
+        ServiceAccount {
+            metadata: meta(),
+            ..ServiceAccount::default()
+        },
+        Role {
+            metadata: meta(),
+            rules: Some(vec![
+                rule("", "serviceaccounts/token", NODE_BOOTSTRAPPER, "create"),
+                rule(
+                    "security.openshift.io",
+                    "securitycontextconstraints",
+                    "privileged",
+                    "use",
+                ),
+            ]),
+        },
+        RoleBinding {
+            metadata: meta(),
+            role_ref: RoleRef {
+                api_group: Some("rbac.authorization.k8s.io".to_owned()),
+                kind: "Role".to_owned(),
+                name: CRED_MANAGER.to_owned(),
+            },
+            subjects: Some(vec![Subject {
+                kind: "ServiceAccount".to_owned(),
+                name: CRED_MANAGER.to_owned(),
+                namespace: Some(MCO_NAMESPACE.to_owned()),
+                ..Subject::default()
+            }]),
+        },
+    )
+}
+
 /// SNC's DaemonSet that keeps `/etc/kubernetes/kubeconfig` usable for the kubelet's bootstrap
 /// after the installer's 24-hour bootstrap certificate has expired: it writes a kubeconfig with
-/// a token of the `node-bootstrapper` ServiceAccount onto the node.
+/// a token of the `node-bootstrapper` ServiceAccount onto the node, as its own account
+/// ([`cred_manager_access`]).
 pub fn cred_manager() -> DaemonSet {
     let script = r#"set -eu
 while true; do
@@ -461,7 +572,7 @@ done
             "template": {
                 "metadata": {"labels": {"k8s-app": CRED_MANAGER}},
                 "spec": {
-                    "serviceAccountName": "machine-config-daemon",
+                    "serviceAccountName": CRED_MANAGER,
                     "nodeSelector": {"node-role.kubernetes.io/master": ""},
                     "tolerations": [{"operator": "Exists"}],
                     "priorityClassName": "system-cluster-critical",
@@ -486,8 +597,28 @@ done
 pub async fn snc_certificate_steps(client: &kube::Client, patience: Patience) -> Result<(), Error> {
     // Single calls give up sooner than the wait for the new signer, so a refusal surfaces.
     let calls = Patience::new(patience.interval, patience.deadline.min(CALL_WAIT));
-    let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), MCO_NAMESPACE);
     let apply = PatchParams::apply("guestcluster-build-helper").force();
+    // Its account and what it may do first, so its first pod starts with them.
+    let (account, role, binding) = cred_manager_access();
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), MCO_NAMESPACE);
+    let roles: Api<Role> = Api::namespaced(client.clone(), MCO_NAMESPACE);
+    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), MCO_NAMESPACE);
+    let (account, role, binding) = (
+        Patch::Apply(account),
+        Patch::Apply(role),
+        Patch::Apply(binding),
+    );
+    retry(
+        "apply the cred-manager's account and role",
+        calls,
+        || async {
+            within(accounts.patch(CRED_MANAGER, &apply, &account)).await?;
+            within(roles.patch(CRED_MANAGER, &apply, &role)).await?;
+            within(bindings.patch(CRED_MANAGER, &apply, &binding)).await
+        },
+    )
+    .await?;
+    let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), MCO_NAMESPACE);
     let daemonset = Patch::Apply(cred_manager());
     retry("apply the kubelet-bootstrap-cred-manager", calls, || {
         within(daemonsets.patch(CRED_MANAGER, &apply, &daemonset))
@@ -754,6 +885,28 @@ mod tests {
     use crate::guest::Output;
     use crate::guest::fake::ScriptedGuest;
 
+    #[tokio::test]
+    async fn a_streamed_file_is_hashed_as_it_is_read() {
+        use tokio::io::AsyncReadExt;
+        // Larger than one read, so the digest spans several.
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let mut reader = Hashing {
+            inner: data.as_slice(),
+            hasher: Sha256::new(),
+        };
+        let mut chunk = [0u8; 8192];
+        let mut total = 0;
+        loop {
+            let n = reader.read(&mut chunk).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            total += n;
+        }
+        assert_eq!(total, data.len());
+        assert_eq!(hex(&reader.hasher.finalize()), sha256_hex(&data));
+    }
+
     #[test]
     fn enddate_parses_as_openssl_prints_it() {
         assert_eq!(
@@ -810,6 +963,39 @@ mod tests {
         let spec = ds.spec.template.spec.unwrap();
         assert!(
             spec.containers[0].command.as_ref().unwrap()[2].contains("/etc/kubernetes/kubeconfig")
+        );
+    }
+
+    #[test]
+    fn the_cred_manager_runs_as_an_account_that_may_mint_only_the_bootstrapper_token() {
+        let ds = cred_manager();
+        let pod = ds.spec.template.spec.unwrap();
+        let script = &pod.containers[0].command.as_ref().unwrap()[2];
+        assert!(
+            script.contains("oc create token node-bootstrapper"),
+            "{script}"
+        );
+        let (account, role, binding) = cred_manager_access();
+        assert_eq!(pod.service_account_name, account.metadata.name);
+        let rules = role.rules.unwrap();
+        let token = &rules[0];
+        assert_eq!(
+            (
+                token.resources.as_deref(),
+                token.resource_names.as_deref(),
+                token.verbs.as_slice()
+            ),
+            (
+                Some(&["serviceaccounts/token".to_owned()][..]),
+                Some(&[NODE_BOOTSTRAPPER.to_owned()][..]),
+                &["create".to_owned()][..]
+            )
+        );
+        assert_eq!(binding.role_ref.name, role.metadata.name.unwrap());
+        let subject = &binding.subjects.unwrap()[0];
+        assert_eq!(
+            (subject.name.as_str(), subject.namespace.as_deref()),
+            (CRED_MANAGER, Some(MCO_NAMESPACE))
         );
     }
 }

@@ -11,7 +11,8 @@
 
 use base64::Engine as _;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 
 use super::build::{CRED_MANAGER, MCO_NAMESPACE};
@@ -131,8 +132,9 @@ where
     Ok(())
 }
 
-/// As SNC does: the cred-manager DaemonSet goes (the cluster's certificates are rotated), and
-/// the chronyd mask with its rollout (an instance keeps real time).
+/// As SNC does: the cred-manager DaemonSet goes (the cluster's certificates are rotated), with
+/// the account and role it ran as, and the chronyd mask with its rollout (an instance keeps real
+/// time).
 pub async fn remove_build_helpers(
     client: &kube::Client,
     calls: Patience,
@@ -146,6 +148,13 @@ pub async fn remove_build_helpers(
         calls,
     )
     .await?;
+    let step = "delete the cred-manager's account and role";
+    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), MCO_NAMESPACE);
+    delete_named(&bindings, CRED_MANAGER, step, calls).await?;
+    let roles: Api<Role> = Api::namespaced(client.clone(), MCO_NAMESPACE);
+    delete_named(&roles, CRED_MANAGER, step, calls).await?;
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), MCO_NAMESPACE);
+    delete_named(&accounts, CRED_MANAGER, step, calls).await?;
     let configs = mc_api(client, "MachineConfig", "machineconfigs");
     delete_named(&configs, CHRONYD_MASK_MC, "delete the chronyd mask", calls).await?;
     customize::wait_pool(client, rollout).await?;

@@ -141,6 +141,16 @@ impl SshGuest {
         command: &Command,
         input: &[u8],
     ) -> Result<Output, GuestError> {
+        self.run_with_reader(command, input).await
+    }
+
+    /// Runs a command with what `input` reads on its stdin (then EOF), sent as it is read, a
+    /// channel window at a time: a large file never has to be in memory at once.
+    pub async fn run_with_reader(
+        &self,
+        command: &Command,
+        input: impl tokio::io::AsyncRead + Unpin + Send,
+    ) -> Result<Output, GuestError> {
         let left = self
             .deadline
             .map(|d| d.saturating_duration_since(tokio::time::Instant::now()));
@@ -159,13 +169,16 @@ impl SshGuest {
         }
     }
 
-    async fn exec(&self, command: &Command, input: &[u8]) -> Result<Output, GuestError> {
+    async fn exec(
+        &self,
+        command: &Command,
+        input: impl tokio::io::AsyncRead + Unpin + Send,
+    ) -> Result<Output, GuestError> {
         let ssh = |e: russh::Error| GuestError::Ssh(format!("`{command}`: {e}"));
         let mut channel = self.handle.channel_open_session().await.map_err(ssh)?;
         channel.exec(true, command.line()).await.map_err(ssh)?;
-        if !input.is_empty() {
-            channel.data(input).await.map_err(ssh)?;
-        }
+        // Nothing read, nothing sent: an empty input costs no message.
+        channel.data(input).await.map_err(ssh)?;
         // EOF on stdin, as an SSH client with no input does: commands reading stdin finish.
         channel.eof().await.map_err(ssh)?;
         let mut output = Output::default();

@@ -91,10 +91,13 @@ pub struct AdmissionServer {
     addr: SocketAddr,
     ca_pem: String,
     stop: Option<oneshot::Sender<()>>,
-    /// Eviction reviews answered: the interceptor lets an eviction of an unknown pod through,
-    /// so its registration is known effective once the API server calls it.
-    evictions_reviewed: Arc<AtomicU64>,
 }
+
+/// Eviction reviews answered by any server of this process: the interceptor lets an eviction of
+/// an unknown pod through, so its registration is known effective once the API server calls it.
+/// Any server, not this one: simulations started side by side (tests) overwrite each other's
+/// registrations, and the API server calls whichever was registered last.
+static EVICTIONS_REVIEWED: AtomicU64 = AtomicU64::new(0);
 
 /// What the connections share.
 #[derive(Clone)]
@@ -102,7 +105,6 @@ struct Shared {
     namespaces: Namespaces,
     /// The eviction interceptor's client, built on the server's runtime.
     client: Option<kube::Client>,
-    evictions_reviewed: Arc<AtomicU64>,
 }
 
 impl AdmissionServer {
@@ -125,8 +127,6 @@ impl AdmissionServer {
             .enable_all()
             .build()?;
         let (stop, stopped) = oneshot::channel();
-        let evictions_reviewed = Arc::new(AtomicU64::new(0));
-        let counter = evictions_reviewed.clone();
         std::thread::Builder::new()
             .name("sim-admission".into())
             .spawn(move || {
@@ -137,11 +137,7 @@ impl AdmissionServer {
                             tracing::error!("admission webhook server: client: {err}");
                         })
                         .ok();
-                    let shared = Shared {
-                        namespaces,
-                        client,
-                        evictions_reviewed: counter,
-                    };
+                    let shared = Shared { namespaces, client };
                     match TcpListener::from_std(listener) {
                         Ok(listener) => tokio::select! {
                             _ = stopped => {}
@@ -155,7 +151,6 @@ impl AdmissionServer {
             addr,
             ca_pem,
             stop: Some(stop),
-            evictions_reviewed,
         })
     }
 
@@ -297,7 +292,7 @@ async fn answer_eviction(
     if review["apiVersion"] != "admission.k8s.io/v1" || !request.is_object() {
         return Err(review::ReviewError::NotARequest);
     }
-    shared.evictions_reviewed.fetch_add(1, Ordering::SeqCst);
+    EVICTIONS_REVIEWED.fetch_add(1, Ordering::SeqCst);
     let response = match &shared.client {
         Some(client) => super::eviction::review(client, request).await,
         None => json!({"uid": request["uid"], "allowed": false,
@@ -482,7 +477,7 @@ pub async fn install(
         match webhook {
             Webhook::SecurityContextConstraints if !scc => {}
             Webhook::LauncherEviction => {
-                wait_eviction_effective(client, &server.evictions_reviewed).await?;
+                wait_eviction_effective(client).await?;
             }
             _ => wait_effective(client, webhook).await?,
         }
@@ -555,7 +550,8 @@ async fn wait_effective(client: &kube::Client, webhook: Webhook) -> Result<(), E
 
 /// Waits until the API server sends the interceptor a dry-run eviction of a pod that does not
 /// exist (which it lets through, so the API server then answers 404).
-async fn wait_eviction_effective(client: &kube::Client, reviewed: &AtomicU64) -> Result<(), Error> {
+async fn wait_eviction_effective(client: &kube::Client) -> Result<(), Error> {
+    let reviewed = &EVICTIONS_REVIEWED;
     let api: Api<k8s_openapi::api::core::v1::Pod> =
         Api::namespaced(client.clone(), PROBE_NAMESPACE);
     let params = kube::api::EvictParams {

@@ -397,11 +397,10 @@ async fn generator(
         .iso_dir
         .as_deref()
         .unwrap_or(std::path::Path::new("."));
-    let installer_path = work.join(WORK_BIN).join("openshift-install");
-    let installer = std::fs::read(&installer_path).map_err(Error::storage(format!(
-        "reading {}",
-        installer_path.display()
-    )))?;
+    let installer = work.join(WORK_BIN).join("openshift-install");
+    // Streamed to the guest from the file; missing, it is the work volume's fault.
+    std::fs::metadata(&installer)
+        .map_err(Error::storage(format!("reading {}", installer.display())))?;
     let staging_dir = work.join(WORK_STAGING);
     let staged = steps::read_staging(&staging_dir).map_err(Error::storage(format!(
         "reading the staging directory {}",

@@ -7,8 +7,9 @@
 //! - the kubelet files a CSR when its certificate passes its rotation point: the client CSR only
 //!   if it can authenticate — with its own still-valid certificate, or with the bootstrap
 //!   kubeconfig, which works while its day-long certificate is valid or once the
-//!   `kubelet-bootstrap-cred-manager` DaemonSet has replaced it; the serving CSR with a valid
-//!   client certificate;
+//!   `kubelet-bootstrap-cred-manager` DaemonSet has replaced it (which it can only if its service
+//!   account may get the node-bootstrapper's token, by the guest API server's RBAC); the serving
+//!   CSR with a valid client certificate;
 //! - approved kubelet CSRs are issued by the current CSR signer: the installer's, capped at its
 //!   expiry (an expired signer fails the CSR), until the Secrets `csr-signer-signer` and
 //!   `csr-signer` of `openshift-kube-controller-manager-operator` are deleted — then a new signer
@@ -16,6 +17,9 @@
 //! - while installing, the operators come up one by one and the ClusterVersion is Progressing.
 
 use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams};
 use serde_json::json;
@@ -138,6 +142,68 @@ pub fn apply_cred_manager(state: &mut GuestState) {
     );
 }
 
+/// The API call a cred-manager script makes for the node-bootstrapper's token: `oc create token
+/// node-bootstrapper` (a TokenRequest), or SNC's and the MCO's `recover-kubeconfig.sh`'s
+/// `oc get secret node-bootstrapper-token` (the MCO's long-lived token Secret,
+/// openshift/machine-config-operator 7ff337a4f
+/// `manifests/machineconfigserver/node-bootstrapper-token.yaml`).
+pub fn token_call(script: &str) -> Option<ResourceAttributes> {
+    let attributes =
+        |verb: &str, resource: &str, subresource: Option<&str>, name: &str| ResourceAttributes {
+            namespace: Some(CRED_MANAGER_NAMESPACE.to_owned()),
+            verb: Some(verb.to_owned()),
+            resource: Some(resource.to_owned()),
+            subresource: subresource.map(str::to_owned),
+            name: Some(name.to_owned()),
+            ..ResourceAttributes::default()
+        };
+    if script.contains("create token node-bootstrapper") {
+        Some(attributes(
+            "create",
+            "serviceaccounts",
+            Some("token"),
+            "node-bootstrapper",
+        ))
+    } else if script.contains("get secret") && script.contains("node-bootstrapper-token") {
+        Some(attributes(
+            "get",
+            "secrets",
+            None,
+            "node-bootstrapper-token",
+        ))
+    } else {
+        None
+    }
+}
+
+/// Whether the guest API server lets service account `account` of the cred-manager's
+/// namespace make `call` (a SubjectAccessReview, with the groups a service account has).
+async fn allowed(
+    client: &kube::Client,
+    account: &str,
+    call: &ResourceAttributes,
+) -> Result<bool, Error> {
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(format!(
+                "system:serviceaccount:{CRED_MANAGER_NAMESPACE}:{account}"
+            )),
+            groups: Some(vec![
+                "system:serviceaccounts".to_owned(),
+                format!("system:serviceaccounts:{CRED_MANAGER_NAMESPACE}"),
+                "system:authenticated".to_owned(),
+            ]),
+            resource_attributes: Some(call.clone()),
+            ..SubjectAccessReviewSpec::default()
+        },
+        ..SubjectAccessReview::default()
+    };
+    let answer = Api::<SubjectAccessReview>::all(client.clone())
+        .create(&Default::default(), &review)
+        .await?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
+}
+
 /// Whether operator `index` of `count` is up `elapsed` into an install whose operators take
 /// `total`: they come up one after another.
 pub fn operator_up_during_install(
@@ -174,22 +240,60 @@ impl Controllers {
             }));
         }
         self.signer_secrets(&install, now).await?;
-        let cred_manager =
-            Api::<DaemonSet>::namespaced(self.client.clone(), CRED_MANAGER_NAMESPACE)
-                .get_opt(CRED_MANAGER)
-                .await?
-                .is_some();
-        if cred_manager
-            && state
-                .certificates
-                .contains_key(paths::KUBELET_BOOTSTRAP_CERT)
-        {
-            self.guest.update(Box::new(apply_cred_manager));
-        }
         if self.kubelet_since.is_some() {
             self.renewal_csrs(state, now).await?;
         }
+        if state
+            .certificates
+            .contains_key(paths::KUBELET_BOOTSTRAP_CERT)
+        {
+            self.cred_manager().await?;
+        }
         Ok(())
+    }
+
+    /// The cred-manager's pod, played: it writes the bootstrap kubeconfig only if its service
+    /// account may make the API call its script makes for the token (the guest API server's
+    /// RBAC answers, as it would the pod). A refusal is this step's error: on a real cluster the
+    /// pod's `oc` fails and the container restarts.
+    async fn cred_manager(&mut self) -> Result<(), Error> {
+        let Some(daemonset) =
+            Api::<DaemonSet>::namespaced(self.client.clone(), CRED_MANAGER_NAMESPACE)
+                .get_opt(CRED_MANAGER)
+                .await?
+        else {
+            return Ok(());
+        };
+        let pod = daemonset.spec.template.spec.as_ref();
+        let account = pod
+            .and_then(|p| p.service_account_name.clone())
+            .filter(|a| !a.is_empty())
+            .unwrap_or_else(|| "default".to_owned());
+        let script: String = pod
+            .into_iter()
+            .flat_map(|p| &p.containers)
+            .flat_map(|c| c.command.iter().flatten().chain(c.args.iter().flatten()))
+            .map(|part| format!("{part}\n"))
+            .collect();
+        let Some(call) = token_call(&script) else {
+            return Err(Error::Client(format!(
+                "DaemonSet {CRED_MANAGER_NAMESPACE}/{CRED_MANAGER}: its script neither creates a node-bootstrapper token nor reads node-bootstrapper-token"
+            )));
+        };
+        if allowed(&self.client, &account, &call).await? {
+            self.guest.update(Box::new(apply_cred_manager));
+            return Ok(());
+        }
+        Err(Error::Client(format!(
+            "DaemonSet {CRED_MANAGER_NAMESPACE}/{CRED_MANAGER}: system:serviceaccount:{CRED_MANAGER_NAMESPACE}:{account} cannot {} {}{} {:?} in namespace {CRED_MANAGER_NAMESPACE} (forbidden): the bootstrap kubeconfig is not replaced",
+            call.verb.as_deref().unwrap_or_default(),
+            call.resource.as_deref().unwrap_or_default(),
+            call.subresource
+                .as_deref()
+                .map(|s| format!("/{s}"))
+                .unwrap_or_default(),
+            call.name.as_deref().unwrap_or_default(),
+        )))
     }
 
     /// The signer Secrets: created once from the disk's signer; when one has gone since, the
@@ -354,6 +458,28 @@ mod tests {
             Some(NOW)
         );
         assert!(managed.file(paths::BOOTSTRAP_KUBECONFIG).is_some());
+    }
+
+    #[test]
+    fn a_cred_manager_script_names_the_call_it_needs_allowed() {
+        let minted = token_call("token=$(oc create token node-bootstrapper -n x)").unwrap();
+        assert_eq!(
+            (
+                minted.verb.as_deref(),
+                minted.resource.as_deref(),
+                minted.subresource.as_deref()
+            ),
+            (Some("create"), Some("serviceaccounts"), Some("token"))
+        );
+        let read = token_call(
+            "oc get secret -n openshift-machine-config-operator node-bootstrapper-token -o x",
+        )
+        .unwrap();
+        assert_eq!(
+            (read.verb.as_deref(), read.name.as_deref()),
+            (Some("get"), Some("node-bootstrapper-token"))
+        );
+        assert_eq!(token_call("sleep 3600"), None);
     }
 
     #[test]
