@@ -20,6 +20,14 @@ pub const KUBEVIRT_NAMESPACE: &str = "openshift-cnv";
 /// cluster).
 pub const CLUSTER_EVICTION_STRATEGY: &str = "LiveMigrate";
 
+/// The `KubeVirt` kind (`kubevirt.io/v1`, `kubevirts`).
+pub fn kubevirt_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kubevirt.io", "v1", "KubeVirt"),
+        "kubevirts",
+    )
+}
+
 /// Creates (or refreshes) `KubeVirt openshift-cnv/kubevirt` and `CDI cdi`, both Deployed.
 pub async fn ensure(client: &kube::Client) -> Result<(), Error> {
     let namespace =
@@ -32,10 +40,7 @@ pub async fn ensure(client: &kube::Client) -> Result<(), Error> {
             &Patch::Apply(namespace),
         )
         .await?;
-    let kubevirt = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("kubevirt.io", "v1", "KubeVirt"),
-        "kubevirts",
-    );
+    let kubevirt = kubevirt_resource();
     let cdi = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("cdi.kubevirt.io", "v1beta1", "CDI"),
         "cdis",

@@ -22,6 +22,7 @@ use super::cluster::{self, Patience, condition_true, config_resource, retry};
 use super::ssh::SshGuest;
 use super::{Command, Guest, GuestError};
 use crate::contract::build_helper::Settle;
+use crate::resources::instance::sha256_hex;
 use crate::resources::profile::inputs::Sensitive;
 use crate::resources::profile::network::{HOSTNAME, NODE_IP};
 use crate::resources::profile::{ignition, manifests};
@@ -132,12 +133,9 @@ pub async fn check_clock<G: Guest>(guest: &G, expected: i64) -> Result<i64, Erro
     Ok(actual)
 }
 
+/// Lowercase hex of a finished digest.
 fn hex(digest: &[u8]) -> String {
     digest.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn sha256_hex(data: &[u8]) -> String {
-    hex(&Sha256::digest(data))
 }
 
 /// Reads from `inner` and hashes what it reads, so a file is hashed as it is sent.

@@ -17,7 +17,6 @@
 use std::time::Duration;
 
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
-use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
 
 use crate::platform::KUBEVIRT_NAMESPACE;
@@ -194,10 +193,7 @@ pub async fn review(client: &kube::Client, request: &Value) -> Value {
 
 /// `spec.configuration.evictionStrategy` of the cluster's `KubeVirt`, if any.
 async fn cluster_strategy(client: &kube::Client) -> Option<String> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("kubevirt.io", "v1", "KubeVirt"),
-        "kubevirts",
-    );
+    let resource = crate::platform::kubevirt_resource();
     let api: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), KUBEVIRT_NAMESPACE, &resource);
     let list = tokio::time::timeout(CALL_TIMEOUT, api.list(&Default::default()))

@@ -103,11 +103,8 @@ pub fn answer(
     body: &[u8],
     namespaces: &Namespaces,
 ) -> Result<Value, ReviewError> {
-    let review: Value = serde_json::from_slice(body)?;
+    let review = parse(body)?;
     let request = &review["request"];
-    if review["apiVersion"] != "admission.k8s.io/v1" || !request.is_object() {
-        return Err(ReviewError::NotARequest);
-    }
     let object = &request["object"];
     let old = match request["operation"].as_str() {
         Some("UPDATE") => Some(&request["oldObject"]),
@@ -150,7 +147,17 @@ pub fn answer(
     Ok(review_of(response))
 }
 
-fn review_of(response: Value) -> Value {
+/// The `AdmissionReview` in `body`, checked to be an admission.k8s.io/v1 one with a request.
+pub fn parse(body: &[u8]) -> Result<Value, ReviewError> {
+    let review: Value = serde_json::from_slice(body)?;
+    if review["apiVersion"] != "admission.k8s.io/v1" || !review["request"].is_object() {
+        return Err(ReviewError::NotARequest);
+    }
+    Ok(review)
+}
+
+/// The `AdmissionReview` that answers with `response`.
+pub fn review_of(response: Value) -> Value {
     json!({
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",

@@ -287,20 +287,15 @@ async fn answer_eviction(
     body: &[u8],
     shared: &Shared,
 ) -> Result<serde_json::Value, review::ReviewError> {
-    let review: serde_json::Value = serde_json::from_slice(body)?;
+    let review = review::parse(body)?;
     let request = &review["request"];
-    if review["apiVersion"] != "admission.k8s.io/v1" || !request.is_object() {
-        return Err(review::ReviewError::NotARequest);
-    }
     EVICTIONS_REVIEWED.fetch_add(1, Ordering::SeqCst);
     let response = match &shared.client {
         Some(client) => super::eviction::review(client, request).await,
         None => json!({"uid": request["uid"], "allowed": false,
                        "status": {"message": "kubevirt has no client", "code": 500}}),
     };
-    Ok(
-        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}),
-    )
+    Ok(review::review_of(response))
 }
 
 /// SCC admission waits for a new namespace's ranges (upstream polls its namespace cache every
