@@ -212,8 +212,10 @@ impl Sim {
     }
 
     /// Serves each guest's OpenShift API while its kubelet runs, with API servers started by
-    /// `launcher` on the control plane's etcd (see [`openshift`]).
+    /// `launcher` on the control plane's etcd (see [`openshift`]), and gives the guests an `oc`
+    /// (the launcher's `kubectl`) that reaches them.
     pub fn serve_guest_apis(&mut self, launcher: testenv::ApiServerLauncher) {
+        self.ctx.guests.set_kubectl(launcher.kubectl());
         self.tasks.push(spawn(
             "guest-apis",
             openshift::link::run(self.ctx.clone(), launcher),

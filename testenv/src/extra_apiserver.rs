@@ -66,6 +66,11 @@ pub struct ExtraApiServer {
 }
 
 impl ApiServerLauncher {
+    /// The control plane's `kubectl` binary (the same build as the API servers).
+    pub fn kubectl(&self) -> PathBuf {
+        self.bin_dir.join("kubectl")
+    }
+
     /// Starts the API server and waits until `/readyz` answers `ok`.
     pub async fn start(&self, spec: &ExtraApiServerSpec) -> Result<ExtraApiServer, Error> {
         let mut server = self.spawn(spec).await?;

@@ -4,6 +4,7 @@
 
 pub mod build;
 pub mod crc;
+pub mod e2e;
 pub mod helm;
 pub mod leaks;
 pub mod shared_sim;

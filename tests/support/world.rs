@@ -44,6 +44,16 @@ pub const INGRESS_DOMAIN: &str = "apps.mgmt.example";
 /// another before its first world starts).
 static FLAVOUR: OnceLock<Flavour> = OnceLock::new();
 
+/// The simulation's timings in this test binary's worlds: the fast ones unless the binary asks
+/// for others before its first world starts.
+static TIMINGS: OnceLock<Timings> = OnceLock::new();
+
+/// [`world`] with `timings` (the first world of a test binary decides them for all).
+pub fn world_with_timings(timings: impl FnOnce() -> Timings) -> &'static World {
+    TIMINGS.get_or_init(timings);
+    world()
+}
+
 /// The world with the operator's supervision tree running in this process, started on first use.
 pub fn world() -> &'static World {
     static WORLD: OnceLock<World> = OnceLock::new();
@@ -153,7 +163,7 @@ async fn start(
         client.clone(),
         Options {
             root: root.join("sim"),
-            timings: Timings::fast(),
+            timings: TIMINGS.get_or_init(Timings::fast).clone(),
             kubeconfig: cp.kubeconfig_path().to_path_buf(),
             guestcluster_bin: env!("CARGO_BIN_EXE_guestcluster").into(),
             our_image_prefix: IMAGE

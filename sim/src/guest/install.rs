@@ -318,6 +318,7 @@ pub fn installed_state(
     }
     containers::install(&mut state, &version, &release);
     state.openshift_version = Some(version);
+    crate::guest::state::add_localhost_kubeconfig(&mut state, &pki);
     state.pki = Some(pki);
     state.install = Some(InstallState {
         stamp: signer.not_before,

@@ -162,6 +162,8 @@ struct Inner {
     timings: Timings,
     /// Whether guests' chronyd reaches NTP (see [`Runtime::ntp_reachable`]).
     ntp_reachable: AtomicBool,
+    /// The `kubectl` that plays guests' `oc` (see [`exec::oc`]), once guest APIs are served.
+    kubectl: Mutex<Option<std::path::PathBuf>>,
     guests: Mutex<HashMap<String, Arc<Guest>>>,
     ports: Mutex<HashMap<(String, u16), SocketAddr>>,
     exits: broadcast::Sender<GuestExit>,
@@ -218,6 +220,7 @@ impl GuestHost {
                 timings,
                 // A pod network reaches NTP: chronyd with RHCOS's default pool steps the clock.
                 ntp_reachable: AtomicBool::new(true),
+                kubectl: Mutex::new(None),
                 guests: Mutex::new(HashMap::new()),
                 ports: Mutex::new(HashMap::new()),
                 exits,
@@ -308,9 +311,15 @@ impl GuestHost {
     }
 
     /// Whether guests booted from now on reach NTP servers (chronyd then steps their clocks to
-    /// host time, undoing a VM clock offset). Off by default.
+    /// host time, undoing a VM clock offset). On by default, as on a pod network with egress.
     pub fn set_ntp_reachable(&self, reachable: bool) {
         self.inner.ntp_reachable.store(reachable, Ordering::Relaxed);
+    }
+
+    /// The `kubectl` binary that plays the `oc` of guests booted from now on (see
+    /// [`exec::oc`]); set when guest APIs are served.
+    pub fn set_kubectl(&self, kubectl: PathBuf) {
+        *lock(&self.inner.kubectl) = Some(kubectl);
     }
 
     /// Guest-initiated power-offs and crashes.
@@ -458,7 +467,12 @@ impl Inner {
 
     /// Firmware, boot time, then sshd.
     async fn boot_os(self: Arc<Self>, guest: &Arc<Guest>) -> Result<(), GuestError> {
-        let prepared = firmware(&guest.spec, self.ntp_reachable.load(Ordering::Relaxed))?;
+        let kubectl = lock(&self.kubectl).clone();
+        let prepared = firmware(
+            &guest.spec,
+            self.ntp_reachable.load(Ordering::Relaxed),
+            kubectl,
+        )?;
         tokio::time::sleep(self.timings.boot).await;
         if !self.is_current(guest) {
             return Err(GuestError::Stopped {
@@ -786,7 +800,11 @@ fn programs(pipeline: &Pipeline) -> String {
 }
 
 /// Picks the boot disk and prepares the OS on it (host key on first boot, boot-time resets).
-fn firmware(spec: &BootSpec, ntp_reachable: bool) -> Result<Prepared, GuestError> {
+fn firmware(
+    spec: &BootSpec,
+    ntp_reachable: bool,
+    kubectl: Option<std::path::PathBuf>,
+) -> Result<Prepared, GuestError> {
     let (choice, notes) = boot::choose(&spec.disks);
     for note in &notes {
         tracing::debug!(vmi_uid = %spec.vmi_uid, "firmware: {note}");
@@ -826,6 +844,10 @@ fn firmware(spec: &BootSpec, ntp_reachable: bool) -> Result<Prepared, GuestError
     };
     let mut runtime = Runtime::new(disk_bytes, spec.clock_offset_seconds, live);
     runtime.ntp_reachable = ntp_reachable;
+    runtime.oc = kubectl.map(|kubectl| exec::oc::OcBackend {
+        kubectl,
+        api: SocketAddr::new(spec.ip.into(), crate::openshift::link::API_PORT),
+    });
     let machine = Machine::power_on(state, runtime);
     if let Some(path) = &persist {
         disk::write_state(path, &machine.state)?;

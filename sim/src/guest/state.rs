@@ -427,6 +427,9 @@ pub mod paths {
     pub const STATIC_POD_RESOURCES: &str = "/etc/kubernetes/static-pod-resources";
     /// The API server's aggregator client certificate, one of the three `crc start` checks.
     pub const AGGREGATOR_CLIENT_CERT: &str = "/etc/kubernetes/static-pod-resources/kube-apiserver-certs/secrets/aggregator-client/tls.crt";
+    /// The node's own kubeconfig for its API server: cluster-kube-apiserver-operator's
+    /// `node-kubeconfigs` Secret, installed with the API server's other resources.
+    pub const NODE_LOCALHOST_KUBECONFIG: &str = "/etc/kubernetes/static-pod-resources/kube-apiserver-certs/secrets/node-kubeconfigs/localhost.kubeconfig";
 }
 
 impl GuestState {
@@ -585,6 +588,7 @@ impl GuestState {
                 paths::KUBECONFIG.to_string(),
                 File::root(sealed_kubeconfig(pki), 0o600),
             );
+            add_localhost_kubeconfig(&mut state, pki);
         }
         state.pki = pki;
         state.files.insert(
@@ -654,6 +658,33 @@ impl GuestState {
 /// `/opt/kubeconfig` of a sealed disk: the installer's admin kubeconfig (one cluster, CA data,
 /// a client certificate), as SNC copies it in.
 /// `/opt/kubeconfig` of a sealed disk: the API's CA and the `system:admin` client certificate.
+/// `localhost.kubeconfig` of the `node-kubeconfigs` Secret (cluster-kube-apiserver-operator
+/// `pkg/operator/nodekubeconfigcontroller`): `https://localhost:6443` as `system:admin` with a
+/// certificate of the node-system-admin signer, which the API server trusts apart from the
+/// admin kubeconfig's CA (so replacing that CA leaves it working). `None` if a key cannot be
+/// made, which leaves the node without the file rather than with a broken one.
+pub fn localhost_kubeconfig(pki: &crate::openshift::GuestPki) -> Option<String> {
+    let (cert, key) = pki.client_cert("system:admin", "system:masters").ok()?;
+    let ca = BASE64.encode(pki.server_ca_cert.as_bytes());
+    let (cert, key) = (
+        BASE64.encode(cert.as_bytes()),
+        BASE64.encode(key.as_bytes()),
+    );
+    Some(format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    certificate-authority-data: {ca}\n    server: https://localhost:6443\n  name: localhost\ncontexts:\n- context:\n    cluster: localhost\n    user: system:admin\n  name: system:admin\ncurrent-context: system:admin\nusers:\n- name: system:admin\n  user:\n    client-certificate-data: {cert}\n    client-key-data: {key}\n"
+    ))
+}
+
+/// Writes the node's [`localhost_kubeconfig`] (root, `0600`).
+pub fn add_localhost_kubeconfig(state: &mut GuestState, pki: &crate::openshift::GuestPki) {
+    if let Some(text) = localhost_kubeconfig(pki) {
+        state.files.insert(
+            paths::NODE_LOCALHOST_KUBECONFIG.to_string(),
+            File::root(text, 0o600),
+        );
+    }
+}
+
 fn sealed_kubeconfig(pki: &crate::openshift::GuestPki) -> String {
     let ca = BASE64.encode(pki.server_ca_cert.as_bytes());
     let cert = BASE64.encode(pki.admin_cert.as_bytes());

@@ -277,6 +277,14 @@ fn create_manifests(
         0o644,
     )
     .map_err(io)?;
+    for (name, manifest) in cluster_manifests(&config)? {
+        fs.write(
+            &format!("{dir}/manifests/{name}"),
+            manifest.as_bytes(),
+            0o644,
+        )
+        .map_err(io)?;
+    }
     write_pull_secret(fs, dir, &config)?;
     mint(fs, dir, Stage::Manifests, call.now)?;
     if path == format!("{dir}/install-config.yaml") {
@@ -289,6 +297,49 @@ fn create_manifests(
         fs.remove(&path).map_err(io)?;
     }
     Ok(())
+}
+
+/// The cluster-scoped configuration `create manifests` derives from the install-config
+/// (openshift/installer `pkg/asset/manifests/infrastructure.go` and `network.go`, defaults from
+/// `pkg/types/defaults/installconfig.go`): the Infrastructure `cluster` (API URLs, platform
+/// `None`, single-replica topologies for one control-plane node) and the Network `cluster`
+/// (the install-config's first cluster and service networks and network type). The shell
+/// installer writes the same text.
+fn cluster_manifests(config: &str) -> Result<[(&'static str, String); 2], InstallerError> {
+    let parsed: Value = serde_saphyr::from_str(config)
+        .map_err(|e| failed(format!("invalid install-config: {e}")))?;
+    let name = cluster_name(config).unwrap_or_default();
+    let domain = yaml_top("baseDomain", config).unwrap_or_default();
+    let text = |v: &Value| match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    };
+    let topology = match text(&parsed["controlPlane"]["replicas"]).as_deref() {
+        Some("1") => "SingleReplica",
+        _ => "HighlyAvailable",
+    };
+    let networking = &parsed["networking"];
+    let network_type = text(&networking["networkType"]).unwrap_or_else(|| "OVNKubernetes".into());
+    let cluster_cidr =
+        text(&networking["clusterNetwork"][0]["cidr"]).unwrap_or_else(|| "10.128.0.0/14".into());
+    let host_prefix =
+        text(&networking["clusterNetwork"][0]["hostPrefix"]).unwrap_or_else(|| "23".into());
+    let service = text(&networking["serviceNetwork"][0]).unwrap_or_else(|| "172.30.0.0/16".into());
+    Ok([
+        (
+            "cluster-infrastructure-02-config.yml",
+            format!(
+                "apiVersion: config.openshift.io/v1\nkind: Infrastructure\nmetadata:\n  creationTimestamp: null\n  name: cluster\nspec:\n  cloudConfig:\n    name: \"\"\n  platformSpec:\n    type: None\nstatus:\n  apiServerInternalURI: https://api-int.{name}.{domain}:6443\n  apiServerURL: https://api.{name}.{domain}:6443\n  controlPlaneTopology: {topology}\n  cpuPartitioning: None\n  etcdDiscoveryDomain: \"\"\n  infrastructureName: {name}-sim01\n  infrastructureTopology: {topology}\n  platform: None\n  platformStatus:\n    type: None\n"
+            ),
+        ),
+        (
+            "cluster-network-02-config.yml",
+            format!(
+                "apiVersion: config.openshift.io/v1\nkind: Network\nmetadata:\n  creationTimestamp: null\n  name: cluster\nspec:\n  clusterNetwork:\n  - cidr: {cluster_cidr}\n    hostPrefix: {host_prefix}\n  externalIP:\n    policy: {{}}\n  networkType: {network_type}\n  serviceNetwork:\n  - {service}\nstatus: {{}}\n"
+            ),
+        ),
+    ])
 }
 
 fn data_url(bytes: &[u8]) -> String {

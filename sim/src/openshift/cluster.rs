@@ -34,6 +34,7 @@ use serde_json::{Value, json};
 
 mod installed;
 pub mod mco;
+mod node;
 
 use super::pki::{CsrSigner, GuestPki};
 use crate::Timings;
@@ -245,6 +246,7 @@ impl GuestCluster {
             renewals_requested: BTreeMap::new(),
             failures: BTreeMap::new(),
             rollouts: BTreeMap::new(),
+            node_registered: None,
         }));
         Ok(GuestCluster {
             server: slot,
@@ -531,6 +533,8 @@ struct Controllers {
     failures: BTreeMap<&'static str, String>,
     /// MachineConfigPool rollouts in progress: rendered config name → when it started.
     rollouts: BTreeMap<String, Instant>,
+    /// The Node this kubelet start registered: name and InternalIP.
+    node_registered: Option<(String, String)>,
 }
 
 async fn run_controllers(mut c: Controllers) {
@@ -563,6 +567,10 @@ impl Controllers {
             .as_ref()
             .and_then(|s| s.install.as_ref())
             .is_some_and(|i| i.completed_at.is_none());
+        if let Some(state) = state.as_ref() {
+            let result = self.node(state).await;
+            self.outcome("node", result);
+        }
         let result = self.sync_client_ca().await;
         self.outcome("client CA", result);
         let result = self.named_certificates().await;

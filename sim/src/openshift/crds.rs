@@ -53,6 +53,8 @@ const KINDS: &[(&str, &str, &str, bool)] = &[
     ),
     // The cluster network operator's configuration, an install manifest of the profile.
     ("operator.openshift.io", "Network", "networks", false),
+    // The cluster's network configuration, an installer manifest.
+    ("config.openshift.io", "Network", "networks", false),
     ("route.openshift.io", "Route", "routes", true),
     ("config.openshift.io", "Image", "images", false),
     (

@@ -60,6 +60,53 @@ yaml_any() {
         }' "$2"
 }
 
+# The first value of FIELD in the block under the first `BLOCK:` line (at any depth): a
+# `FIELD: value` line, or with FIELD `-` the first list item; unquoted. List items may sit at the
+# block key's own indentation, as YAML allows.
+yaml_in() {
+    awk -v block="$1" -v field="$2" '
+        function depth(s) { match(s, /^[ \t]*/); return RLENGTH }
+        !inside {
+            l = $0; sub(/^[ \t-]+/, "", l)
+            if (l == block ":") { inside = 1; d = depth($0) }
+            next
+        }
+        depth($0) <= d && $0 !~ /^[ \t]*- / { exit }
+        {
+            l = $0; sub(/^[ \t]+/, "", l)
+            if (field == "-") {
+                if (l !~ /^- /) next
+                v = substr(l, 3)
+            } else {
+                sub(/^- /, "", l)
+                if (index(l, field ":") != 1) next
+                v = substr(l, length(field) + 2)
+            }
+            sub(/^[ \t]+/, "", v)
+            gsub(/^["\047]|["\047][ \t]*$/, "", v)
+            print v
+            exit
+        }' "$3"
+}
+
+# The Infrastructure and Network `cluster` manifests, as the native installer writes them.
+write_cluster_manifests() {
+    name=$(cluster_name "$1")
+    domain=$(yaml_top baseDomain "$1")
+    topology=HighlyAvailable
+    [ "$(yaml_in controlPlane replicas "$1")" = 1 ] && topology=SingleReplica
+    network_type=$(yaml_in networking networkType "$1")
+    cluster_cidr=$(yaml_in clusterNetwork cidr "$1")
+    host_prefix=$(yaml_in clusterNetwork hostPrefix "$1")
+    service=$(yaml_in serviceNetwork - "$1")
+    printf 'apiVersion: config.openshift.io/v1\nkind: Infrastructure\nmetadata:\n  creationTimestamp: null\n  name: cluster\nspec:\n  cloudConfig:\n    name: ""\n  platformSpec:\n    type: None\nstatus:\n  apiServerInternalURI: https://api-int.%s.%s:6443\n  apiServerURL: https://api.%s.%s:6443\n  controlPlaneTopology: %s\n  cpuPartitioning: None\n  etcdDiscoveryDomain: ""\n  infrastructureName: %s-sim01\n  infrastructureTopology: %s\n  platform: None\n  platformStatus:\n    type: None\n' \
+        "$name" "$domain" "$name" "$domain" "$topology" "$name" "$topology" \
+        >"$2/cluster-infrastructure-02-config.yml"
+    printf 'apiVersion: config.openshift.io/v1\nkind: Network\nmetadata:\n  creationTimestamp: null\n  name: cluster\nspec:\n  clusterNetwork:\n  - cidr: %s\n    hostPrefix: %s\n  externalIP:\n    policy: {}\n  networkType: %s\n  serviceNetwork:\n  - %s\nstatus: {}\n' \
+        "${cluster_cidr:-10.128.0.0/14}" "${host_prefix:-23}" "${network_type:-OVNKubernetes}" "${service:-172.30.0.0/16}" \
+        >"$2/cluster-network-02-config.yml"
+}
+
 # metadata.name of an install-config.
 cluster_name() {
     awk '
@@ -147,6 +194,7 @@ create_manifests() {
     printf 'apiVersion: config.openshift.io/v1\nkind: Ingress\nmetadata:\n  creationTimestamp: null\n  name: cluster\nspec:\n  domain: apps.%s.%s\nstatus: {}\n' \
         "$(cluster_name "$config")" "$(yaml_top baseDomain "$config")" \
         >"$dir/manifests/cluster-ingress-02-config.yml"
+    write_cluster_manifests "$config" "$dir/manifests"
     write_pull_secret "$config" "$dir/manifests/openshift-config-secret-pull-secret.yaml"
     mint_certs manifests
     if [ "$config" = "$dir/install-config.yaml" ]; then

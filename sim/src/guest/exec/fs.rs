@@ -139,6 +139,7 @@ impl Ctx<'_> {
         match path {
             "/dev/null" => Some(Vec::new()),
             "/etc/hostname" => Some(format!("{}\n", self.state().hostname).into_bytes()),
+            "/proc/cmdline" => Some(super::system::kernel_cmdline(self.machine()).into_bytes()),
             _ => storage::sys_block_file(self, path),
         }
     }
@@ -283,7 +284,7 @@ impl Ctx<'_> {
     }
 
     /// Files and explicit directories under `dir` (recursive), sorted.
-    fn entries_under(&self, dir: &str) -> Vec<String> {
+    pub(super) fn entries_under(&self, dir: &str) -> Vec<String> {
         let prefix = if dir == "/" {
             "/".to_string()
         } else {

@@ -14,7 +14,9 @@ pub mod etcd;
 pub mod fs;
 pub mod installer;
 pub mod net;
+pub mod oc;
 pub mod openssl;
+pub mod search;
 pub mod storage;
 pub mod system;
 
@@ -63,6 +65,9 @@ pub struct Runtime {
     /// The kubelet's pod sandboxes run: from its start on an installed disk until `crictl rmp`
     /// or power-off (stopping the kubelet leaves them running).
     pub pods_running: bool,
+    /// What plays the node's `oc` this boot (see [`oc`]); none when the simulation serves no
+    /// guest APIs.
+    pub oc: Option<oc::OcBackend>,
 }
 
 impl Runtime {
@@ -77,6 +82,7 @@ impl Runtime {
             guest_ip: MASQUERADE_GUEST_IP,
             ntp_reachable: false,
             pods_running: false,
+            oc: None,
         }
     }
 }
@@ -352,6 +358,7 @@ fn run_simple(
         "chown" => fs::chown(ctx, args),
         "readlink" => fs::readlink(ctx, args),
         "find" => fs::find(ctx, args),
+        "grep" => search::grep(ctx, args, stdin),
         "true" => Run::ok(),
         "false" => Run::ok().with_code(1),
         "hostname" => system::hostname(ctx, args),
@@ -394,6 +401,8 @@ fn run_simple(
         "mount" => storage::mount(ctx, args),
         "ip" => net::ip(ctx, args),
         "nmcli" => net::nmcli(ctx, args),
+        "getent" => net::getent(ctx, args),
+        "oc" | "kubectl" => oc::oc(ctx, args),
         "openssl" => openssl::openssl(ctx, args, stdin),
         "podman" => containers::podman(ctx, args),
         "crictl" => containers::crictl(ctx, args),

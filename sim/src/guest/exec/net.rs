@@ -302,6 +302,28 @@ pub fn check_dnsmasq_config(machine: &Machine) -> Result<(), String> {
     Ok(())
 }
 
+/// `getent hosts NAME…`: one `ADDRESS NAME` line per name the guest resolves (glibc's format:
+/// the address padded to 15 columns); exit status 2 when some name does not resolve, as glibc's
+/// `getent` reports a key it did not find.
+pub fn getent(ctx: &mut Ctx<'_>, args: &[String]) -> Run {
+    let Some((database, keys)) = args.split_first() else {
+        return Run::fail(1, "Usage: getent [OPTION...] database [key ...]");
+    };
+    if database != "hosts" {
+        return Run::fail(1, format!("getent: database {database} is not simulated"));
+    }
+    let mut run = Run::ok();
+    for key in keys {
+        match resolve(ctx.machine(), key) {
+            Some(address) => run
+                .stdout
+                .extend_from_slice(format!("{address:<15} {key}\n").as_bytes()),
+            None => run.code = 2,
+        }
+    }
+    run
+}
+
 /// Resolves `host` as a process in the guest would: `/etc/hosts`, then the nameservers of
 /// `/etc/resolv.conf` — only a running dnsmasq on a guest address knows anything (the DHCP
 /// nameserver knows no CRC name and the sim has no Internet).

@@ -538,9 +538,36 @@ pub fn id(ctx: &mut Ctx<'_>, args: &[String]) -> Run {
     }
 }
 
+/// The RHCOS 9.6 kernel (`uname -r`).
+const KERNEL_RELEASE: &str = "5.14.0-570.el9_6.x86_64";
+
+/// `/proc/cmdline`. The live ISO boots with its volume label in `coreos.liveiso=` (the
+/// ISO's `EFI/redhat/grub.cfg`, which coreos-installer's `iso kargs` edits and
+/// assisted-image-service strips for its minimal ISO); an installed disk boots its ostree
+/// deployment with the `ignition.platform.id=metal … rw rootflags=prjquota` arguments
+/// coreos-assembler's image build sets.
+pub fn kernel_cmdline(machine: &Machine) -> String {
+    if machine.runtime.live {
+        format!(
+            "BOOT_IMAGE=/images/pxeboot/vmlinuz random.trust_cpu=on rd.luks.options=discard ignition.firstboot ignition.platform.id=metal coreos.liveiso={LIVE_ISO_LABEL}\n"
+        )
+    } else {
+        format!(
+            "BOOT_IMAGE=(hd0,gpt3)/boot/ostree/rhcos-{DEPLOYMENT}/vmlinuz-{KERNEL_RELEASE} ignition.platform.id=metal ostree=/ostree/boot.1/rhcos/{DEPLOYMENT}/0 root=UUID={ROOT_UUID} rw rootflags=prjquota boot=UUID={BOOT_UUID}\n"
+        )
+    }
+}
+
+/// The live ISO's volume label.
+const LIVE_ISO_LABEL: &str = "rhcos-9.6.20251023-0";
+/// The installed system's ostree deployment checksum and filesystem UUIDs.
+const DEPLOYMENT: &str = "5c1f0b8f2c6e4f7a9d3b1e0c8a7f6d5e4c3b2a1908f7e6d5c4b3a29180f7e6d5";
+const ROOT_UUID: &str = "910678ff-f77e-4a7d-8d53-86f2ac47a823";
+const BOOT_UUID: &str = "5a5e4b1c-6a2d-4c2e-9f4b-2c5d1e6f7a80";
+
 pub fn uname(args: &[String]) -> Run {
     match args.first().map(String::as_str) {
-        Some("-r") => Run::out("5.14.0-570.el9_6.x86_64\n"),
+        Some("-r") => Run::out(format!("{KERNEL_RELEASE}\n")),
         Some("-m") => Run::out("x86_64\n"),
         Some("-n") => Run::out("crc\n"),
         _ => Run::out("Linux\n"),

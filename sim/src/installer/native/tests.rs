@@ -14,9 +14,21 @@ apiVersion: v1
 baseDomain: testing
 metadata:
   name: crc
+compute:
+- name: worker
+  replicas: 0
 controlPlane:
   name: master
   replicas: 1
+networking:
+  networkType: OVNKubernetes
+  clusterNetwork:
+  - cidr: 10.217.0.0/22
+    hostPrefix: 23
+  serviceNetwork:
+  - 10.217.4.0/23
+  machineNetwork:
+  - cidr: 192.168.126.0/24
 bootstrapInPlace:
   installationDisk: /dev/vda
 pullSecret: '{\"auths\":{\"quay.io\":{\"auth\":\"eDp5\"}}}'
@@ -183,6 +195,14 @@ fn both_installers_make_the_same_ignition_but_for_the_clock() {
         "same files, modes, contents"
     );
     assert!(native.contains_key("/opt/openshift/tls/root-ca.crt"));
+    let network = &native["/opt/openshift/manifests/cluster-network-02-config.yml"].1;
+    assert!(
+        network.contains("- cidr: 10.217.0.0/22\n    hostPrefix: 23\n")
+            && network.contains("serviceNetwork:\n  - 10.217.4.0/23\n"),
+        "{network}"
+    );
+    let infrastructure = &native["/opt/openshift/manifests/cluster-infrastructure-02-config.yml"].1;
+    assert!(infrastructure.contains("controlPlaneTopology: SingleReplica\n"));
     assert!(native.contains_key("/opt/openshift/tls/kubelet-signer.crt"));
     assert!(native.contains_key("/opt/openshift/openshift/99-custom.yaml"));
 
