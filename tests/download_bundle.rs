@@ -15,7 +15,7 @@ use guestcluster::api::common::ObjectIdentity;
 use guestcluster::api::conditions::{self, reasons, types};
 use guestcluster::api::{CRCBundle, CRCBundleSpec};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use sim::bundles::{self, BundleSpec, Flaw};
@@ -350,5 +350,71 @@ async fn the_prep_job_child_restarts_from_status_and_a_deleted_job_is_made_again
         (gone && b.status?.prep_job.is_none()).then_some(())
     })
     .await;
+    api.delete(&name, &DeleteParams::default()).await.unwrap();
+}
+
+/// A pod anyone created with the prep Job's name in its `job-name` labels, finished later than
+/// the Job's own pod with a message of its own, is not the Job's pod: the bundle fails with the
+/// prep Job's reason, and the planted message is nowhere in its status (hardening item 7: a
+/// Job's pods are the ones its controller made, selected by the Job's UID).
+#[tokio::test]
+async fn a_pod_that_only_claims_the_prep_jobs_name_is_not_its_pod() {
+    let client = support::client().await;
+    let api: Api<CRCBundle> = Api::all(client.clone());
+    let (name, _) = create_bundle(&client, "4.17.0", Flaw::WrongChecksum, |_| Fault::None).await;
+    let job = format!("{name}-prep");
+    let planted = "PlantedReason: written by a pod that is not the Job's";
+    let pods: Api<Pod> = Api::namespaced(client.clone(), OPERATOR_NS);
+    let decoy: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": format!("{job}-decoy"),
+            "labels": {"job-name": job, "batch.kubernetes.io/job-name": job},
+        },
+        "spec": {
+            // Bound to a node that is not the simulated kubelet's: nothing runs it, so the
+            // status written below stays.
+            "nodeName": "not-a-node",
+            "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "prep", "image": "registry.example/decoy:1",
+                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
+            }],
+        },
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &decoy).await.unwrap();
+    let finished = "2099-01-01T00:00:00Z";
+    let status = serde_json::json!({"status": {"phase": "Failed", "containerStatuses": [{
+        "name": "prep", "image": "registry.example/decoy:1", "imageID": "", "ready": false,
+        "restartCount": 0,
+        "state": {"terminated": {"exitCode": 1, "reason": "Error", "message": planted,
+                                 "startedAt": finished, "finishedAt": finished}},
+    }]}});
+    pods.patch_status(
+        &format!("{job}-decoy"),
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&status),
+    )
+    .await
+    .unwrap();
+
+    let b = wait_for(&format!("{name} Failed"), || {
+        phase(&api, &name, BundlePhase::Failed)
+    })
+    .await;
+    let message = ready(&b).2;
+    assert!(
+        message.contains("ChecksumMismatch"),
+        "the prep Job's own reason: {message:?}"
+    );
+    let status = serde_json::to_string(&b.status).unwrap();
+    assert!(
+        !status.contains("PlantedReason"),
+        "the planted message reached the status: {status}"
+    );
+
+    pods.delete(&format!("{job}-decoy"), &DeleteParams::default())
+        .await
+        .unwrap();
     api.delete(&name, &DeleteParams::default()).await.unwrap();
 }

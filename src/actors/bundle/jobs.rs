@@ -4,11 +4,9 @@
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
-use kube::api::ListParams;
 
 use crate::actors::runtime::context::Context;
+use crate::actors::runtime::job_pods;
 use crate::actors::runtime::stage::Observation;
 
 /// How often a running Job's pods are looked at again for what keeps them from starting.
@@ -19,10 +17,10 @@ pub async fn with_blocker(
     progress: String,
     client: &kube::Client,
     ns: &str,
-    job: &str,
+    job: &Job,
 ) -> Result<Observation, kube::Error> {
     Ok(Observation::Progress(
-        match crate::actors::runtime::job_pods::blocker(client, ns, job).await? {
+        match job_pods::blocker(client, ns, job).await? {
             Some(blocker) => format!("{progress}; {blocker}"),
             None => progress,
         },
@@ -65,7 +63,7 @@ pub fn outcome(job: &Job) -> Observation {
 pub async fn last_failure(
     client: &kube::Client,
     ns: &str,
-    job: &str,
+    job: &Job,
 ) -> Result<Option<String>, kube::Error> {
     let message = termination_message(client, ns, job, |code| code != 0).await?;
     Ok(message
@@ -73,19 +71,16 @@ pub async fn last_failure(
         .filter(|m| !m.is_empty()))
 }
 
-/// The termination message of the Job's most recent pod whose container (or init container)
-/// exited with a code `exit` accepts.
+/// The termination message of the Job's most recent pod (see [`job_pods::of`]) whose container
+/// (or init container) exited with a code `exit` accepts.
 pub async fn termination_message(
     client: &kube::Client,
     ns: &str,
-    job: &str,
+    job: &Job,
     exit: impl Fn(i32) -> bool,
 ) -> Result<Option<String>, kube::Error> {
-    let pods = Api::<Pod>::namespaced(client.clone(), ns)
-        .list(&ListParams::default().labels(&format!("job-name={job}")))
-        .await?;
+    let pods = job_pods::of(client, ns, job).await?;
     Ok(pods
-        .items
         .iter()
         // Init containers too: the prep Job's download runs in one, and a failure there ends
         // the pod before its container starts.
@@ -106,20 +101,19 @@ pub async fn termination_message(
 /// A Job of the build whose result is its termination message: `Done` with the message of its
 /// succeeded pod, `Failed` with the last line of its failed pod's.
 pub async fn observe_job(job: &Job, ctx: &Context) -> Result<Observation, kube::Error> {
-    let name = job.metadata.name.as_deref().unwrap_or_default();
     Ok(match outcome(job) {
         Observation::Done(_) => Observation::Done(
-            termination_message(&ctx.client, &ctx.namespace, name, |code| code == 0)
+            termination_message(&ctx.client, &ctx.namespace, job, |code| code == 0)
                 .await?
                 .unwrap_or_default(),
         ),
         Observation::Failed(why) => Observation::Failed(
-            last_failure(&ctx.client, &ctx.namespace, name)
+            last_failure(&ctx.client, &ctx.namespace, job)
                 .await?
                 .unwrap_or(why),
         ),
         Observation::Progress(progress) => {
-            with_blocker(progress, &ctx.client, &ctx.namespace, name).await?
+            with_blocker(progress, &ctx.client, &ctx.namespace, job).await?
         }
         other => other,
     })

@@ -3,9 +3,40 @@
 //! in the wrong mode, an image that cannot be pulled, a Secret that is gone). The stage message
 //! carries it, so a stuck build step is named instead of looking like a long wait.
 
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::Api;
 use kube::api::ListParams;
+
+/// The label the Job controller puts on every pod it makes: the Job's UID.
+pub const CONTROLLER_UID: &str = "batch.kubernetes.io/controller-uid";
+
+/// The pods Job `job`'s controller made. They are selected by the Job's UID, not by the
+/// `job-name` label, which any pod in the namespace can carry, and kept only when the Job is
+/// their controller: a pod someone else made does not speak for the Job (its termination
+/// message would become a condition).
+pub async fn of(client: &kube::Client, ns: &str, job: &Job) -> Result<Vec<Pod>, kube::Error> {
+    let Some(uid) = job.metadata.uid.as_deref().filter(|u| !u.is_empty()) else {
+        return Ok(Vec::new());
+    };
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!("{CONTROLLER_UID}={uid}")))
+        .await?
+        .items;
+    Ok(pods
+        .into_iter()
+        .filter(|pod| controlled_by(pod, uid))
+        .collect())
+}
+
+/// Whether `pod`'s controller (owner reference with `controller: true`) has UID `uid`.
+fn controlled_by(pod: &Pod, uid: &str) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|owner| owner.controller == Some(true) && owner.uid == uid)
+}
 
 /// Container waiting reasons that do not resolve by waiting.
 pub const BLOCKED_WAITING: [&str; 7] = [
@@ -74,17 +105,14 @@ pub fn why_not_started(pods: &[Pod], events: &[Event]) -> Option<String> {
         })
 }
 
-/// [`why_not_started`] for the pods of Job `job`: one list of its pods, and of Events only when
-/// one of them is pending.
+/// [`why_not_started`] for the pods of Job `job` (see [`of`]): one list of its pods, and of
+/// Events only when one of them is pending.
 pub async fn blocker(
     client: &kube::Client,
     ns: &str,
-    job: &str,
+    job: &Job,
 ) -> Result<Option<String>, kube::Error> {
-    let pods = Api::<Pod>::namespaced(client.clone(), ns)
-        .list(&ListParams::default().labels(&format!("job-name={job}")))
-        .await?
-        .items;
+    let pods = of(client, ns, job).await?;
     let pending = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending");
     let mut events = Vec::new();
     for pod in pods.iter().filter(|p| pending(p)) {
@@ -114,6 +142,25 @@ mod tests {
             }]},
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_pod_is_the_jobs_only_when_the_job_is_its_controller() {
+        let owned = |uid: &str, controller: bool| -> Pod {
+            serde_json::from_value(json!({"metadata": {"name": "p", "ownerReferences": [{
+                "apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": uid,
+                "controller": controller,
+            }]}}))
+            .unwrap()
+        };
+        assert!(controlled_by(&owned("u1", true), "u1"));
+        assert!(!controlled_by(&owned("u2", true), "u1"), "another Job's");
+        assert!(
+            !controlled_by(&owned("u1", false), "u1"),
+            "owned, not controlled"
+        );
+        let bare: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}})).unwrap();
+        assert!(!controlled_by(&bare, "u1"));
     }
 
     fn event(pod: &str, reason: &str, message: &str) -> Event {

@@ -24,14 +24,13 @@ impl Stage for PrepJob {
     }
 
     async fn observe(job: &Job, ctx: &Context) -> Result<Observation, kube::Error> {
-        let name = job.metadata.name.as_deref().unwrap_or_default();
         Ok(match outcome(job) {
             Observation::Failed(why) => {
-                let detail = last_failure(&ctx.client, &ctx.namespace, name).await?;
+                let detail = last_failure(&ctx.client, &ctx.namespace, job).await?;
                 Observation::Failed(detail.unwrap_or(why))
             }
             Observation::Progress(progress) => {
-                with_blocker(progress, &ctx.client, &ctx.namespace, name).await?
+                with_blocker(progress, &ctx.client, &ctx.namespace, job).await?
             }
             other => other,
         })

@@ -247,7 +247,7 @@ pub async fn observe(
                 .await?
         };
         if !accepted && let Some(job) = &o.agent_job {
-            o.agent_pods = reader.agent_pods(&job.name_any()).await?;
+            o.agent_pods = reader.agent_pods(job).await?;
             o.agent_events = reader.agent_events(&job.name_any(), &o.agent_pods).await?;
         }
     }
@@ -319,13 +319,10 @@ impl<'a> Reader<'a> {
             .filter(|d| !d.is_empty()))
     }
 
-    async fn agent_pods(&self, job: &str) -> Result<Vec<Pod>, Error> {
-        Ok(self
-            .ns::<Pod>()
-            .list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}")))
+    async fn agent_pods(&self, job: &Job) -> Result<Vec<Pod>, Error> {
+        crate::actors::runtime::job_pods::of(&self.scope.ctx.client, &self.scope.namespace, job)
             .await
-            .map_err(self.err(format!("pods of Job {job}")))?
-            .items)
+            .map_err(self.err(format!("pods of Job {}", job.name_any())))
     }
 
     /// Events that explain a pod that is not created (the Job's, while it has no pod) or does
