@@ -199,6 +199,43 @@ async fn golden_volume_must_hold_the_build_disk() {
         .expect("quantities compared across units (100G > 90Gi)");
 }
 
+/// Hardening item 8: manifest ref lists are bounded and name each object once (a default kind
+/// counts as written).
+#[tokio::test]
+async fn manifest_refs_are_bounded_and_listed_once() {
+    let client = support::client().await;
+    let api = bundles(&client);
+    let name = support::unique("refs");
+    let twice = build_spec(json!({"build": {"installationManifestRefs": [
+        {"name": "mcs"}, {"name": "mcs", "kind": "ConfigMap"}]}}));
+    assert_rejected(
+        create(&api, &object("CRCBundle", &name, twice)).await,
+        "installationManifestRefs names an object twice",
+    );
+    let twice = build_spec(json!({"build": {"postInstallManifestRefs": [
+        {"name": "extra", "kind": "Secret"}, {"name": "extra", "kind": "Secret"}]}}));
+    assert_rejected(
+        create(&api, &object("CRCBundle", &name, twice)).await,
+        "postInstallManifestRefs names an object twice",
+    );
+    let many: Vec<Value> = (0..17).map(|i| json!({"name": format!("m{i}")})).collect();
+    let too_many = build_spec(
+        json!({"goldenVolumeSize": "64Gi", "build": {"installationManifestRefs": many}}),
+    );
+    assert_rejected(
+        create(&api, &object("CRCBundle", &name, too_many)).await,
+        "must have at most 16 items",
+    );
+    // The same name as a ConfigMap and as a Secret are two objects.
+    let both = build_spec(
+        json!({"goldenVolumeSize": "64Gi", "build": {"installationManifestRefs": [
+        {"name": "m"}, {"name": "m", "kind": "Secret"}]}}),
+    );
+    create(&api, &object("CRCBundle", &name, both))
+        .await
+        .expect("a ConfigMap and a Secret of one name are two inputs");
+}
+
 #[tokio::test]
 async fn quantities_enums_and_durations_are_checked() {
     let client = support::client().await;

@@ -16,10 +16,10 @@ use guestcluster::actors::bundle::build_source::admit::{data_sha256, hex_sha256}
 use guestcluster::api::CRCBundle;
 use guestcluster::api::bundle::{BuildStage, BundlePhase};
 use guestcluster::api::conditions::{self, reasons, types};
-use guestcluster::api::labels::RETRY_ANNOTATION;
+use guestcluster::api::labels::{BUILD_INPUT, RETRY_ANNOTATION};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, ServiceAccount};
-use kube::api::{Api, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, ServiceAccount};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use support::wait_for;
 use support::world::{OPERATOR_NS, world};
 
@@ -359,4 +359,119 @@ async fn a_missed_deadline_fails_the_attempt_and_deletes_its_objects() {
             .unwrap()
             .is_some()
     );
+}
+
+/// Hardening item 1: an input is a build's only when its object consents (the label
+/// `guestcluster.opdev.io/build-input` names the bundle or says `all`). A Secret shared with
+/// another bundle, and a ConfigMap shared with none that holds a recognisable value in a broken
+/// manifest, each stop the build at Admit with `InputNotShared` — and the value is nowhere: not in
+/// the status, not in an Event, not in any object the attempt would have made.
+#[tokio::test]
+async fn an_input_not_shared_with_the_bundle_is_not_used_or_quoted() {
+    world();
+    let client = support::client().await;
+    let api: Api<CRCBundle> = Api::all(client.clone());
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), OPERATOR_NS);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), OPERATOR_NS);
+    let label = |value: &str| -> Option<BTreeMap<String, String>> {
+        Some(BTreeMap::from([(BUILD_INPUT.to_owned(), value.to_owned())]))
+    };
+
+    // The pull secret is shared with another bundle only.
+    let name = support::unique("build-other");
+    let mut secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("{name}-pull")},
+        "stringData": {".dockerconfigjson": PULL_SECRET},
+    }))
+    .unwrap();
+    secret.metadata.labels = label("someone-else");
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    manifests(&client, &format!("{name}-mcs"), "mc.yaml", MACHINE_CONFIG).await;
+    manifests(&client, &format!("{name}-post"), "extra.yaml", POST_INSTALL).await;
+    create_build(&client, &name, "6h").await;
+    let b = wait_for("InputNotShared (pull secret)", || {
+        condition(
+            &api,
+            &name,
+            types::PREPARED,
+            "False",
+            reasons::INPUT_NOT_SHARED,
+        )
+    })
+    .await;
+    let prepared = message(&b, types::PREPARED);
+    assert!(
+        prepared.contains(&format!("Secret {OPERATOR_NS}/{name}-pull"))
+            && prepared.contains("\"someone-else\"")
+            && prepared.contains(&format!("{BUILD_INPUT}={name}")),
+        "{prepared}"
+    );
+
+    // A manifest ConfigMap shared with no bundle, holding a value in a broken manifest (a
+    // parser would quote it), next to a pull secret shared with this bundle by name.
+    let name = support::unique("build-unshared");
+    let planted = format!("planted-{}", support::unique("value"));
+    let mut secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("{name}-pull")},
+        "stringData": {".dockerconfigjson": PULL_SECRET},
+    }))
+    .unwrap();
+    secret.metadata.labels = label(&name);
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let unshared: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("{name}-mcs")},
+        "data": {"mc.yaml": format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {planted}\n")},
+    }))
+    .unwrap();
+    config_maps
+        .create(&PostParams::default(), &unshared)
+        .await
+        .unwrap();
+    manifests(&client, &format!("{name}-post"), "extra.yaml", POST_INSTALL).await;
+    create_build(&client, &name, "6h").await;
+    let b = wait_for("InputNotShared (manifests)", || {
+        condition(
+            &api,
+            &name,
+            types::PREPARED,
+            "False",
+            reasons::INPUT_NOT_SHARED,
+        )
+    })
+    .await;
+    let prepared = message(&b, types::PREPARED);
+    assert!(
+        prepared.contains(&format!("ConfigMap {OPERATOR_NS}/{name}-mcs"))
+            && prepared.contains("installationManifestRefs")
+            && prepared.contains(&format!("no label {BUILD_INPUT}")),
+        "{prepared}"
+    );
+    let status = serde_json::to_string(&b.status).unwrap();
+    assert!(!status.contains(&planted), "in the status: {status}");
+    let events = Api::<k8s_openapi::api::core::v1::Event>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .unwrap();
+    for event in events.items {
+        assert!(
+            !event
+                .message
+                .as_deref()
+                .unwrap_or_default()
+                .contains(&planted),
+            "in an Event: {event:?}"
+        );
+    }
+    // Nothing of an attempt was made from it.
+    let made = secrets
+        .list(&ListParams::default().labels(&format!("opdev.io/crc-bundle={name}")))
+        .await
+        .unwrap();
+    assert!(made.items.is_empty(), "{:?}", made.items);
 }

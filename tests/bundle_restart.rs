@@ -195,7 +195,8 @@ async fn a_restarted_operator_resumes_the_same_installer_job() {
     let mut first = operator_process("first-build-operator").await;
     let name = support::unique("build-restart");
     let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": format!("{name}-pull")},
+        "metadata": {"name": format!("{name}-pull"),
+                     "labels": {"guestcluster.opdev.io/build-input": name}},
         "stringData": {".dockerconfigjson": "{\"auths\":{\"quay.io\":{\"auth\":\"eDp5\"}}}"}
     }))
     .unwrap();

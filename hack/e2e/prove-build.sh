@@ -104,9 +104,11 @@ say "cluster $(kc config view --minify -o jsonpath='{.clusters[0].cluster.server
 # The inputs and the bundle
 
 MADE=1
+# Build inputs carry the label that lets this bundle (and only it) use them.
+shared() { kc label --local -f - "guestcluster.opdev.io/build-input=$BUNDLE" -o yaml; }
 kc -n "$NAMESPACE" create secret generic "$BUNDLE-pull-secret" \
   --type=kubernetes.io/dockerconfigjson --from-file=.dockerconfigjson="$PULL_SECRET_FILE" \
-  --dry-run=client -o yaml | kc apply -f - >/dev/null
+  --dry-run=client -o yaml | shared | kc apply -f - >/dev/null
 cat >"$WORK/marker.yaml" <<EOF
 apiVersion: v1
 kind: Namespace
@@ -122,7 +124,7 @@ data:
   built-by: guestcluster
 EOF
 kc -n "$NAMESPACE" create configmap "$BUNDLE-post-install" --from-file=marker.yaml="$WORK/marker.yaml" \
-  --dry-run=client -o yaml | kc apply -f - >/dev/null
+  --dry-run=client -o yaml | shared | kc apply -f - >/dev/null
 {
   printf 'apiVersion: guestcluster.opdev.io/v1alpha1\nkind: CRCBundle\nmetadata:\n  name: %s\nspec:\n' "$BUNDLE"
   printf '  goldenVolumeSize: %s\n' "$GOLDEN_VOLUME_SIZE"

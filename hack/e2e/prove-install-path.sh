@@ -268,7 +268,9 @@ existing=$(kc get crcbundle "$BUNDLE" --ignore-not-found -o name) ||
 kc -n "$NAMESPACE" create secret generic "$PULL_SECRET_NAME" \
   --type=kubernetes.io/dockerconfigjson \
   --from-file=.dockerconfigjson="$PULL_SECRET_FILE" \
-  --dry-run=client -o yaml | kc apply --server-side --force-conflicts --field-manager="$ME" -f - >/dev/null
+  --dry-run=client -o yaml |
+  kc label --local -f - "guestcluster.opdev.io/build-input=$BUNDLE" -o yaml |
+  kc apply --server-side --force-conflicts --field-manager="$ME" -f - >/dev/null
 SECRET_CREATED=1
 say "created Secret $NAMESPACE/$PULL_SECRET_NAME from $PULL_SECRET_FILE"
 

@@ -626,18 +626,22 @@ async fn build_stages(
     progress: &Progress,
 ) -> Result<String, Error> {
     use guestcluster::api::conditions::{self, types};
+    use guestcluster::api::labels::{BUILD_INPUT, BUILD_INPUT_ALL};
     const MACHINE_CONFIG: &str = "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n  name: 99-custom-motd\n  labels:\n    machineconfiguration.openshift.io/role: master\nspec:\n  config:\n    ignition:\n      version: 3.2.0\n";
     const CONFIG_MAP: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: team-settings\n  namespace: openshift-config\ndata:\n  owner: platform-team\n";
     let inputs = [
         serde_json::json!({"apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": "bundle-build-pull-secret", "namespace": OPERATOR_NAMESPACE},
+            "metadata": {"name": "bundle-build-pull-secret", "namespace": OPERATOR_NAMESPACE,
+                         "labels": {BUILD_INPUT: BUILD_INPUT_ALL}},
             "type": "kubernetes.io/dockerconfigjson",
             "stringData": {".dockerconfigjson": "{\"auths\":{\"quay.io\":{\"auth\":\"ZGVtbzpkZW1v\"}}}"}}),
         serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "custom-machineconfigs", "namespace": OPERATOR_NAMESPACE},
+            "metadata": {"name": "custom-machineconfigs", "namespace": OPERATOR_NAMESPACE,
+                         "labels": {BUILD_INPUT: BUILD_INPUT_ALL}},
             "data": {"motd.yaml": MACHINE_CONFIG}}),
         serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "custom-cluster-resources", "namespace": OPERATOR_NAMESPACE},
+            "metadata": {"name": "custom-cluster-resources", "namespace": OPERATOR_NAMESPACE,
+                         "labels": {BUILD_INPUT: BUILD_INPUT_ALL}},
             "data": {"settings.yaml": CONFIG_MAP}}),
     ];
     let objects = inputs

@@ -130,7 +130,9 @@ pub struct BuildSpec {
     pub release_image: String,
 
     /// Secret in the operator namespace with a `.dockerconfigjson` key that can pull the release
-    /// image and its payload. Its contents never appear in status, events, logs or the disk.
+    /// image and its payload, labelled `guestcluster.opdev.io/build-input` with this bundle's name
+    /// or `all` (an unlabelled Secret is no build's input). Its contents never appear in status,
+    /// events, logs or the disk.
     #[x_kube(validation = Rule::new("self.name != ''").message("build.pullSecretRef.name must name a Secret in the operator namespace"))]
     pub pull_secret_ref: LocalRef,
 
@@ -140,13 +142,20 @@ pub struct BuildSpec {
     pub profile: BuildProfile,
 
     /// ConfigMaps (or Secrets) in the operator namespace whose data keys are YAML manifests added
-    /// to the installation (for example MachineConfigs). A key may hold several documents.
+    /// to the installation (for example MachineConfigs). A key may hold several documents. Each
+    /// must carry the label `guestcluster.opdev.io/build-input` with this bundle's name or `all`;
+    /// at most 16, each once, and the manifests of both lists together at most 512 KiB.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    #[x_kube(validation = Rule::new("self.all(r, self.exists_one(o, o.name == r.name && o.kind == r.kind))").message("installationManifestRefs names an object twice; list each ConfigMap or Secret once"))]
     pub installation_manifest_refs: Vec<ManifestRef>,
 
     /// ConfigMaps (or Secrets) in the operator namespace whose data keys are YAML manifests applied
-    /// to the installed cluster before it is sealed.
+    /// to the installed cluster before it is sealed. Labelled and bounded as
+    /// `installationManifestRefs`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    #[x_kube(validation = Rule::new("self.all(r, self.exists_one(o, o.name == r.name && o.kind == r.kind))").message("postInstallManifestRefs names an object twice; list each ConfigMap or Secret once"))]
     pub post_install_manifest_refs: Vec<ManifestRef>,
 
     /// Shape of the build VM and size of its disk (which becomes the golden disk).
@@ -196,7 +205,7 @@ impl BuildProfile {
 #[serde(rename_all = "camelCase")]
 pub struct ManifestRef {
     /// Name of the ConfigMap or Secret.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 253))]
     pub name: String,
     /// Kind of the object holding the manifests.
     #[serde(default)]

@@ -128,6 +128,11 @@ pub mod reasons {
     pub const RESOURCE_LOST: &str = "ResourceLost";
     /// Admit: a referenced Secret or ConfigMap does not exist.
     pub const INPUT_NOT_FOUND: &str = "InputNotFound";
+    /// Admit: a referenced Secret or ConfigMap does not consent to this bundle's use (its label
+    /// `guestcluster.opdev.io/build-input` is missing or names another bundle).
+    pub const INPUT_NOT_SHARED: &str = "InputNotShared";
+    /// Admit: the referenced manifests together exceed what the installer Secret has room for.
+    pub const INPUTS_TOO_LARGE: &str = "InputsTooLarge";
     /// Admit: a referenced object lacks the key the build reads (or has no data at all).
     pub const INPUT_KEY_MISSING: &str = "InputKeyMissing";
     /// Admit: a manifest key is not a stream of named Kubernetes objects.

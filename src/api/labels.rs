@@ -26,6 +26,13 @@ pub const CREATED_FOR_POOLS: &str = "clusterpools";
 /// Attempt id of the bundle build that created a temporary object.
 pub const BUILD_ATTEMPT: &str = "guestcluster.opdev.io/build-attempt";
 
+/// On a Secret or ConfigMap of the operator namespace: the CRCBundle that may use it as a build
+/// input (its pull secret, its manifests), or [`BUILD_INPUT_ALL`] for every bundle. An object
+/// without it is no build's input, whatever a bundle names.
+pub const BUILD_INPUT: &str = "guestcluster.opdev.io/build-input";
+/// Value of [`BUILD_INPUT`]: every CRCBundle may use the object.
+pub const BUILD_INPUT_ALL: &str = "all";
+
 /// Namespace label that allows pools and instances in the namespace (value `"true"`).
 pub const NAMESPACE_ENABLED: &str = "guestcluster.opdev.io/enabled";
 /// Annotation on a CRCBundle: any new value requests a new build attempt of the same recipe.

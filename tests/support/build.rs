@@ -20,10 +20,19 @@ pub const MACHINE_CONFIG: &str = "apiVersion: machineconfiguration.openshift.io/
 /// Where [`MACHINE_CONFIG`] writes, and what.
 pub const INSTALLED_FILE: (&str, &str) = ("/etc/scenario-installed", "installed");
 
+/// The consent label every build input of the scenarios carries: any bundle may use it.
+pub fn shared() -> Option<BTreeMap<String, String>> {
+    Some(BTreeMap::from([(
+        guestcluster::api::labels::BUILD_INPUT.to_owned(),
+        guestcluster::api::labels::BUILD_INPUT_ALL.to_owned(),
+    )]))
+}
+
 pub async fn pull_secret(client: &kube::Client, name: &str, data: &str) {
     let secret = Secret {
         metadata: kube::api::ObjectMeta {
             name: Some(name.to_owned()),
+            labels: shared(),
             ..Default::default()
         },
         data: Some(BTreeMap::from([(
@@ -42,6 +51,7 @@ pub async fn manifests(client: &kube::Client, name: &str, key: &str, text: &str)
     let cm = ConfigMap {
         metadata: kube::api::ObjectMeta {
             name: Some(name.to_owned()),
+            labels: shared(),
             ..Default::default()
         },
         data: Some(BTreeMap::from([(key.to_owned(), text.to_owned())])),

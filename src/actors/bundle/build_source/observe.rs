@@ -25,6 +25,7 @@ use crate::api::bundle::{
     BuildResources, BuildSpec, BuildStage, CRCBundle, ManifestRef, ManifestSourceKind,
 };
 use crate::api::common::ObjectIdentity;
+use crate::api::labels::BUILD_INPUT;
 use crate::cdi::DataSource;
 use crate::kubevirt::{RunStrategy, VirtualMachine, VirtualMachineInstance};
 use crate::resources;
@@ -48,7 +49,7 @@ pub async fn read_inputs(
             Doing::Read,
             format!("Secret {}", spec.pull_secret_ref.name),
         ))?
-        .map(secret_data);
+        .map(secret_input);
     let installation = read_sources(
         &secrets,
         &config_maps,
@@ -84,24 +85,45 @@ async fn read_sources(
             Doing::Read,
             format!("{:?} {}", reference.kind, reference.name),
         );
-        let data = match reference.kind {
+        let object = match reference.kind {
             ManifestSourceKind::Secret => secrets
                 .get_opt(&reference.name)
                 .await
                 .map_err(err)?
-                .map(secret_data),
+                .map(secret_input),
             ManifestSourceKind::ConfigMap => config_maps
                 .get_opt(&reference.name)
                 .await
                 .map_err(err)?
-                .map(config_map_data),
+                .map(config_map_input),
         };
         out.push(admit::Source {
             reference: reference.clone(),
-            data,
+            object,
         });
     }
     Ok(out)
+}
+
+/// The value of an input object's consent label (see [`admit`]).
+fn shared_with(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<String> {
+    meta.labels.as_ref()?.get(BUILD_INPUT).cloned()
+}
+
+fn secret_input(secret: Secret) -> admit::Object {
+    admit::Object {
+        shared_with: shared_with(&secret.metadata),
+        data: secret_data(secret),
+    }
+}
+
+fn config_map_input(config_map: ConfigMap) -> admit::Object {
+    admit::Object {
+        shared_with: shared_with(&config_map.metadata),
+        data: config_map_data(config_map),
+    }
 }
 
 fn secret_data(secret: Secret) -> BTreeMap<String, Vec<u8>> {
