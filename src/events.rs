@@ -8,6 +8,7 @@ use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
 use crate::api::conditions::{self, reasons};
+use crate::text::truncate;
 
 /// The controller name Events are reported by.
 pub const REPORTER: &str = "guestcluster-operator";
@@ -113,17 +114,6 @@ const PROGRESS_REASONS: [&str; 12] = [
     reasons::VMI_REPLACED,
     reasons::VMI_UNAVAILABLE,
 ];
-
-fn truncate(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
-}
 
 #[cfg(test)]
 mod tests {

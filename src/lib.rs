@@ -27,5 +27,6 @@ pub mod metrics;
 pub mod operator;
 pub mod resources;
 pub mod route;
+pub mod text;
 pub mod tools;
 pub mod write;

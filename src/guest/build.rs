@@ -363,11 +363,7 @@ pub async fn power_off(guest: &SshGuest) -> Result<(), Error> {
         Ok(output) if output.success() => Ok(()),
         Ok(output) => Err(Error::Guest {
             step: "power off",
-            source: GuestError::Failed {
-                command: "sudo poweroff".into(),
-                status: output.status,
-                stderr: output.stderr_text(),
-            },
+            source: GuestError::failed(&Command::sudo(["poweroff"]), output.status, &output.stderr),
         }),
         Err(GuestError::NoExitStatus { .. } | GuestError::Ssh(_)) => Ok(()),
         Err(source) => Err(Error::Guest {

@@ -27,14 +27,19 @@ pub trait Dial: Send + Sync + 'static {
     fn dial(&self) -> DialFuture;
 }
 
-/// A kube client for `base_uri` whose connections come from `dial` and speak TLS with
-/// `server_name` as SNI and verification name.
 /// The longest a connection (the dial and the TLS handshake) may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// The longest one request may wait for its response head: every caller polls, none watches,
 /// so an answer that does not come is a hung peer.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// The most bytes of one response body read from a guest (the guest writes it; the largest real
+/// answers, lists of rendered MachineConfigs, are a few MiB): as much as one guest command's
+/// output may be.
+pub const MAX_RESPONSE_BYTES: usize = 64 << 20;
 
+/// A kube client for `base_uri` whose connections come from `dial` and speak TLS with
+/// `server_name` as SNI and verification name. A response body longer than
+/// [`MAX_RESPONSE_BYTES`] fails its request.
 pub fn client(
     dial: Arc<dyn Dial>,
     server_name: &str,
@@ -66,6 +71,9 @@ pub fn client(
                         REQUEST_TIMEOUT.as_secs()
                     )))
                 })
+        })
+        .map_response(|response: http::Response<hyper::body::Incoming>| {
+            response.map(|body| http_body_util::Limited::new(body, MAX_RESPONSE_BYTES))
         })
         .map_err(|e: hyper_util::client::legacy::Error| -> BoxError { Box::new(e) })
         .service(http);

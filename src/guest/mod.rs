@@ -100,6 +100,8 @@ pub enum GuestError {
     Key(String),
     #[error("SSH session: {0}")]
     Ssh(String),
+    /// `stderr` is its end, on one line ([`crate::text::tail_excerpt`]): a guest's output can be
+    /// of any size, and this message reaches conditions.
     #[error("`{command}` exited with status {status}: {stderr}")]
     Failed {
         command: String,
@@ -120,6 +122,17 @@ pub enum GuestError {
     },
     #[error("scripted guest: {0}")]
     Script(String),
+}
+
+impl GuestError {
+    /// [`GuestError::Failed`] of `command` with the end of its `stderr`.
+    pub fn failed(command: &Command, status: u32, stderr: &[u8]) -> Self {
+        GuestError::Failed {
+            command: command.to_string(),
+            status,
+            stderr: crate::text::tail_excerpt(&String::from_utf8_lossy(stderr)),
+        }
+    }
 }
 
 /// A guest we can run simple commands in.
@@ -148,11 +161,7 @@ pub trait Guest: Send + Sync {
             if output.success() {
                 Ok(output)
             } else {
-                Err(GuestError::Failed {
-                    command: command.to_string(),
-                    status: output.status,
-                    stderr: output.stderr_text().trim().to_string(),
-                })
+                Err(GuestError::failed(command, output.status, &output.stderr))
             }
         }
     }
@@ -181,11 +190,7 @@ pub trait Guest: Send + Sync {
             match output.status {
                 0 => Ok(true),
                 1 => Ok(false),
-                status => Err(GuestError::Failed {
-                    command: command.to_string(),
-                    status,
-                    stderr: output.stderr_text(),
-                }),
+                status => Err(GuestError::failed(&command, status, &output.stderr)),
             }
         }
     }

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
+use http_body_util::{BodyExt as _, Limited};
 use kube::config::Kubeconfig;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
@@ -26,6 +27,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
 use super::connect::{self, BoxError, Dial, Io};
+use crate::text;
 
 /// Errors of reaching a guest API by its published kubeconfig.
 #[derive(Debug, thiserror::Error)]
@@ -111,24 +113,45 @@ impl RouteAccess {
         connect::client(dial, &target.host, &target.base_uri(), tls).map_err(Error::Client)
     }
 
-    /// `GET /readyz` as the kubeconfig's user; `Ok` on a 2xx answer within `timeout`.
+    /// `GET /readyz` as the kubeconfig's user; `Ok` on a 2xx answer within `timeout`. At most
+    /// [`MAX_PROBE_BODY`] bytes of the answer are read, and a failure's message carries an
+    /// excerpt of it: the guest writes the answer, and a guest can be anyone's.
     pub async fn probe_readyz(&self, kubeconfig: &[u8], timeout: Duration) -> Result<(), Error> {
         let target = Target::parse(kubeconfig)?;
         let url = format!("{}/readyz", target.base_uri());
         let client = self.client(kubeconfig)?;
         let request = http::Request::get("/readyz")
-            .body(Vec::new())
+            .body(kube::client::Body::from(Vec::new()))
             .map_err(|e| Error::Client(e.to_string()))?;
-        match tokio::time::timeout(timeout, client.request_text(request)).await {
-            Ok(Ok(_)) => Ok(()),
+        let answer = async {
+            let response = client.send(request).await.map_err(|e| e.to_string())?;
+            let status = response.status();
+            let body = Limited::new(response.into_body(), MAX_PROBE_BODY)
+                .collect()
+                .await
+                .map_err(|_| {
+                    format!("{status}, with an answer longer than {MAX_PROBE_BODY} bytes")
+                })?
+                .to_bytes();
+            if status.is_success() {
+                Ok(())
+            } else {
+                Err(format!("{status}\n{}", String::from_utf8_lossy(&body)))
+            }
+        };
+        match tokio::time::timeout(timeout, answer).await {
+            Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(Error::Probe {
                 url,
-                message: probe_failure(&e.to_string()),
+                message: probe_failure(&e),
             }),
             Err(_) => Err(Error::ProbeTimeout { url, timeout }),
         }
     }
 }
+
+/// Most bytes of a guest's `/readyz` answer the probe reads (a real one is a few KiB).
+pub const MAX_PROBE_BODY: usize = 64 * 1024;
 
 /// A failing `/readyz` answers with a line per check (`[+]ping ok`, `[-]etcd failed: …`). A
 /// condition message stays one line and names what is failing: the failed checks when there
@@ -140,9 +163,9 @@ fn probe_failure(error: &str) -> String {
         .map(|check| check.split_once(' ').map_or(check, |(name, _)| name))
         .collect();
     if failed.is_empty() {
-        return error.split_whitespace().collect::<Vec<_>>().join(" ");
+        return text::excerpt(error);
     }
-    format!("not ready, failing checks: {}", failed.join(", "))
+    text::excerpt(&format!("not ready, failing checks: {}", failed.join(", ")))
 }
 
 fn strip_scheme(addr: &str) -> String {

@@ -384,7 +384,7 @@ async fn compact_and_defragment<G: Guest>(guest: &G) -> Result<u64, Error> {
             source: GuestError::Failed {
                 command: format!("etcdctl compact {revision}"),
                 status: compacted.status,
-                stderr: compacted.stderr_text(),
+                stderr: crate::text::tail_excerpt(&compacted.stderr_text()),
             },
         });
     }

@@ -236,11 +236,11 @@ pub async fn configure_resolver<G: Guest>(guest: &G, ip: Ipv4Addr) -> Result<(),
         return write_resolv_conf(guest, ip).await;
     }
     if !modified.success() {
-        return Err(StepError::Resolver(GuestError::Failed {
-            command: modify.to_string(),
-            status: modified.status,
-            stderr: said.trim().to_string(),
-        }));
+        return Err(StepError::Resolver(GuestError::failed(
+            &modify,
+            modified.status,
+            said.as_bytes(),
+        )));
     }
     guest
         .run_checked(&Command::sudo([

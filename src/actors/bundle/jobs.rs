@@ -59,7 +59,8 @@ pub fn outcome(job: &Job) -> Observation {
 }
 
 /// The termination message of the Job's most recent failed pod (`<Reason>: <message>`): its
-/// last line, where a failing program writes its reason.
+/// last line, where a failing program writes its reason, cut to an excerpt (a helper's reason
+/// may quote a guest).
 pub async fn last_failure(
     client: &kube::Client,
     ns: &str,
@@ -67,7 +68,7 @@ pub async fn last_failure(
 ) -> Result<Option<String>, kube::Error> {
     let message = termination_message(client, ns, job, |code| code != 0).await?;
     Ok(message
-        .map(|m| m.lines().last().unwrap_or_default().trim().to_owned())
+        .map(|m| crate::text::tail_excerpt(m.lines().last().unwrap_or_default()))
         .filter(|m| !m.is_empty()))
 }
 

@@ -257,6 +257,8 @@ pub fn diagnose(job: &Job, pods: &[Pod], events: &[Event], now: Timestamp) -> Di
     }
 }
 
+/// The end of a pod's termination message, on one line: the agent's words there may quote the
+/// guest, and a condition carries an excerpt only.
 fn terminated_message(pod: &Pod) -> Option<String> {
     pod.status
         .as_ref()?
@@ -264,7 +266,7 @@ fn terminated_message(pod: &Pod) -> Option<String> {
         .as_ref()?
         .iter()
         .find_map(|c| c.state.as_ref()?.terminated.as_ref()?.message.clone())
-        .map(|m| m.trim().to_owned())
+        .map(|m| crate::text::tail_excerpt(&m))
         .filter(|m| !m.is_empty())
 }
 
