@@ -122,6 +122,10 @@ struct OperatorArgs {
     /// Address of `/metrics`; `0` disables it.
     #[arg(long, default_value = "0.0.0.0:8080")]
     metrics_bind_address: String,
+    /// Address of the read-only `/dashboard`; `0` disables it. It names every tenant's objects,
+    /// so it listens on loopback (reach it with `kubectl port-forward`) unless set otherwise.
+    #[arg(long, default_value = "127.0.0.1:8082")]
+    dashboard_bind_address: String,
     /// Sustained API requests per second the operator sends at most (watches included);
     /// `0` turns the client-side limit off.
     #[arg(long, default_value_t = guestcluster::operator::api_limits::ApiLimits::DEFAULT_QPS)]
@@ -201,6 +205,7 @@ fn operator(args: OperatorArgs) -> Result<(), Box<dyn std::error::Error>> {
         identity: guestcluster::operator::default_identity(),
         health_addr: listen_addr(&args.health_probe_bind_address)?,
         metrics_addr: listen_addr(&args.metrics_bind_address)?,
+        dashboard_addr: listen_addr(&args.dashboard_bind_address)?,
         tree: guestcluster::actors::root::TreeConfig {
             max_concurrent_reconciles: args.max_concurrent_reconciles,
             ..Default::default()
@@ -241,7 +246,7 @@ fn operator(args: OperatorArgs) -> Result<(), Box<dyn std::error::Error>> {
             options,
             metrics,
             guestcluster::operator::shutdown_signal(),
-            |bound| tracing::info!(health = ?bound.health, metrics = ?bound.metrics, "listening"),
+            |bound| tracing::info!(health = ?bound.health, metrics = ?bound.metrics, dashboard = ?bound.dashboard, "listening"),
         )
         .await?;
         Ok(())

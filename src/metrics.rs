@@ -65,12 +65,11 @@ pub struct BundleStageLabels {
     pub stage: String,
 }
 
-/// Labels of a pool's size: which pool, and which number (`min`, `max`, `total`, `available`,
-/// `leased`).
+/// Labels of the pools' sizes: which number (`pools`, `min`, `max`, `total`, `available`,
+/// `leased`). No pool or namespace name: `/metrics` names no tenant's objects (the dashboard,
+/// on loopback, does).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PoolLabels {
-    pub namespace: String,
-    pub pool: String,
     pub state: String,
 }
 
@@ -237,7 +236,7 @@ impl Metrics {
         );
         registry.register(
             "pool_instances",
-            "Bounds (min, max) and instances (total, available, leased) of each ClusterPool",
+            "ClusterPools (pools) and their bounds (min, max) and instances (total, available, leased), summed over every pool",
             self.pool_instances.clone(),
         );
         registry.register(
@@ -417,14 +416,12 @@ impl Metrics {
         }
     }
 
-    /// Replaces the pools' sizes: `(namespace, pool, state) → value`; a deleted pool drops out.
-    pub fn set_pool_sizes(&self, sizes: &[(String, String, &str, i64)]) {
+    /// Replaces the pools' sizes: `state → value`, summed over every pool.
+    pub fn set_pool_sizes(&self, sizes: &BTreeMap<&str, i64>) {
         self.pool_instances.clear();
-        for (namespace, pool, state, value) in sizes {
+        for (state, value) in sizes {
             self.pool_instances
                 .get_or_create(&PoolLabels {
-                    namespace: namespace.clone(),
-                    pool: pool.clone(),
                     state: (*state).to_owned(),
                 })
                 .set(*value);

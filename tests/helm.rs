@@ -67,6 +67,51 @@ fn the_chart_lints_clean() {
     }
 }
 
+/// Hardening item 5: by default the dashboard listens on the pod's loopback only, and a
+/// NetworkPolicy lets only the monitoring namespaces reach the metrics port (and anyone the
+/// health port, for kubelet probes).
+#[test]
+fn the_dashboard_is_loopback_and_the_metrics_port_is_for_monitoring_only() {
+    let objects = rendered_objects(&[]);
+    let kind = |k: &str| {
+        objects
+            .iter()
+            .find(|o| o.types.as_ref().is_some_and(|t| t.kind == k))
+            .unwrap_or_else(|| panic!("no {k} rendered"))
+    };
+    let args = kind("Deployment").data["spec"]["template"]["spec"]["containers"][0]["args"].clone();
+    assert!(
+        args.as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a == "--dashboard-bind-address=127.0.0.1:8082"),
+        "{args}"
+    );
+    let policy = &kind("NetworkPolicy").data["spec"];
+    assert_eq!(policy["policyTypes"], serde_json::json!(["Ingress"]));
+    let ingress = policy["ingress"].as_array().unwrap();
+    assert_eq!(ingress.len(), 2, "{policy}");
+    assert_eq!(ingress[0]["ports"][0]["port"], "metrics");
+    assert_eq!(
+        ingress[0]["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"],
+        serde_json::json!(["openshift-monitoring", "openshift-user-workload-monitoring"])
+    );
+    assert_eq!(ingress[1]["ports"][0]["port"], "health");
+    assert!(ingress[1].get("from").is_none(), "health from anywhere");
+    // Off, or without metrics, there is none.
+    for sets in [
+        &["metrics.networkPolicy.enabled=false"][..],
+        &["metrics.enabled=false"][..],
+    ] {
+        assert!(
+            !rendered_objects(sets)
+                .iter()
+                .any(|o| o.types.as_ref().is_some_and(|t| t.kind == "NetworkPolicy")),
+            "{sets:?}"
+        );
+    }
+}
+
 #[test]
 fn the_rendered_chart_is_committed() {
     let rendered = render(RELEASE, "guestcluster-system", &ALL_ON);
@@ -252,7 +297,7 @@ fn every_metric_once() -> guestcluster::metrics::Metrics {
         ("Build".to_owned(), "Install".to_owned()),
         1,
     )]));
-    metrics.set_pool_sizes(&[("ns".to_owned(), "ci".to_owned(), "min", 2)]);
+    metrics.set_pool_sizes(&std::collections::BTreeMap::from([("min", 2)]));
     metrics
 }
 
@@ -472,11 +517,13 @@ async fn installed_with_helm_the_operator_runs_as_its_pod_under_least_privilege(
     let kubeconfig = cp.kubeconfig_path().display().to_string();
     let metrics_port = free_port();
     let health_port = free_port();
+    let dashboard_port = free_port();
     let router = format!("http://{}", world.router);
     let sets = [
         "image.tag=scenario".to_owned(),
         format!("metrics.port={metrics_port}"),
         format!("health.port={health_port}"),
+        format!("dashboard.port={dashboard_port}"),
         "poolCrcVersions=*".to_owned(),
         format!("routeProxy={router}"),
     ];
@@ -557,7 +604,13 @@ async fn installed_with_helm_the_operator_runs_as_its_pod_under_least_privilege(
     .await;
 
     // The dashboard in a real browser: every object and the actor tree down to the instances.
-    let url = format!("http://127.0.0.1:{metrics_port}/dashboard");
+    // On its own loopback listener (hardening item 5), not beside /metrics.
+    let url = format!("http://127.0.0.1:{dashboard_port}/dashboard");
+    assert_eq!(
+        get(metrics_port, "/dashboard").await.map(|(code, _)| code),
+        Some(404),
+        "the metrics port serves no dashboard"
+    );
     let dom = chromium(&["--dump-dom", &url]);
     let mut expected = vec![
         bundle.clone(),
@@ -613,8 +666,28 @@ async fn installed_with_helm_the_operator_runs_as_its_pod_under_least_privilege(
             "panel {panel:?}: {name} not in /metrics"
         );
     }
+    // No tenant's object is named in /metrics (hardening item 5).
+    for name in [
+        ns.as_str(),
+        bundle.as_str(),
+        leased.as_str(),
+        "pool=",
+        "namespace=",
+    ]
+    .into_iter()
+    .chain(
+        ready
+            .iter()
+            .map(|i| i.metadata.name.as_deref().unwrap_or_default()),
+    ) {
+        assert!(
+            !exposition.contains(name),
+            "/metrics names {name}:\n{exposition}"
+        );
+    }
     for series in [
-        format!("guestcluster_pool_instances{{namespace=\"{ns}\",pool=\"ci\",state=\"total\"}} 2"),
+        "guestcluster_pool_instances{state=\"total\"} 2".to_owned(),
+        "guestcluster_pool_instances{state=\"pools\"} 1".to_owned(),
         "guestcluster_bundles{source=\"Download\",stage=\"Ready\"} 1".to_owned(),
         "guestcluster_leader 1".to_owned(),
     ] {

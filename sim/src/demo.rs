@@ -223,7 +223,7 @@ async fn drive(
     };
     progress.step(format!(
         "  dashboard: http://{}/dashboard (read-only: bundles, pools, instances, leases and the actor tree; reload to follow along)",
-        op.metrics
+        op.dashboard
     ));
     let recorder = crate::handoffs::Recorder::start(&client);
 
@@ -346,12 +346,12 @@ async fn drive(
             metrics.live_actors(InstanceActor::KIND),
             op.health,
             op.metrics,
-            op.metrics,
+            op.dashboard,
         );
     } else {
         println!(
             "operator (a process): probes at http://{}/readyz, metrics at http://{}/metrics, dashboard at http://{}/dashboard",
-            op.health, op.metrics, op.metrics,
+            op.health, op.metrics, op.dashboard,
         );
     }
 
@@ -424,6 +424,7 @@ async fn drive(
 struct RunningOperator {
     health: SocketAddr,
     metrics: SocketAddr,
+    dashboard: SocketAddr,
     running: Running,
 }
 
@@ -449,6 +450,7 @@ impl RunningOperator {
             identity: operator::default_identity(),
             health_addr: Some(loopback),
             metrics_addr: Some(loopback),
+            dashboard_addr: Some(loopback),
             tree: TreeConfig::default(),
             jobs: JobSettings {
                 image: format!("{JOB_IMAGE_REPO}:demo"),
@@ -498,6 +500,7 @@ impl RunningOperator {
         Ok(RunningOperator {
             health: bound.health.ok_or_else(missing)?,
             metrics: bound.metrics.ok_or_else(missing)?,
+            dashboard: bound.dashboard.ok_or_else(missing)?,
             running: Running::InProcess { stop, task },
         })
     }
@@ -511,7 +514,7 @@ impl RunningOperator {
                 .local_addr()
                 .map_err(|e| Error::Operator(format!("finding a free port: {e}")))
         };
-        let (health, metrics) = (free()?, free()?);
+        let (health, metrics, dashboard) = (free()?, free()?, free()?);
         let mut command = std::process::Command::new(bin);
         // Dies with this process, so an interrupted run leaves no operator behind.
         // SAFETY: prctl is async-signal-safe and touches only the child being started.
@@ -526,6 +529,7 @@ impl RunningOperator {
             .args(["--namespace", OPERATOR_NAMESPACE])
             .arg(format!("--health-probe-bind-address={health}"))
             .arg(format!("--metrics-bind-address={metrics}"))
+            .arg(format!("--dashboard-bind-address={dashboard}"))
             .arg(format!("--job-image={JOB_IMAGE_REPO}:demo"))
             .arg(format!(
                 "--bundle-prep-service-account={}",
@@ -541,6 +545,7 @@ impl RunningOperator {
         Ok(RunningOperator {
             health,
             metrics,
+            dashboard,
             running: Running::Process(child),
         })
     }

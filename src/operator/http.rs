@@ -1,5 +1,7 @@
-//! The operator's HTTP endpoints: `/healthz` and `/readyz` for probes, `/metrics` for Prometheus
-//! and the read-only `/dashboard` beside it.
+//! The operator's HTTP endpoints: `/healthz` and `/readyz` for probes, `/metrics` for Prometheus,
+//! and the read-only `/dashboard` on a listener of its own. The dashboard names every tenant's
+//! namespaces, instances and lease holders, so its listener is loopback unless configured
+//! otherwise (reach it with `kubectl port-forward`); `/metrics` names no object.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -48,6 +50,12 @@ pub fn probes(state: ProbeState) -> Router {
 pub fn metrics(ctx: Arc<Context>) -> Router {
     Router::new()
         .route("/metrics", get(serve_metrics))
+        .with_state(ctx)
+}
+
+/// Routes for the dashboard listener.
+pub fn dashboard(ctx: Arc<Context>) -> Router {
+    Router::new()
         .route("/dashboard", get(serve_dashboard))
         .with_state(ctx)
 }

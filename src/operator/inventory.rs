@@ -252,18 +252,27 @@ pub fn bundle_stages(bundles: &[BundleRow]) -> BTreeMap<(String, String), i64> {
     counts
 }
 
-/// Each pool's bounds and counts, for `guestcluster_pool_instances`.
-pub fn pool_sizes(pools: &[PoolRow]) -> Vec<(String, String, &'static str, i64)> {
-    let mut sizes = Vec::new();
+/// The pools' bounds and counts summed over every pool, and how many pools there are, for
+/// `guestcluster_pool_instances`.
+pub fn pool_sizes(pools: &[PoolRow]) -> BTreeMap<&'static str, i64> {
+    let mut sizes = BTreeMap::from([
+        ("pools", 0),
+        ("min", 0),
+        ("max", 0),
+        ("total", 0),
+        ("available", 0),
+        ("leased", 0),
+    ]);
     for p in pools {
         for (state, value) in [
+            ("pools", 1),
             ("min", p.min_size),
             ("max", p.max_size),
             ("total", p.total),
             ("available", p.available),
             ("leased", p.leased),
         ] {
-            sizes.push((p.namespace.clone(), p.name.clone(), state, i64::from(value)));
+            *sizes.entry(state).or_insert(0) += i64::from(value);
         }
     }
     sizes
@@ -343,26 +352,29 @@ mod tests {
     }
 
     #[test]
-    fn pool_sizes_name_every_bound_and_count() {
-        let sizes = pool_sizes(&[PoolRow {
-            namespace: "team-a".into(),
+    fn pool_sizes_sum_every_bound_and_count_over_the_pools() {
+        let row = |namespace: &str, total| PoolRow {
+            namespace: namespace.into(),
             name: "ci".into(),
             min_size: 2,
             max_size: 4,
-            total: 3,
+            total,
             available: 1,
             leased: 2,
-        }]);
-        let states: Vec<_> = sizes.iter().map(|(_, _, s, v)| (*s, *v)).collect();
+        };
+        let sizes = pool_sizes(&[row("team-a", 3), row("team-b", 4)]);
+        let states: Vec<_> = sizes.iter().map(|(s, v)| (*s, *v)).collect();
         assert_eq!(
             states,
             [
-                ("min", 2),
-                ("max", 4),
-                ("total", 3),
-                ("available", 1),
-                ("leased", 2)
+                ("available", 2),
+                ("leased", 4),
+                ("max", 8),
+                ("min", 4),
+                ("pools", 2),
+                ("total", 7),
             ]
         );
+        assert_eq!(pool_sizes(&[])["pools"], 0);
     }
 }

@@ -51,6 +51,8 @@ pub struct Options {
     pub identity: String,
     pub health_addr: Option<SocketAddr>,
     pub metrics_addr: Option<SocketAddr>,
+    /// Where `/dashboard` listens (loopback by default: it names every tenant's objects).
+    pub dashboard_addr: Option<SocketAddr>,
     pub tree: TreeConfig,
     /// Image and service accounts of the Jobs the operator creates.
     pub jobs: crate::resources::bundle::JobSettings,
@@ -88,6 +90,7 @@ impl Clients {
 pub struct Bound {
     pub health: Option<SocketAddr>,
     pub metrics: Option<SocketAddr>,
+    pub dashboard: Option<SocketAddr>,
 }
 
 /// Runs the operator until `shutdown` completes (graceful) or leadership is lost (error).
@@ -147,6 +150,17 @@ pub async fn run(
                 source,
             })?;
         bound.metrics = Some(at);
+        servers.push(task);
+    }
+    if let Some(addr) = options.dashboard_addr {
+        let (at, task) = http::serve(addr, http::dashboard(ctx.clone()))
+            .await
+            .map_err(|source| Error::Listen {
+                what: "dashboard",
+                addr,
+                source,
+            })?;
+        bound.dashboard = Some(at);
         servers.push(task);
     }
     on_bound(bound);
