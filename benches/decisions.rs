@@ -407,10 +407,13 @@ fn boot_key_decision(c: &mut Criterion) {
         disk_sha256: Some("d".repeat(64)),
         ..CRCBundleStatus::default()
     });
+    // Controlled by the bundle, as its prep Job makes them.
+    let owner = kube::Resource::controller_owner_ref(&bundle, &());
     let meta = |name: &str, uid: &str| ObjectMeta {
         name: Some(name.into()),
         namespace: Some("guestcluster-system".into()),
         uid: Some(uid.into()),
+        owner_references: owner.clone().map(|o| vec![o]),
         ..ObjectMeta::default()
     };
     let pvc = PersistentVolumeClaim {
@@ -426,6 +429,7 @@ fn boot_key_decision(c: &mut Criterion) {
     };
     let source = boot_key::Source {
         bundle: &bundle,
+        namespace: "guestcluster-system",
         pvc: Some(&pvc),
         secret: Some(&secret),
     };

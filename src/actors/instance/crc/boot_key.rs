@@ -5,6 +5,11 @@
 //! to the cloned disk — or worse, would belong to a different disk.
 //!
 //! Downloaded bundles bind to their archive `sha256`; built bundles to their raw `diskSHA256`.
+//!
+//! The status only names the disk and key; it is not trusted for where they are or whose they
+//! are (anyone who may write `crcbundles/status` could point it at another disk): they are
+//! taken from the operator namespace and must be controlled by the bundle, as its prep Job or
+//! build makes them.
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
@@ -14,6 +19,7 @@ use sha2::{Digest, Sha256};
 use crate::api::bundle::{BundlePhase, BundleSource, CRCBundle};
 use crate::api::common::LocalRef;
 use crate::api::instance::CRCBootKeyStatus;
+use crate::resources::common::is_controlled_by;
 
 /// The key of the private key in the bundle's Secret and in the instance's copy.
 pub const KEY: &str = "id_ecdsa";
@@ -23,6 +29,24 @@ pub const KEY: &str = "id_ecdsa";
 pub enum Error {
     #[error("CRCBundle {bundle} is Ready but does not record its {missing}")]
     RefsIncomplete { bundle: String, missing: String },
+    #[error(
+        "CRCBundle {bundle}'s status places its {what} in namespace {named}, but a bundle's disk and key live in the operator namespace {namespace}; the status is wrong"
+    )]
+    OutsideOperatorNamespace {
+        bundle: String,
+        what: &'static str,
+        named: String,
+        namespace: String,
+    },
+    #[error(
+        "{what} {namespace}/{name} that CRCBundle {bundle}'s status names is not controlled by the bundle; it is not the bundle's, and no instance boots from it"
+    )]
+    NotTheBundles {
+        bundle: String,
+        what: &'static str,
+        namespace: String,
+        name: String,
+    },
     #[error("golden PVC {namespace}/{name} of CRCBundle {bundle} does not exist")]
     GoldenDiskMissing {
         bundle: String,
@@ -56,9 +80,11 @@ pub enum Error {
     NotRecorded,
 }
 
-/// What the resolver found for a binding: the bundle (Ready) and the objects its status names.
+/// What the resolver found for a binding: the bundle (Ready) and the objects its status names,
+/// looked up in `namespace` (the operator namespace).
 pub struct Source<'a> {
     pub bundle: &'a CRCBundle,
+    pub namespace: &'a str,
     pub pvc: Option<&'a PersistentVolumeClaim>,
     pub secret: Option<&'a Secret>,
 }
@@ -108,10 +134,26 @@ pub fn bind(source: &Source<'_>) -> Result<CRCBootKeyStatus, Error> {
         .and_then(LocalRef::name)
         .map(str::to_owned)
         .ok_or_else(|| incomplete("golden PVC (qcow2PVCRef)"))?;
-    let pvc_namespace = status
+    let named = status
         .qcow2_pvc_namespace
         .clone()
         .ok_or_else(|| incomplete("golden PVC namespace"))?;
+    if named != source.namespace {
+        return Err(Error::OutsideOperatorNamespace {
+            bundle: name.clone(),
+            what: "golden PVC and key",
+            named,
+            namespace: source.namespace.to_owned(),
+        });
+    }
+    let pvc_namespace = named;
+    let bundle_uid = bundle.uid().unwrap_or_default();
+    let not_the_bundles = |what, object_name: &str| Error::NotTheBundles {
+        bundle: name.clone(),
+        what,
+        namespace: pvc_namespace.clone(),
+        name: object_name.to_owned(),
+    };
     let secret_name = status
         .ssh_key_secret_ref
         .as_ref()
@@ -126,6 +168,9 @@ pub fn bind(source: &Source<'_>) -> Result<CRCBootKeyStatus, Error> {
             namespace: pvc_namespace.clone(),
             name: pvc_name.clone(),
         })?;
+    if !is_controlled_by(pvc, &bundle_uid) {
+        return Err(not_the_bundles("golden PVC", &pvc_name));
+    }
     let key_missing = || Error::KeyMissing {
         bundle: name.clone(),
         namespace: pvc_namespace.clone(),
@@ -135,6 +180,9 @@ pub fn bind(source: &Source<'_>) -> Result<CRCBootKeyStatus, Error> {
         .secret
         .filter(|s| s.uid().is_some_and(|u| !u.is_empty()))
         .ok_or_else(key_missing)?;
+    if !is_controlled_by(secret, &bundle_uid) {
+        return Err(not_the_bundles("SSH key Secret", &secret_name));
+    }
     let key = key_bytes(secret).ok_or_else(key_missing)?;
     Ok(CRCBootKeyStatus {
         bundle_uid: bundle.uid().unwrap_or_default(),
@@ -274,12 +322,25 @@ mod tests {
         bundle
     }
 
+    /// A controller reference to the bundle of [`bundle`], as its prep Job or build sets.
+    fn the_bundles() -> Option<Vec<OwnerReference>> {
+        Some(vec![OwnerReference {
+            api_version: "guestcluster.opdev.io/v1alpha1".into(),
+            kind: "CRCBundle".into(),
+            name: "crc-4.22.7-amd64".into(),
+            uid: "bundle-uid".into(),
+            controller: Some(true),
+            ..Default::default()
+        }])
+    }
+
     fn pvc(uid: &str) -> PersistentVolumeClaim {
         PersistentVolumeClaim {
             metadata: ObjectMeta {
                 name: Some("crc-4.22.7-amd64-golden".into()),
                 namespace: Some("guestcluster-system".into()),
                 uid: Some(uid.into()),
+                owner_references: the_bundles(),
                 ..Default::default()
             },
             ..Default::default()
@@ -292,6 +353,7 @@ mod tests {
                 name: Some("crc-4.22.7-amd64-ssh".into()),
                 namespace: Some("guestcluster-system".into()),
                 uid: Some(uid.into()),
+                owner_references: the_bundles(),
                 ..Default::default()
             },
             data: Some(BTreeMap::from([(KEY.into(), ByteString(key.to_vec()))])),
@@ -307,6 +369,7 @@ mod tests {
             secret("s-1", b"KEY"),
         );
         let binding = bind(&Source {
+            namespace: "guestcluster-system",
             bundle: &b,
             pvc: Some(&p),
             secret: Some(&s),
@@ -328,6 +391,7 @@ mod tests {
             secret("s-1", b"KEY"),
         );
         let binding = bind(&Source {
+            namespace: "guestcluster-system",
             bundle: &b,
             pvc: Some(&p),
             secret: Some(&s),
@@ -342,12 +406,14 @@ mod tests {
         let b = bundle(BundleSource::Download);
         let p = pvc("pvc-1");
         let no_disk = bind(&Source {
+            namespace: "guestcluster-system",
             bundle: &b,
             pvc: None,
             secret: Some(&secret("s", b"K")),
         });
         assert!(matches!(no_disk, Err(Error::GoldenDiskMissing { .. })));
         let empty_key = bind(&Source {
+            namespace: "guestcluster-system",
             bundle: &b,
             pvc: Some(&p),
             secret: Some(&secret("s", b"")),
@@ -356,6 +422,7 @@ mod tests {
         let mut no_sha = bundle(BundleSource::Download);
         no_sha.status.as_mut().unwrap().sha256 = None;
         let err = bind(&Source {
+            namespace: "guestcluster-system",
             bundle: &no_sha,
             pvc: Some(&p),
             secret: Some(&secret("s", b"K")),
@@ -369,6 +436,7 @@ mod tests {
         let b = bundle(BundleSource::Download);
         let (p, s) = (pvc("pvc-1"), secret("s-1", b"KEY"));
         let source = Source {
+            namespace: "guestcluster-system",
             bundle: &b,
             pvc: Some(&p),
             secret: Some(&s),
@@ -380,6 +448,7 @@ mod tests {
         let err = verify_unchanged(
             &binding,
             &Source {
+                namespace: "guestcluster-system",
                 bundle: &b,
                 pvc: Some(&p),
                 secret: Some(&replaced_key),
@@ -393,6 +462,7 @@ mod tests {
         let err = verify_unchanged(
             &binding,
             &Source {
+                namespace: "guestcluster-system",
                 bundle: &b,
                 pvc: Some(&new_disk),
                 secret: Some(&s),
@@ -407,6 +477,7 @@ mod tests {
         let b = bundle(BundleSource::Download);
         let (p, s) = (pvc("pvc-1"), secret("s-1", b"KEY"));
         let binding = bind(&Source {
+            namespace: "guestcluster-system",
             bundle: &b,
             pvc: Some(&p),
             secret: Some(&s),
@@ -429,5 +500,64 @@ mod tests {
             check_copy(&copy, "inst-uid", &binding),
             Err(Error::CopyMismatch { .. })
         ));
+    }
+
+    #[test]
+    fn the_status_is_not_trusted_for_where_the_disk_is_or_whose_it_is() {
+        let (b, p, s) = (
+            bundle(BundleSource::Download),
+            pvc("pvc-1"),
+            secret("s-1", b"KEY"),
+        );
+        let source = |p, s| Source {
+            namespace: "guestcluster-system",
+            bundle: &b,
+            pvc: Some(p),
+            secret: Some(s),
+        };
+        // Another namespace in the status: refused before anything is looked at.
+        let mut elsewhere = b.clone();
+        elsewhere.status.as_mut().unwrap().qcow2_pvc_namespace = Some("tenant".into());
+        let err = bind(&Source {
+            bundle: &elsewhere,
+            ..source(&p, &s)
+        })
+        .unwrap_err();
+        assert!(
+            matches!(&err, Error::OutsideOperatorNamespace { named, .. } if named == "tenant"),
+            "{err}"
+        );
+        // Objects of the right names that the bundle does not control.
+        let mut foreign = p.clone();
+        foreign.metadata.owner_references = None;
+        let err = bind(&source(&foreign, &s)).unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                Error::NotTheBundles {
+                    what: "golden PVC",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let mut foreign = s.clone();
+        foreign.metadata.owner_references.as_mut().unwrap()[0].uid = "another-bundle".into();
+        let err = bind(&source(&p, &foreign)).unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                Error::NotTheBundles {
+                    what: "SSH key Secret",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("not controlled by the bundle"),
+            "{err}"
+        );
+        assert!(bind(&source(&p, &s)).is_ok());
     }
 }

@@ -45,9 +45,13 @@ pub struct Observed {
     pub manual_key: Option<Secret>,
     /// Turnkey path: the bundle the template selects, by name.
     pub bundle: Option<CRCBundle>,
-    /// The disk and key the bundle's status names, when a binding or a restore may need them.
+    /// The disk and key the bundle's status names, when a binding or a restore may need them,
+    /// looked up in the operator namespace (whatever namespace the status names: anyone who
+    /// may write `crcbundles/status` could name any).
     pub bundle_pvc: Option<PersistentVolumeClaim>,
     pub bundle_key: Option<Secret>,
+    /// Where they were looked up: the operator namespace.
+    pub bundle_namespace: String,
     /// The instance's own copy of the boot key.
     pub boot_key_copy: Option<Secret>,
     pub agent_role: Option<Role>,
@@ -159,10 +163,8 @@ pub async fn observe(
             || o.data_volume.is_none();
         if needs_source && let Some(bundle) = &o.bundle {
             let bs = bundle.status.clone().unwrap_or_default();
-            let ns = bs
-                .qcow2_pvc_namespace
-                .clone()
-                .unwrap_or_else(|| ctx.namespace.clone());
+            let ns = ctx.namespace.clone();
+            o.bundle_namespace = ns.clone();
             let at: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
             if let Some(name) = bs.qcow2_pvc_ref.as_ref().and_then(LocalRef::name) {
                 o.bundle_pvc = reader.get(&at, name).await?;

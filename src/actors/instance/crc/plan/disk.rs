@@ -70,6 +70,7 @@ impl<'a> Walk<'a> {
     {
         boot_key::Source {
             bundle,
+            namespace: &self.o.bundle_namespace,
             pvc: self.o.bundle_pvc.as_ref(),
             secret: self.o.bundle_key.as_ref(),
         }

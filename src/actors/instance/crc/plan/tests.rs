@@ -107,12 +107,26 @@ fn ready_bundle(uid: &str) -> CRCBundle {
     bundle
 }
 
+/// A controller reference to the bundle [`ready_bundle`] makes with UID `bundle_uid`, as its
+/// prep Job sets on the golden PVC and the key Secret.
+fn owned_by_bundle(bundle_uid: &str) -> Option<Vec<OwnerReference>> {
+    Some(vec![OwnerReference {
+        api_version: "guestcluster.opdev.io/v1alpha1".into(),
+        kind: "CRCBundle".into(),
+        name: BUNDLE.into(),
+        uid: bundle_uid.into(),
+        controller: Some(true),
+        ..Default::default()
+    }])
+}
+
 fn golden_pvc(uid: &str) -> PersistentVolumeClaim {
     PersistentVolumeClaim {
         metadata: ObjectMeta {
             name: Some(format!("{BUNDLE}-golden")),
             namespace: Some(SYSTEM.into()),
             uid: Some(uid.into()),
+            owner_references: owned_by_bundle("bundle-uid"),
             ..Default::default()
         },
         ..Default::default()
@@ -124,6 +138,7 @@ fn bundle_key(key: &[u8]) -> Secret {
         name: Some(format!("{BUNDLE}-ssh-key")),
         namespace: Some(SYSTEM.into()),
         uid: Some("bundle-key-uid".into()),
+        owner_references: owned_by_bundle("bundle-uid"),
         ..Default::default()
     };
     secret(meta, &[(boot_key::KEY, key)])
@@ -157,6 +172,7 @@ impl World {
             bundle: Some(ready_bundle("bundle-uid")),
             bundle_pvc: Some(golden_pvc("golden-uid")),
             bundle_key: Some(bundle_key(KEY)),
+            bundle_namespace: SYSTEM.into(),
             ingress_domain: Some(DOMAIN.into()),
             ..Observed::default()
         };
