@@ -236,7 +236,11 @@ impl Step<'_> {
         self.set(stage.condition(), true, reasons::STAGE_SUCCEEDED, message);
         let next = stage.next().unwrap_or(BuildStage::Ready);
         self.build_mut().stage = Some(next);
-        if next != BuildStage::Ready {
+        if next == BuildStage::Ready {
+            // One write moves stage and message together: a reader never sees the last stage's
+            // message under Ready.
+            self.ready_building("publishing the bundle".into());
+        } else {
             self.progress(next, "starting".into());
         }
     }

@@ -208,6 +208,11 @@ mod tests {
             d.status.build.as_ref().unwrap().stage,
             Some(BuildStage::Ready)
         );
+        // Stage and message move in one write: no Validate message under Ready.
+        assert_eq!(
+            d.status.build.as_ref().unwrap().message.as_deref(),
+            Some("publishing the bundle")
+        );
         let validated = conditions::find(&d.status.conditions, types::VALIDATED).unwrap();
         assert_eq!(
             (validated.status.as_str(), validated.reason.as_str()),
