@@ -122,6 +122,10 @@ struct OperatorArgs {
     /// Address of `/metrics`; `0` disables it.
     #[arg(long, default_value = "0.0.0.0:8080")]
     metrics_bind_address: String,
+    /// Release repositories builds may use, comma-separated: a repository, a prefix ending in
+    /// `/`, or `*`. A release is code: its `openshift-install` runs with the pull secret.
+    #[arg(long, default_value = guestcluster::tools::release::OPENSHIFT_RELEASE_REPOSITORIES)]
+    build_release_repositories: String,
     /// Address of the read-only `/dashboard`; `0` disables it. It names every tenant's objects,
     /// so it listens on loopback (reach it with `kubectl port-forward`) unless set otherwise.
     #[arg(long, default_value = "127.0.0.1:8082")]
@@ -217,6 +221,9 @@ fn operator(args: OperatorArgs) -> Result<(), Box<dyn std::error::Error>> {
             settle: args.build_settle_interval.map_or(
                 guestcluster::contract::build_helper::Settle::UPSTREAM,
                 guestcluster::contract::build_helper::Settle::every,
+            ),
+            release_repositories: guestcluster::tools::release::ReleaseRepositories::parse(
+                &args.build_release_repositories,
             ),
         },
         platform: args.platform,

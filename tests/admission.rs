@@ -199,6 +199,40 @@ async fn golden_volume_must_hold_the_build_disk() {
         .expect("quantities compared across units (100G > 90Gi)");
 }
 
+/// Hardening item 2: a release image is a pull spec, never something `oc` could read as a flag.
+#[tokio::test]
+async fn release_images_are_pull_specs() {
+    let client = support::client().await;
+    let api = bundles(&client);
+    let name = support::unique("release");
+    for bad in [
+        "--registry-config=/var/run/secrets/x",
+        "-a",
+        "quay.io/openshift-release-dev/ocp-release:4.22 --insecure",
+        "Quay.io/Upper/case:1",
+        "quay.io/openshift-release-dev/ocp-release@sha256:short",
+    ] {
+        let spec = build_spec(json!({"build": {"releaseImage": bad}}));
+        assert_rejected(
+            create(&api, &object("CRCBundle", &name, spec)).await,
+            "releaseImage must be a pull spec",
+        );
+    }
+    for (i, good) in [
+        "quay.io/openshift-release-dev/ocp-release:4.22.3-x86_64",
+        "mirror.example.com:5000/ocp4/openshift4@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        "registry.ci.openshift.org/ocp/release:4.22.0-0.nightly-2026-12-01-000000",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let spec = build_spec(json!({"build": {"releaseImage": good}}));
+        create(&api, &object("CRCBundle", &format!("{name}-{i}"), spec))
+            .await
+            .unwrap_or_else(|e| panic!("{good} refused: {e}"));
+    }
+}
+
 /// Hardening item 8: manifest ref lists are bounded and name each object once (a default kind
 /// counts as written).
 #[tokio::test]

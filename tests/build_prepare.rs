@@ -475,3 +475,46 @@ async fn an_input_not_shared_with_the_bundle_is_not_used_or_quoted() {
         .unwrap();
     assert!(made.items.is_empty(), "{:?}", made.items);
 }
+
+/// Hardening item 2: a release from a repository the operator does not build from stops at
+/// Admit with `ReleaseNotAllowed`, before any object of the attempt exists.
+#[tokio::test]
+async fn a_release_from_a_repository_not_allowed_stops_at_admit() {
+    world();
+    let client = support::client().await;
+    let api: Api<CRCBundle> = Api::all(client.clone());
+    let name = support::unique("build-release");
+    pull_secret(&client, &format!("{name}-pull"), PULL_SECRET).await;
+    let spec: guestcluster::api::CRCBundleSpec = serde_json::from_value(serde_json::json!({
+        "goldenVolumeSize": "8Gi",
+        "build": {
+            "releaseImage": "quay.io/elsewhere/ocp-release:4.22.3-x86_64",
+            "pullSecretRef": {"name": format!("{name}-pull")},
+            "vm": {"diskSize": "8Gi"},
+        }
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &CRCBundle::new(&name, spec))
+        .await
+        .unwrap();
+    let b = wait_for("ReleaseNotAllowed", || {
+        condition(
+            &api,
+            &name,
+            types::PREPARED,
+            "False",
+            reasons::RELEASE_NOT_ALLOWED,
+        )
+    })
+    .await;
+    let prepared = message(&b, types::PREPARED);
+    assert!(
+        prepared.contains("quay.io/elsewhere/ocp-release")
+            && prepared.contains(support::world::RELEASE_REPOSITORIES),
+        "{prepared}"
+    );
+    assert!(
+        b.status.unwrap().build.unwrap().resources.is_none(),
+        "nothing made before Admit"
+    );
+}

@@ -31,6 +31,7 @@ use guestcluster::contract::build_helper::Settle;
 use guestcluster::guest::route::RouteAccess;
 use guestcluster::metrics::Metrics;
 use guestcluster::resources::bundle::JobSettings;
+use guestcluster::tools::release::ReleaseRepositories;
 use guestcluster::{manifests, operator};
 use testenv::{self, ControlPlane};
 
@@ -458,6 +459,8 @@ impl RunningOperator {
                 pod_users: Default::default(),
                 // Upstream's three reads, a second apart: the demo's operators settle in seconds.
                 settle: Settle::every(std::time::Duration::from_secs(1)),
+                // The sample's release repository (the simulated registry serves any).
+                release_repositories: ReleaseRepositories::parse(DEMO_RELEASE_REPOSITORY),
             },
             platform: Default::default(),
             guests,
@@ -536,6 +539,9 @@ impl RunningOperator {
                 crate::job_accounts::PREP_ACCOUNT
             ))
             .arg(format!("--pool-crc-versions={DEMO_VERSION}"))
+            .arg(format!(
+                "--build-release-repositories={DEMO_RELEASE_REPOSITORY}"
+            ))
             .env("KUBECONFIG", cp.kubeconfig_path())
             .env(guestcluster::guest::route::ROUTE_PROXY_ENV, router)
             .env("RUST_LOG", "warn,kube_client::client::builder=off")
@@ -944,6 +950,9 @@ fn print_kubectl(cp: &ControlPlane, args: &[&str]) -> Result<(), Error> {
 const JOB_IMAGE_REPO: &str = "quay.io/opdev/guestcluster";
 /// The version the sample pool's `crcVersion` asks for.
 const DEMO_VERSION: &str = "4.22.7";
+/// The repository of `samples/crcbundle-build.yaml`'s release image, which the demo's operator
+/// builds from (`--build-release-repositories`).
+const DEMO_RELEASE_REPOSITORY: &str = "quay.io/example/ocp-release";
 
 /// The local stand-in for mirror.openshift.com.
 struct Mirror {

@@ -125,8 +125,11 @@ fn default_golden_volume_size() -> String {
 #[serde(rename_all = "camelCase")]
 pub struct BuildSpec {
     /// OpenShift release image pull spec, e.g. `quay.io/openshift-release-dev/ocp-release@sha256:…`.
-    /// A tag is resolved to a digest once, when the build starts (see `status.release`).
-    #[schemars(length(min = 1))]
+    /// A tag is resolved to a digest once, when the build starts (see `status.release`). Its
+    /// repository must be one the operator builds from (`--build-release-repositories`; by
+    /// default the OpenShift release repositories): a release is code the build runs.
+    #[schemars(length(min = 1, max = 512))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]+([._-]+[a-z0-9]+)*)+(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(@sha256:[a-f0-9]{64})?$')").message("releaseImage must be a pull spec such as quay.io/openshift-release-dev/ocp-release:4.22.3-x86_64 or quay.io/openshift-release-dev/ocp-release@sha256:<64 hex digits>"))]
     pub release_image: String,
 
     /// Secret in the operator namespace with a `.dockerconfigjson` key that can pull the release

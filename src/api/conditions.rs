@@ -131,6 +131,9 @@ pub mod reasons {
     /// Admit: a referenced Secret or ConfigMap does not consent to this bundle's use (its label
     /// `guestcluster.opdev.io/build-input` is missing or names another bundle).
     pub const INPUT_NOT_SHARED: &str = "InputNotShared";
+    /// Admit: the release image's repository is not one the operator builds from
+    /// (`--build-release-repositories`).
+    pub const RELEASE_NOT_ALLOWED: &str = "ReleaseNotAllowed";
     /// Admit: the referenced manifests together exceed what the installer Secret has room for.
     pub const INPUTS_TOO_LARGE: &str = "InputsTooLarge";
     /// Admit: a referenced object lacks the key the build reads (or has no data at all).

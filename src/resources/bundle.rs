@@ -105,6 +105,8 @@ pub struct JobSettings {
     pub pod_users: PodUsers,
     /// How a build's helper recognises a settled guest cluster (`--build-settle-interval`).
     pub settle: crate::contract::build_helper::Settle,
+    /// The release repositories builds may use (`--build-release-repositories`).
+    pub release_repositories: crate::tools::release::ReleaseRepositories,
 }
 
 /// Image of the operator's Jobs unless configured (`--job-image`).
@@ -117,6 +119,7 @@ impl Default for JobSettings {
             prep_service_account: "bundle-prep".to_owned(),
             pod_users: PodUsers::default(),
             settle: crate::contract::build_helper::Settle::UPSTREAM,
+            release_repositories: Default::default(),
         }
     }
 }

@@ -82,6 +82,51 @@ pub fn repository(pullspec: &str) -> &str {
     }
 }
 
+/// The release repositories the operator builds from (`--build-release-repositories`). A
+/// release is code: the installer Job runs the `openshift-install` extracted from it, with the
+/// pull secret mounted. An entry is a repository (`quay.io/openshift-release-dev/ocp-release`),
+/// or a prefix ending in `/` for every repository under it, or `*` for any.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReleaseRepositories(Vec<String>);
+
+/// The OpenShift release repositories: GA and candidate releases, and nightlies.
+pub const OPENSHIFT_RELEASE_REPOSITORIES: &str =
+    "quay.io/openshift-release-dev/ocp-release,quay.io/openshift-release-dev/ocp-release-nightly";
+
+impl ReleaseRepositories {
+    /// From a comma-separated list; blank entries are ignored.
+    pub fn parse(list: &str) -> Self {
+        Self(
+            list.split(',')
+                .map(str::trim)
+                .filter(|e| !e.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        )
+    }
+
+    /// Whether the repository of `pullspec` is one of these.
+    pub fn allows(&self, pullspec: &str) -> bool {
+        let repository = repository(pullspec);
+        self.0.iter().any(|entry| {
+            entry == "*"
+                || entry == repository
+                || (entry.ends_with('/') && repository.starts_with(entry.as_str()))
+        })
+    }
+
+    /// The list as configured, for messages.
+    pub fn list(&self) -> String {
+        self.0.join(", ")
+    }
+}
+
+impl Default for ReleaseRepositories {
+    fn default() -> Self {
+        Self::parse(OPENSHIFT_RELEASE_REPOSITORIES)
+    }
+}
+
 /// The pull spec that names exactly `digest`: every later step uses it, so a tag moved
 /// meanwhile changes nothing.
 pub fn pinned(pullspec: &str, digest: &str) -> String {
@@ -93,7 +138,10 @@ pub async fn info(image: &str, auth: &Path) -> Result<ReleaseInfo, ReleaseError>
     let auth = auth.display().to_string();
     let out = run::output(
         Path::new(OC),
-        &["adm", "release", "info", "-a", &auth, "-o", "json", image],
+        // `--`: the image is an operand, whatever it starts with.
+        &[
+            "adm", "release", "info", "-a", &auth, "-o", "json", "--", image,
+        ],
         OC_TIMEOUT,
     )
     .await?;
@@ -121,6 +169,7 @@ pub async fn extract_installer(
             &to,
             "-a",
             &auth,
+            "--",
             image,
         ],
         OC_TIMEOUT,
@@ -278,5 +327,22 @@ mod tests {
         assert_eq!(iso.sha256, sha);
         assert_eq!(iso.release, "9.6.1");
         assert!(parse_stream(&json, "arm64").is_err(), "no aarch64 entry");
+    }
+
+    #[test]
+    fn release_repositories_allow_exact_repositories_prefixes_and_star() {
+        let default = ReleaseRepositories::default();
+        assert!(default.allows("quay.io/openshift-release-dev/ocp-release:4.22.3-x86_64"));
+        assert!(default.allows(&format!(
+            "quay.io/openshift-release-dev/ocp-release-nightly@{DIGEST}"
+        )));
+        assert!(!default.allows("quay.io/openshift-release-dev/ocp-release-evil:4.22"));
+        assert!(!default.allows("quay.io/example/ocp-release:4.22"));
+        let mirror = ReleaseRepositories::parse(" mirror.example:5000/ocp/ , ,quay.io/a/b");
+        assert!(mirror.allows("mirror.example:5000/ocp/release:4.22"));
+        assert!(!mirror.allows("mirror.example:5000/other/release:4.22"));
+        assert!(mirror.allows("quay.io/a/b:1"));
+        assert!(ReleaseRepositories::parse("*").allows("anything/at/all:1"));
+        assert!(!ReleaseRepositories::parse("").allows("quay.io/a/b:1"));
     }
 }

@@ -37,6 +37,10 @@ pub struct World {
 /// How far apart the build helpers' settle checks are (`--build-settle-interval`).
 const SETTLE_INTERVAL: &str = "100ms";
 
+/// The release repositories the scenario operators build from (`--build-release-repositories`):
+/// the scenarios' releases are `quay.io/example/…`, which the simulated registry serves.
+pub const RELEASE_REPOSITORIES: &str = "quay.io/example/";
+
 /// The management cluster's ingress domain in the scenario world.
 pub const INGRESS_DOMAIN: &str = "apps.mgmt.example";
 
@@ -103,6 +107,8 @@ pub async fn operator_process(name: &str) -> super::Operator {
             // As the in-process operator: the fast timings settle operators in 300 ms.
             "--build-settle-interval",
             SETTLE_INTERVAL,
+            "--build-release-repositories",
+            RELEASE_REPOSITORIES,
             "--log-format",
             "json",
         ],
@@ -194,6 +200,9 @@ async fn start(
         // Upstream's three reads, 100 ms apart: the fast timings settle operators in 300 ms.
         settle: guestcluster::contract::build_helper::Settle::every(
             guestcluster::operator::leader::parse_duration(SETTLE_INTERVAL)?,
+        ),
+        release_repositories: guestcluster::tools::release::ReleaseRepositories::parse(
+            RELEASE_REPOSITORIES,
         ),
     };
     let router = RouteProxy::start(client.clone())

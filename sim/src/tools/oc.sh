@@ -19,6 +19,13 @@ release_info() {
         -a | --registry-config) need_arg $# "$1"; check_registry_config "$2"; shift 2 ;;
         -a=* | --registry-config=*) check_registry_config "${1#*=}"; shift ;;
         --insecure | --insecure=*) shift ;;
+        --)
+            # pflag (cobra's flag parser): `--` ends the flags, what follows are operands.
+            shift
+            [ $# -le 1 ] && [ -z "$image" ] || usage_error "only one release image may be given"
+            image=${1:-}
+            [ $# -eq 0 ] || shift
+            ;;
         -*) usage_error "unknown flag: $1" ;;
         *)
             [ -z "$image" ] || usage_error "only one release image may be given"
@@ -89,6 +96,13 @@ release_extract() {
         -a | --registry-config) need_arg $# "$1"; check_registry_config "$2"; shift 2 ;;
         -a=* | --registry-config=*) check_registry_config "${1#*=}"; shift ;;
         --command-os=* | --insecure | --insecure=*) shift ;;
+        --)
+            # pflag (cobra's flag parser): `--` ends the flags, what follows are operands.
+            shift
+            [ $# -le 1 ] && [ -z "$image" ] || usage_error "only one release image may be given"
+            image=${1:-}
+            [ $# -eq 0 ] || shift
+            ;;
         -*) usage_error "unknown flag: $1" ;;
         *)
             [ -z "$image" ] || usage_error "only one release image may be given"

@@ -22,6 +22,7 @@ use crate::api::bundle::{BuildInputs, BuildSpec, ManifestDigest, ManifestRef, Ma
 use crate::api::conditions::reasons;
 use crate::api::labels::{BUILD_INPUT, BUILD_INPUT_ALL};
 use crate::resources::profile::inputs::{self, PullSecret};
+use crate::tools::release::{self, ReleaseRepositories};
 
 /// The key of a pull secret Secret (`kubernetes.io/dockerconfigjson`).
 pub const PULL_SECRET_KEY: &str = ".dockerconfigjson";
@@ -35,6 +36,10 @@ pub const MAX_MANIFEST_BYTES: usize = 512 * 1024;
 /// none carries an input's contents.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
 pub enum Error {
+    #[error(
+        "spec.build.releaseImage is in repository {repository}, which this operator does not build from (--build-release-repositories: {allowed}); a release is code the installer Job runs with the pull secret, so ask the operator's administrator to add the repository, or use one of those"
+    )]
+    ReleaseNotAllowed { repository: String, allowed: String },
     /// `object` is `<Kind> <namespace>/<name>`, `field` the spec field that names it.
     #[error(
         "{object} named in spec.build.{field} is not shared with CRCBundle {bundle}: {found}; label it {BUILD_INPUT}={bundle} (or {BUILD_INPUT}={BUILD_INPUT_ALL}) to let this bundle build with it"
@@ -96,6 +101,7 @@ impl Error {
             Error::ManifestInvalid { .. } => reasons::INVALID_MANIFEST,
             Error::NotShared { .. } => reasons::INPUT_NOT_SHARED,
             Error::TooLarge { .. } => reasons::INPUTS_TOO_LARGE,
+            Error::ReleaseNotAllowed { .. } => reasons::RELEASE_NOT_ALLOWED,
         }
     }
 }
@@ -151,13 +157,21 @@ pub struct Admitted {
     pub post_install_manifests: Vec<Manifest>,
 }
 
-/// Checks and digests the inputs of `spec`, read from `namespace` for CRCBundle `bundle`.
+/// Checks and digests the inputs of `spec`, read from `namespace` for CRCBundle `bundle`; its
+/// release must come from one of `releases`.
 pub fn admit(
     spec: &BuildSpec,
     bundle: &str,
     namespace: &str,
+    releases: &ReleaseRepositories,
     read: &Read,
 ) -> Result<Admitted, Error> {
+    if !releases.allows(&spec.release_image) {
+        return Err(Error::ReleaseNotAllowed {
+            repository: release::repository(&spec.release_image).to_owned(),
+            allowed: releases.list(),
+        });
+    }
     let secret_name = spec.pull_secret_ref.name.clone();
     let object = read
         .pull_secret
@@ -411,7 +425,29 @@ mod tests {
     }
 
     fn admit(spec: &BuildSpec, ns: &str, read: &Read) -> Result<Admitted, Error> {
-        super::admit(spec, BUNDLE, ns, read)
+        super::admit(
+            spec,
+            BUNDLE,
+            ns,
+            &ReleaseRepositories::parse("quay.io/example/"),
+            read,
+        )
+    }
+
+    #[test]
+    fn a_release_from_a_repository_the_operator_does_not_build_from_is_refused_first() {
+        let openshift = ReleaseRepositories::default();
+        let err = super::admit(&spec(), BUNDLE, NS, &openshift, &read()).unwrap_err();
+        assert_eq!(err.reason(), reasons::RELEASE_NOT_ALLOWED);
+        let message = err.to_string();
+        assert!(
+            message.contains("quay.io/example/release")
+                && message.contains("quay.io/openshift-release-dev/ocp-release"),
+            "{message}"
+        );
+        // Before any input is looked at.
+        let err = super::admit(&spec(), BUNDLE, NS, &openshift, &Read::default()).unwrap_err();
+        assert_eq!(err.reason(), reasons::RELEASE_NOT_ALLOWED);
     }
 
     #[test]

@@ -77,7 +77,13 @@ pub async fn pass(
     };
     if decide::reads_inputs(bundle, retry.as_deref()) {
         let read = observe::read_inputs(ctx, &name, &spec).await?;
-        let result = admit::admit(&spec, &name, &ctx.namespace, &read);
+        let result = admit::admit(
+            &spec,
+            &name,
+            &ctx.namespace,
+            &ctx.jobs.release_repositories,
+            &read,
+        );
         observed.admitted = Some(
             result
                 .as_ref()
