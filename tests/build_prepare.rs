@@ -373,36 +373,39 @@ async fn an_input_not_shared_with_the_bundle_is_not_used_or_quoted() {
     let api: Api<CRCBundle> = Api::all(client.clone());
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), OPERATOR_NS);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), OPERATOR_NS);
-    let label = |value: &str| -> Option<BTreeMap<String, String>> {
-        Some(BTreeMap::from([(BUILD_INPUT.to_owned(), value.to_owned())]))
+
+    // What Admit says of a build whose inputs are set up: InputNotShared, in Prepared.
+    let not_shared = |name: String| {
+        let (api, client) = (api.clone(), client.clone());
+        async move {
+            create_build(&client, &name, "6h").await;
+            let b = wait_for("InputNotShared", || {
+                condition(
+                    &api,
+                    &name,
+                    types::PREPARED,
+                    "False",
+                    reasons::INPUT_NOT_SHARED,
+                )
+            })
+            .await;
+            let prepared = message(&b, types::PREPARED);
+            (b, prepared)
+        }
     };
 
     // The pull secret is shared with another bundle only.
     let name = support::unique("build-other");
-    let mut secret: Secret = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": format!("{name}-pull")},
-        "stringData": {".dockerconfigjson": PULL_SECRET},
-    }))
-    .unwrap();
-    secret.metadata.labels = label("someone-else");
-    secrets
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
+    pull_secret_labelled(
+        &client,
+        &format!("{name}-pull"),
+        PULL_SECRET,
+        shared_with("someone-else"),
+    )
+    .await;
     manifests(&client, &format!("{name}-mcs"), "mc.yaml", MACHINE_CONFIG).await;
     manifests(&client, &format!("{name}-post"), "extra.yaml", POST_INSTALL).await;
-    create_build(&client, &name, "6h").await;
-    let b = wait_for("InputNotShared (pull secret)", || {
-        condition(
-            &api,
-            &name,
-            types::PREPARED,
-            "False",
-            reasons::INPUT_NOT_SHARED,
-        )
-    })
-    .await;
-    let prepared = message(&b, types::PREPARED);
+    let (_, prepared) = not_shared(name.clone()).await;
     assert!(
         prepared.contains(&format!("Secret {OPERATOR_NS}/{name}-pull"))
             && prepared.contains("\"someone-else\"")
@@ -414,16 +417,13 @@ async fn an_input_not_shared_with_the_bundle_is_not_used_or_quoted() {
     // parser would quote it), next to a pull secret shared with this bundle by name.
     let name = support::unique("build-unshared");
     let planted = format!("planted-{}", support::unique("value"));
-    let mut secret: Secret = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": format!("{name}-pull")},
-        "stringData": {".dockerconfigjson": PULL_SECRET},
-    }))
-    .unwrap();
-    secret.metadata.labels = label(&name);
-    secrets
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
+    pull_secret_labelled(
+        &client,
+        &format!("{name}-pull"),
+        PULL_SECRET,
+        shared_with(&name),
+    )
+    .await;
     let unshared: ConfigMap = serde_json::from_value(serde_json::json!({
         "metadata": {"name": format!("{name}-mcs")},
         "data": {"mc.yaml": format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {planted}\n")},
@@ -434,18 +434,7 @@ async fn an_input_not_shared_with_the_bundle_is_not_used_or_quoted() {
         .await
         .unwrap();
     manifests(&client, &format!("{name}-post"), "extra.yaml", POST_INSTALL).await;
-    create_build(&client, &name, "6h").await;
-    let b = wait_for("InputNotShared (manifests)", || {
-        condition(
-            &api,
-            &name,
-            types::PREPARED,
-            "False",
-            reasons::INPUT_NOT_SHARED,
-        )
-    })
-    .await;
-    let prepared = message(&b, types::PREPARED);
+    let (b, prepared) = not_shared(name.clone()).await;
     assert!(
         prepared.contains(&format!("ConfigMap {OPERATOR_NS}/{name}-mcs"))
             && prepared.contains("installationManifestRefs")

@@ -22,17 +22,35 @@ pub const INSTALLED_FILE: (&str, &str) = ("/etc/scenario-installed", "installed"
 
 /// The consent label every build input of the scenarios carries: any bundle may use it.
 pub fn shared() -> Option<BTreeMap<String, String>> {
+    shared_with(guestcluster::api::labels::BUILD_INPUT_ALL)
+}
+
+/// The consent label naming `bundle` (or `all`).
+pub fn shared_with(bundle: &str) -> Option<BTreeMap<String, String>> {
     Some(BTreeMap::from([(
         guestcluster::api::labels::BUILD_INPUT.to_owned(),
-        guestcluster::api::labels::BUILD_INPUT_ALL.to_owned(),
+        bundle.to_owned(),
     )]))
 }
 
+/// A pull secret any bundle may use.
 pub async fn pull_secret(client: &kube::Client, name: &str, data: &str) {
+    pull_secret_labelled(client, name, data, shared()).await;
+}
+
+/// A pull secret with `labels`.
+pub async fn pull_secret_labelled(
+    client: &kube::Client,
+    name: &str,
+    data: &str,
+    labels: Option<BTreeMap<String, String>>,
+) {
+    // The world makes the operator namespace: a test may get here before any other starts it.
+    world();
     let secret = Secret {
         metadata: kube::api::ObjectMeta {
             name: Some(name.to_owned()),
-            labels: shared(),
+            labels,
             ..Default::default()
         },
         data: Some(BTreeMap::from([(
@@ -48,6 +66,7 @@ pub async fn pull_secret(client: &kube::Client, name: &str, data: &str) {
 }
 
 pub async fn manifests(client: &kube::Client, name: &str, key: &str, text: &str) {
+    world();
     let cm = ConfigMap {
         metadata: kube::api::ObjectMeta {
             name: Some(name.to_owned()),
