@@ -846,7 +846,7 @@ fn firmware(
     runtime.ntp_reachable = ntp_reachable;
     runtime.oc = kubectl.map(|kubectl| exec::oc::OcBackend {
         kubectl,
-        api: SocketAddr::new(spec.ip.into(), crate::openshift::link::API_PORT),
+        api: SocketAddr::new(spec.ip.into(), exec::oc::API_PORT),
     });
     let machine = Machine::power_on(state, runtime);
     if let Some(path) = &persist {

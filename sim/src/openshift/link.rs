@@ -26,8 +26,8 @@ use crate::{Error, SimContext};
 use testenv::ApiServerLauncher;
 
 const KUBELET: &str = "kubelet.service";
-/// The guest API port.
-pub const API_PORT: u16 = 6443;
+/// The guest API port (the node's, where its `oc` reaches it).
+pub use crate::guest::exec::oc::API_PORT;
 /// How long saving a stopping cluster's objects may take (attempts included) before it stops
 /// without: the disk then keeps what it carried.
 const SAVE_TIMEOUT: Duration = Duration::from_secs(30);

@@ -28,7 +28,7 @@ pub struct OcBackend {
 }
 
 /// The port of the API server on a node.
-const API_PORT: u16 = 6443;
+pub const API_PORT: u16 = 6443;
 
 pub fn oc(ctx: &mut Ctx<'_>, args: &[String]) -> Run {
     let Some(backend) = ctx.runtime().oc.clone() else {
