@@ -479,7 +479,7 @@ mod tests {
             "{spec}"
         );
         assert!(
-            spec.contains("| `releaseImage` | string | yes |  | minLength: 1 |"),
+            spec.contains("| `releaseImage` | string | yes |  | minLength: 1, maxLength: 512 |"),
             "{spec}"
         );
         assert!(spec.contains("enum: `crc-kubevirt-v1`"), "{spec}");
