@@ -285,14 +285,14 @@ impl Operator {
         let log = dir.path().join("operator.log");
         let health = free_addr();
         let metrics = free_addr();
-        // Its own port too: two processes of one test (leader and standby) must not fight over
-        // the default.
-        let dashboard = free_addr();
         let child = Command::new(env!("CARGO_BIN_EXE_guestcluster"))
             .args(["operator", "--namespace", namespace])
             .arg(format!("--health-probe-bind-address={health}"))
             .arg(format!("--metrics-bind-address={metrics}"))
-            .arg(format!("--dashboard-bind-address={dashboard}"))
+            // No dashboard: two processes of one test (leader and standby) would fight over its
+            // default port, and every port picked ahead is one a client's connection may take
+            // before the process binds it. `tests/helm.rs` serves it.
+            .arg("--dashboard-bind-address=0")
             // Tests kill operators (SIGKILL, no release): a short lease lets the next one lead
             // in seconds. The renew deadline keeps a wide margin over a loaded machine's renewals.
             .args([
