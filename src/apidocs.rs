@@ -458,8 +458,8 @@ mod tests {
             "spec.build.vm",
             "spec.build.{installationManifestRefs, postInstallManifestRefs}[]",
             "status.build.resources",
-            "status.build.resources.{buildVM, credentialsSecret, diskJob, helperAccount, helperJob, \
-             helperRole, helperRoleBinding, installISOPVC, installerAuthSecret, installerJob, isoPVC, \
+            "status.build.resources.{buildVM, credentialsSecret, diskJob, guestPolicy, helperAccount, \
+             helperJob, helperRole, helperRoleBinding, installISOPVC, installerAuthSecret, installerJob, isoPVC, \
              rootDataVolume, serviceAccount, validationDataVolume, validationJob, validationVM, workPVC}",
             "status.inputs.{installationManifests, postInstallManifests}[]",
         ] {

@@ -172,6 +172,7 @@ fn guest_world(cp: &ControlPlane, root: &Path) -> Arc<SimContext> {
         },
         volumes: volumes::VolumeStore::new(root.join("volumes")),
         network: network::IpAllocator::default(),
+        pod_groups: Default::default(),
         guests: GuestHost::new(timings),
     });
     tokio::spawn(openshift::link::run(ctx.clone(), cp.apiserver_launcher()));

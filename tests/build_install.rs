@@ -591,6 +591,7 @@ async fn attempt_objects(client: &kube::Client, part: &str) -> Vec<String> {
     remaining.extend(left::<ServiceAccount>(client, part).await);
     remaining.extend(left::<Role>(client, part).await);
     remaining.extend(left::<RoleBinding>(client, part).await);
+    remaining.extend(left::<k8s_openapi::api::networking::v1::NetworkPolicy>(client, part).await);
     remaining
 }
 

@@ -20,6 +20,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use sim::bundles::{self, BundleSpec, Flaw};
 use sim::file_server::Fault;
+use std::time::Duration;
 use support::world::{OPERATOR_NS, bare_world, one_operator_at_a_time, operator_process};
 use support::{Operator, wait_for, wait_long};
 
@@ -161,6 +162,54 @@ async fn build_objects(client: &kube::Client, name: &str) -> Vec<String> {
     uids!(guestcluster::kubevirt::VirtualMachine);
     uids!(guestcluster::cdi::DataVolume);
     out.sort();
+    out
+}
+
+/// For a hang: the bundle's status, the operator's last log lines and the tail of every pod log
+/// of the bundle's build.
+async fn where_the_build_stands(
+    api: &Api<CRCBundle>,
+    name: &str,
+    world: &support::world::World,
+    operator: &Operator,
+) -> String {
+    let tail = |text: &str, lines: usize| {
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    };
+    let status = api
+        .get(name)
+        .await
+        .map(|b| serde_json::to_string_pretty(&b.status).unwrap_or_default())
+        .unwrap_or_else(|e| format!("(bundle unreadable: {e})"));
+    let mut out = format!(
+        "status: {status}\n--- operator log (end) ---\n{}\n",
+        tail(&operator.log(), 60)
+    );
+    let pods = world.root.join("sim").join("pods");
+    let mut dirs: Vec<_> = std::fs::read_dir(&pods)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|d| d.file_name().to_string_lossy().contains(name))
+        .collect();
+    dirs.sort_by_key(|d| d.file_name());
+    for dir in dirs {
+        for log in std::fs::read_dir(dir.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if log.path().extension().is_some_and(|e| e == "log") {
+                let text = std::fs::read_to_string(log.path()).unwrap_or_default();
+                out.push_str(&format!(
+                    "--- {} ---\n{}\n",
+                    log.path().display(),
+                    tail(&text, 30)
+                ));
+            }
+        }
+    }
     out
 }
 
@@ -406,12 +455,21 @@ async fn a_restarted_operator_resumes_the_same_installer_job() {
         logs.push(previous.log());
         let next = operator_process(next_name).await;
         // The step is done by the Job that was recorded, never by a second one.
-        wait_long(&format!("{done}=True"), || async {
-            let b = api.get(&name).await.ok()?;
-            let c = conditions::find(&b.status.as_ref()?.conditions, done)?;
-            (c.status == "True").then_some(())
-        })
+        let finished = tokio::time::timeout(
+            Duration::from_secs(590),
+            wait_long(&format!("{done}=True"), || async {
+                let b = api.get(&name).await.ok()?;
+                let c = conditions::find(&b.status.as_ref()?.conditions, done)?;
+                (c.status == "True").then_some(())
+            }),
+        )
         .await;
+        if finished.is_err() {
+            panic!(
+                "{done} not True after 590 s\n{}",
+                where_the_build_stands(&api, &name, world, &next).await
+            );
+        }
         watch.abort();
         // The recorded Job may be gone already when listed (its step done); no other ever was.
         let uids = seen.lock().unwrap().clone();

@@ -120,6 +120,8 @@ pub struct SimContext {
     pub options: Options,
     pub volumes: volumes::VolumeStore,
     pub network: network::IpAllocator,
+    /// Which pod each container process group is, for NetworkPolicy at guests' doors.
+    pub pod_groups: Arc<network::ingress::PodGroups>,
     pub guests: guest::GuestHost,
 }
 
@@ -190,10 +192,13 @@ impl Sim {
             }
             return Err(err.into());
         }
+        let pod_groups = Arc::new(network::ingress::PodGroups::default());
+        let ingress = network::ingress::Ingress::new(client.clone(), pod_groups.clone());
         let ctx = Arc::new(SimContext {
             volumes: volumes::VolumeStore::new(options.root.join("volumes")),
             network,
-            guests: guest::GuestHost::new(options.timings.clone()),
+            pod_groups,
+            guests: guest::GuestHost::on_pod_network(options.timings.clone(), ingress),
             client,
             options,
         });

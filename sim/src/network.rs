@@ -1,6 +1,12 @@
+//! The pod network: addresses here, NetworkPolicy enforcement at guests' doors in [`ingress`]
+//! (decided by [`policy`]).
+//!
 //! Pod IPs. Every simulated pod (Job pods and virt-launcher pods alike) gets its own address in
 //! `127.0.0.0/8`: Linux routes the whole block to `lo`, so a process can bind and be reached on
 //! it without any network setup, and two pods never share an address.
+
+pub mod ingress;
+pub mod policy;
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;

@@ -605,6 +605,9 @@ pub struct BuildResources {
     pub helper_role: Option<ObjectIdentity>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub helper_role_binding: Option<ObjectIdentity>,
+    /// The NetworkPolicy around the build and validation VMs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_policy: Option<ObjectIdentity>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root_data_volume: Option<ObjectIdentity>,
     #[serde(default, rename = "buildVM", skip_serializing_if = "Option::is_none")]

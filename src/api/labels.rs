@@ -11,10 +11,14 @@ pub const MANAGED_BY_AGENT: &str = "crc-agent";
 pub const CLUSTER_INSTANCE: &str = "opdev.io/cluster-instance";
 /// Namespace of the ClusterInstance an object belongs to (for objects in other namespaces).
 pub const CLUSTER_INSTANCE_NAMESPACE: &str = "opdev.io/cluster-instance-namespace";
-/// On an instance's crc-agent pods (value [`COMPONENT_CRC_AGENT`]): the pods its NetworkPolicy
-/// lets reach the guest's SSH port.
+/// On an instance's crc-agent pods (value [`COMPONENT_CRC_AGENT`]) and a build's Job pods (the
+/// `COMPONENT_BUILD_*` values): the pods a guest's NetworkPolicy lets reach its SSH port are the
+/// crc-agent's and the build helper's.
 pub const COMPONENT: &str = "opdev.io/component";
 pub const COMPONENT_CRC_AGENT: &str = "crc-agent";
+pub const COMPONENT_BUILD_INSTALLER: &str = "build-installer";
+pub const COMPONENT_BUILD_HELPER: &str = "build-helper";
+pub const COMPONENT_BUILD_DISK: &str = "build-disk";
 /// Name of the ClusterPool an instance belongs to.
 pub const POOL: &str = "opdev.io/pool";
 /// Name of the CRCBundle an object belongs to.

@@ -14,9 +14,16 @@ use k8s_openapi::api::core::v1::{
     Container, EnvVar, KeyToPath, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource,
     PodSpec, PodTemplateSpec, Secret, SecretVolumeSource, ServiceAccount, Volume, VolumeMount,
 };
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
+    NetworkPolicySpec,
+};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, ObjectMeta,
+};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
 use super::bundle::{JobSettings, pvc};
@@ -72,6 +79,8 @@ pub struct Names {
     /// The clone of the golden PVC the validation VM boots (a DataVolume and its PVC).
     pub validation_data_volume: String,
     pub validation_vm: String,
+    /// The NetworkPolicy around both VMs' launcher pods.
+    pub guest_policy: String,
 }
 
 impl Names {
@@ -93,6 +102,7 @@ impl Names {
             disk_job: name("disk"),
             validation_data_volume: name("validation"),
             validation_vm: name("validation"),
+            guest_policy: name("guests"),
         }
     }
 
@@ -150,6 +160,13 @@ fn meta(bundle: &CRCBundle, namespace: &str, name: &str, attempt: i32) -> Object
 fn attempt_labels(bundle: &CRCBundle, attempt: i32) -> BTreeMap<String, String> {
     let mut labels = bundle_labels(&bundle.name_any());
     labels.insert(labels::BUILD_ATTEMPT.to_owned(), attempt.to_string());
+    labels
+}
+
+/// The labels of the attempt's Job pods of `component`: what the guests' NetworkPolicy selects.
+fn job_pod_labels(bundle: &CRCBundle, attempt: i32, component: &str) -> BTreeMap<String, String> {
+    let mut labels = attempt_labels(bundle, attempt);
+    labels.insert(labels::COMPONENT.to_owned(), component.to_owned());
     labels
 }
 
@@ -243,6 +260,7 @@ pub fn installer_job(
         names,
         JobShape {
             name: &names.installer_job,
+            component: labels::COMPONENT_BUILD_INSTALLER,
             service_account: &names.service_account,
             api_token: false,
             backoff_limit: INSTALLER_BACKOFF_LIMIT,
@@ -269,6 +287,8 @@ pub fn installer_job(
 /// What differs between the build's Jobs; `restricted_job` adds what they share.
 struct JobShape<'a> {
     name: &'a str,
+    /// The pod's `opdev.io/component` label.
+    component: &'static str,
     service_account: &'a str,
     /// Whether the pod gets its account's token (only the helper talks to the API server).
     api_token: bool,
@@ -281,8 +301,8 @@ struct JobShape<'a> {
     supplemental_groups: &'a [i64],
 }
 
-/// A build Job: one non-root container, `RuntimeDefault` seccomp, the attempt's labels on its
-/// pod, within the build's placement.
+/// A build Job: one non-root container, `RuntimeDefault` seccomp, the attempt's labels and its
+/// component on its pod, within the build's placement.
 fn restricted_job(
     bundle: &CRCBundle,
     build: &BuildSpec,
@@ -298,7 +318,7 @@ fn restricted_job(
             active_deadline_seconds: Some(shape.deadline_seconds),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
-                    labels: Some(attempt_labels(bundle, names.attempt)),
+                    labels: Some(job_pod_labels(bundle, names.attempt, shape.component)),
                     ..Default::default()
                 }),
                 spec: Some(PodSpec {
@@ -522,6 +542,46 @@ pub fn validation_vm(
     )
 }
 
+/// The NetworkPolicy around the attempt's build and validation VMs (their virt-launcher pods):
+/// SSH only from the attempt's own helper pods, nothing else. A build guest's machine-config
+/// server (22623) hands its rendered config, pull secret included, to whoever asks, and its API
+/// knows the installer's admin; neither is for other pods.
+pub fn guest_policy(bundle: &CRCBundle, namespace: &str, names: &Names) -> NetworkPolicy {
+    let helpers = job_pod_labels(bundle, names.attempt, labels::COMPONENT_BUILD_HELPER);
+    NetworkPolicy {
+        metadata: meta(bundle, namespace, &names.guest_policy, names.attempt),
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(LabelSelector {
+                match_expressions: Some(vec![LabelSelectorRequirement {
+                    key: crate::kubevirt::labels::VM_NAME.to_owned(),
+                    operator: "In".to_owned(),
+                    values: Some(vec![names.build_vm.clone(), names.validation_vm.clone()]),
+                }]),
+                ..Default::default()
+            }),
+            policy_types: Some(vec!["Ingress".to_owned()]),
+            ingress: Some(vec![NetworkPolicyIngressRule {
+                ports: Some(vec![NetworkPolicyPort {
+                    protocol: Some("TCP".to_owned()),
+                    port: Some(IntOrString::Int(GUEST_SSH_PORT)),
+                    ..Default::default()
+                }]),
+                from: Some(vec![NetworkPolicyPeer {
+                    pod_selector: Some(LabelSelector {
+                        match_labels: Some(helpers),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]),
+            }]),
+            ..Default::default()
+        }),
+    }
+}
+
+/// The guests' SSH port, the only one their helper pods reach.
+pub const GUEST_SSH_PORT: i32 = 22;
+
 /// The shape of one of the attempt's VMs (the profile's `shape`).
 type VmShape = fn(
     &CRCBundle,
@@ -729,6 +789,7 @@ pub fn helper_job(
         names,
         JobShape {
             name: &name,
+            component: labels::COMPONENT_BUILD_HELPER,
             service_account: &names.helper,
             api_token: true,
             backoff_limit: HELPER_BACKOFF_LIMIT,
@@ -785,6 +846,7 @@ pub fn disk_job(
         names,
         JobShape {
             name: &names.disk_job,
+            component: labels::COMPONENT_BUILD_DISK,
             service_account: &names.service_account,
             api_token: false,
             backoff_limit: DISK_BACKOFF_LIMIT,
@@ -875,6 +937,7 @@ mod tests {
             helper_role(&bundle, "ops", &names),
             helper_role_binding(&bundle, "ops", &names),
             credentials_secret(&bundle, "ops", &names),
+            guest_policy(&bundle, "ops", &names),
             root_data_volume(&bundle, build, "ops", &names),
             install_iso_pvc(&bundle, "ops", &names),
             job(Step::Generator),
@@ -892,6 +955,65 @@ mod tests {
             ),
         ]);
         golden_check_objects("build/install-objects.yaml", &objects);
+    }
+
+    #[test]
+    fn the_guest_policy_admits_ssh_from_the_attempts_helper_pods_only() {
+        let bundle = bundle();
+        let build = bundle.spec.build.as_ref().unwrap();
+        let names = Names::of("custom", 3);
+        let policy = guest_policy(&bundle, "ops", &names).spec.unwrap();
+        let selected = policy.pod_selector.unwrap().match_expressions.unwrap();
+        assert_eq!(
+            selected[0].values.as_deref(),
+            Some(
+                &[
+                    "custom-b3-build".to_owned(),
+                    "custom-b3-validation".to_owned()
+                ][..]
+            ),
+            "both VMs' launcher pods"
+        );
+        let rules = policy.ingress.unwrap();
+        assert_eq!(rules.len(), 1, "one rule: nothing but SSH");
+        let port = &rules[0].ports.as_ref().unwrap()[0];
+        assert_eq!(port.port, Some(IntOrString::Int(22)));
+        let from = rules[0].from.as_ref().unwrap()[0]
+            .pod_selector
+            .clone()
+            .unwrap()
+            .match_labels
+            .unwrap();
+        let pod_labels = |job: Job| job.spec.unwrap().template.metadata.unwrap().labels.unwrap();
+        let matches =
+            |labels: &BTreeMap<String, String>| from.iter().all(|(k, v)| labels.get(k) == Some(v));
+        let target = |step| HelperTarget {
+            step,
+            vmi_uid: "4c1e2f3a-0000-4000-8000-000000000001",
+            ssh_host: "vmi-address.invalid",
+            release_image: "quay.io/example/release@sha256:00",
+        };
+        let settings = JobSettings::default();
+        for step in [Step::Generator, Step::Seal, Step::Validate, Step::Aged] {
+            let job = helper_job(&bundle, build, "ops", &names, &target(step), &settings);
+            assert!(matches(&pod_labels(job)), "{step:?} helper pods");
+        }
+        let installer = installer_job(&bundle, build, "ops", &names, &settings);
+        let disk = disk_job(&bundle, build, "ops", &names, "custom-golden", &settings);
+        assert!(!matches(&pod_labels(installer)), "the installer's pods");
+        assert!(!matches(&pod_labels(disk)), "the disk Job's pods");
+        let earlier = helper_job(
+            &bundle,
+            build,
+            "ops",
+            &Names::of("custom", 2),
+            &target(Step::Seal),
+            &settings,
+        );
+        assert!(
+            !matches(&pod_labels(earlier)),
+            "an earlier attempt's helper"
+        );
     }
 
     #[test]

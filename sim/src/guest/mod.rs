@@ -160,6 +160,8 @@ pub struct GuestHost {
 
 struct Inner {
     timings: Timings,
+    /// NetworkPolicy at the door: who may connect to a guest's sshd (`None`: no pod network).
+    ingress: Option<crate::network::ingress::Ingress>,
     /// Whether guests' chronyd reaches NTP (see [`Runtime::ntp_reachable`]).
     ntp_reachable: AtomicBool,
     /// The `kubectl` that plays guests' `oc` (see [`exec::oc`]), once guest APIs are served.
@@ -212,12 +214,23 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl GuestHost {
+    /// Guests reached from this host alone (no pods, so no NetworkPolicy to enforce).
     pub fn new(timings: Timings) -> Self {
+        Self::with_ingress(timings, None)
+    }
+
+    /// Guests on the pod network, whose doors `ingress` keeps (NetworkPolicy at their sshd).
+    pub fn on_pod_network(timings: Timings, ingress: crate::network::ingress::Ingress) -> Self {
+        Self::with_ingress(timings, Some(ingress))
+    }
+
+    fn with_ingress(timings: Timings, ingress: Option<crate::network::ingress::Ingress>) -> Self {
         let (exits, _) = broadcast::channel(64);
         let (events, _) = broadcast::channel(1024);
         Self {
             inner: Arc::new(Inner {
                 timings,
+                ingress,
                 // A pod network reaches NTP: chronyd with RHCOS's default pool steps the clock.
                 ntp_reachable: AtomicBool::new(true),
                 kubectl: Mutex::new(None),

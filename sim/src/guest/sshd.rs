@@ -19,6 +19,7 @@ use super::exec::{self, Machine};
 use super::shell::{self, Pipeline};
 use super::state::User;
 use super::{Guest, Inner, lock};
+use crate::network::ingress::Door;
 
 /// Most stdin a command may receive (file writes come as arguments, not stdin).
 const MAX_STDIN: usize = 64 << 20;
@@ -95,6 +96,18 @@ async fn serve(
     mut stopped: watch::Receiver<bool>,
 ) {
     let vmi_uid = handler.guest.spec.vmi_uid.clone();
+    let door = Door {
+        namespace: &handler.guest.spec.namespace,
+        vmi_uid: &vmi_uid,
+    };
+    let (Ok(local), Ok(peer)) = (socket.local_addr(), socket.peer_addr()) else {
+        return;
+    };
+    if let Some(ingress) = &handler.inner.ingress
+        && !ingress.admits(&door, local, peer).await
+    {
+        return;
+    }
     let session = match server::run_stream(config, socket, handler).await {
         Ok(session) => session,
         Err(err) => {

@@ -89,6 +89,11 @@ impl Process {
         })
     }
 
+    /// The container's process group (its leader's pid), if the pid was reported.
+    pub fn group(&self) -> Option<libc::pid_t> {
+        self.group
+    }
+
     pub fn started(&self) -> Timestamp {
         self.started
     }

@@ -21,6 +21,7 @@ use super::pods::{Control, DEFAULT_GRACE, delete_now, patch_status, pod_key, rec
 use super::process::{self, Process};
 use super::status::{self, Terminated};
 use crate::SimContext;
+use crate::network::ingress::Registration;
 
 /// How often a pod waiting for something it refers to tries again.
 const PREPARE_RETRY: Duration = Duration::from_secs(1);
@@ -47,6 +48,16 @@ impl Worker {
         self.run_pod(&mut control).await;
         deletion(&mut control).await;
         delete_now(&self.ctx.client, &self.pod).await;
+    }
+
+    /// The container's process group as this pod's, for NetworkPolicy, until dropped.
+    fn register(&self, process: &Process) -> Option<Registration> {
+        let group = process.group()?;
+        Some(self.ctx.pod_groups.register(
+            group,
+            &self.pod.namespace().unwrap_or_default(),
+            &self.pod.name_any(),
+        ))
     }
 
     async fn patch(&self, patch: Value) {
@@ -86,6 +97,7 @@ impl Worker {
                     Timestamp::now(),
                 ),
                 Ok(process) => {
+                    let _registered = self.register(&process);
                     let mut one = [process];
                     tokio::select! {
                         results = process::wait_all(&mut one) => results,
@@ -109,6 +121,7 @@ impl Worker {
             }
         }
         let (mut running, failed) = spawn_all(&plan);
+        let _registered: Vec<_> = running.iter().filter_map(|p| self.register(p)).collect();
         let started = running
             .first()
             .map_or_else(Timestamp::now, Process::started);

@@ -60,6 +60,8 @@ temps! {
     HelperRole: Role, "helper", helper_role;
     HelperRoleBinding: RoleBinding, "helper", helper_role_binding;
     CredentialsSecret: Secret, "credentials", credentials_secret;
+    /// Made before either VM, so no guest of the attempt is reachable from any other pod.
+    GuestPolicy: NetworkPolicy, "guests", guest_policy;
     RootDataVolume: DataVolume, "root", root_data_volume;
     InstallIsoPvc: PersistentVolumeClaim, "install-iso", install_iso_pvc;
     BuildVm: VirtualMachine, "build", build_vm;
@@ -154,6 +156,7 @@ kinds! {
     Job: k8s_openapi::api::batch::v1::Job;
     Role: k8s_openapi::api::rbac::v1::Role;
     RoleBinding: k8s_openapi::api::rbac::v1::RoleBinding;
+    NetworkPolicy: k8s_openapi::api::networking::v1::NetworkPolicy;
     DataVolume: crate::cdi::DataVolume;
     VirtualMachine: crate::kubevirt::VirtualMachine;
 }

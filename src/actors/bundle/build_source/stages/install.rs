@@ -19,11 +19,12 @@ use crate::resources::profile::vm::BuildBoot;
 
 /// What the Install stage makes, in creation order: the helper's account and credentials, the
 /// build VM's volumes and the build VM up front, then a helper Job per boot.
-pub const TEMPS: [Temp; 8] = [
+pub const TEMPS: [Temp; 9] = [
     Temp::HelperAccount,
     Temp::HelperRole,
     Temp::HelperRoleBinding,
     Temp::CredentialsSecret,
+    Temp::GuestPolicy,
     Temp::RootDataVolume,
     Temp::InstallIsoPvc,
     Temp::BuildVm,
@@ -201,6 +202,7 @@ pub fn build(temp: Temp, input: &BuildInput) -> Result<Option<Built>, String> {
         Temp::HelperRole => build::helper_role(bundle, ns, names).into(),
         Temp::HelperRoleBinding => build::helper_role_binding(bundle, ns, names).into(),
         Temp::CredentialsSecret => build::credentials_secret(bundle, ns, names).into(),
+        Temp::GuestPolicy => build::guest_policy(bundle, ns, names).into(),
         Temp::RootDataVolume => build::root_data_volume(bundle, input.spec, ns, names).into(),
         Temp::InstallIsoPvc => build::install_iso_pvc(bundle, ns, names).into(),
         Temp::BuildVm => {
