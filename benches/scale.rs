@@ -3,7 +3,9 @@
 //! for bundles whose prep Jobs never start — the steady state of a large, busy cluster.
 //!
 //! `make bench-scale` (or `cargo bench --bench scale -- [--instances 100,1000] [--pools 20]
-//! [--bundles 20] [--idle-seconds 30]`). For each size it prints, from one run:
+//! [--bundles 20] [--idle-seconds 60] [--state bundle-not-ready,platform-absent,…|all]`). Each
+//! `--state` is a waiting state the objects can sit in for hours ([`WaitState`]); for each size
+//! and state it prints, from one run:
 //! - the time from the operator's start until every object has a status;
 //! - the operator's peak (`VmHWM`) and steady (`VmRSS`) resident memory;
 //! - API requests per second while idle, minus the same cluster's rate without the operator
@@ -23,15 +25,78 @@ use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use guestcluster::api::{CRCBundle, ClusterInstance, ClusterPool};
+use guestcluster::api::{CRCBundle, ClusterInstance, ClusterLease, ClusterPool};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
 const NAMESPACE: &str = "scale";
 
+/// What every object waits for, set up before the operator starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WaitState {
+    /// Platform ready, the namespace enabled with its pull secret: instances wait for bundles
+    /// whose prep Jobs never start (no simulation runs pods).
+    BundleNotReady,
+    /// No KubeVirt or CDI yet (the operator installed first): `OperandNotFound`.
+    PlatformAbsent,
+    /// KubeVirt present but still deploying.
+    PlatformNotReady,
+    /// The namespace lacks `guestcluster.opdev.io/enabled`.
+    NamespaceNotEnabled,
+    /// The namespace has no default pull secret.
+    PullSecretMissing,
+    /// No bundle exists for the pools' `crcVersion`s and the operator may make none (its default
+    /// `--pool-crc-versions`, which allows none).
+    VersionNotAllowed,
+    /// Every pool at its `maxSize`, with one Pending ClusterLease per ten instances.
+    PoolAtMax,
+}
+
+impl WaitState {
+    const ALL: [WaitState; 7] = [
+        WaitState::BundleNotReady,
+        WaitState::PlatformAbsent,
+        WaitState::PlatformNotReady,
+        WaitState::NamespaceNotEnabled,
+        WaitState::PullSecretMissing,
+        WaitState::VersionNotAllowed,
+        WaitState::PoolAtMax,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            WaitState::BundleNotReady => "bundle-not-ready",
+            WaitState::PlatformAbsent => "platform-absent",
+            WaitState::PlatformNotReady => "platform-not-ready",
+            WaitState::NamespaceNotEnabled => "namespace-not-enabled",
+            WaitState::PullSecretMissing => "pull-secret-missing",
+            WaitState::VersionNotAllowed => "version-not-allowed",
+            WaitState::PoolAtMax => "pool-at-max",
+        }
+    }
+
+    fn parse(list: &str) -> Vec<WaitState> {
+        if list == "all" {
+            return Self::ALL.to_vec();
+        }
+        list.split(',')
+            .map(|name| {
+                Self::ALL
+                    .into_iter()
+                    .find(|s| s.name() == name)
+                    .unwrap_or_else(|| {
+                        let names: Vec<_> = Self::ALL.iter().map(|s| s.name()).collect();
+                        panic!("--state {name}: one of {}, or all", names.join(", "))
+                    })
+            })
+            .collect()
+    }
+}
+
 struct Args {
     sizes: Vec<usize>,
+    states: Vec<WaitState>,
     pools: usize,
     bundles: usize,
     idle: Duration,
@@ -42,9 +107,10 @@ struct Args {
 fn args() -> Args {
     let mut args = Args {
         sizes: vec![100, 1000],
+        states: vec![WaitState::BundleNotReady],
         pools: 20,
         bundles: 20,
-        idle: Duration::from_secs(30),
+        idle: Duration::from_secs(60),
         handoffs: true,
     };
     let mut it = std::env::args().skip(1);
@@ -57,6 +123,7 @@ fn args() -> Args {
                     .map(|n| n.parse().expect("--instances: numbers"))
                     .collect()
             }
+            "--state" => args.states = WaitState::parse(&value()),
             "--pools" => args.pools = value().parse().expect("--pools: a number"),
             "--bundles" => args.bundles = value().parse().expect("--bundles: a number"),
             "--idle-seconds" => {
@@ -74,8 +141,10 @@ fn main() {
     let args = args();
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     let mut reports = Vec::new();
-    for &n in &args.sizes {
-        reports.push(runtime.block_on(run(n, &args)));
+    for &state in &args.states {
+        for &n in &args.sizes {
+            reports.push(runtime.block_on(run(n, state, &args)));
+        }
     }
     let handoffs = args.handoffs.then(|| runtime.block_on(handoffs()));
     println!();
@@ -85,12 +154,13 @@ fn main() {
     );
     println!();
     println!(
-        "| instances | all have a status | peak RSS | steady RSS | idle req/s (operator − baseline) | requests during convergence |"
+        "| state | instances | all have a status | peak RSS | steady RSS | idle req/s (operator − baseline) | requests during convergence |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     for r in &reports {
         println!(
-            "| {} | {:.1} s | {:.1} MiB | {:.1} MiB | {:.2} ({:.2} − {:.2}) | {} |",
+            "| {} | {} | {:.1} s | {:.1} MiB | {:.1} MiB | {:.2} ({:.2} − {:.2}) | {} |",
+            r.state.name(),
             r.instances,
             r.converged.as_secs_f64(),
             r.peak_rss_kib as f64 / 1024.0,
@@ -104,8 +174,9 @@ fn main() {
     for r in &reports {
         print_requests(
             &format!(
-                "Requests by verb and resource while {} instances converged:",
-                r.instances
+                "Requests by verb and resource while {} instances converged ({}):",
+                r.instances,
+                r.state.name()
             ),
             &r.by_verb_resource,
             0,
@@ -114,8 +185,9 @@ fn main() {
     for r in &reports {
         print_requests(
             &format!(
-                "Requests per second by verb and resource while idle with {} instances (operator and cluster):",
-                r.instances
+                "Requests per second by verb and resource while idle with {} instances, {} (operator and cluster):",
+                r.instances,
+                r.state.name()
             ),
             &r.idle_by_verb_resource,
             2,
@@ -164,6 +236,7 @@ async fn handoffs() -> Option<sim::handoffs::Summary> {
 }
 
 struct Report {
+    state: WaitState,
     instances: usize,
     converged: Duration,
     peak_rss_kib: u64,
@@ -176,9 +249,10 @@ struct Report {
     by_verb_resource: BTreeMap<(String, String), f64>,
 }
 
-async fn run(n: usize, args: &Args) -> Report {
+async fn run(n: usize, state: WaitState, args: &Args) -> Report {
     eprintln!(
-        "[scale] {n} instances, operator {}: starting a control plane",
+        "[scale] {n} instances, {}, operator {}: starting a control plane",
+        state.name(),
         operator_binary().display()
     );
     // No kube-controller-manager: its reactions to the operator's objects (a PersistentVolume
@@ -191,10 +265,15 @@ async fn run(n: usize, args: &Args) -> Report {
     .await
     .unwrap_or_else(|e| panic!("the control plane did not start: {e} (run `make controlplane`)"));
     let client = cp.client().expect("client");
-    sim::platform::ensure(&client)
-        .await
-        .expect("platform operands");
-    create_objects(&client, n, args).await;
+    if state != WaitState::PlatformAbsent {
+        sim::platform::ensure(&client)
+            .await
+            .expect("platform operands");
+    }
+    if state == WaitState::PlatformNotReady {
+        still_deploying(&client).await;
+    }
+    create_objects(&client, n, state, args).await;
     eprintln!("[scale] objects created; measuring the cluster without the operator");
 
     let before = request_counts(&client).await;
@@ -238,7 +317,8 @@ async fn run(n: usize, args: &Args) -> Report {
         converged.as_secs_f64()
     );
 
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    // Past the last status writes' watch events and requeues of convergence.
+    tokio::time::sleep(Duration::from_secs(20)).await;
     let before = request_counts(&client).await;
     tokio::time::sleep(args.idle).await;
     let after = request_counts(&client).await;
@@ -256,12 +336,19 @@ async fn run(n: usize, args: &Args) -> Report {
                 .expect("instance");
             serde_json::to_value(i.status).unwrap_or_default()
         }),
+        ("ClusterPool scale/pool-0", {
+            let p = Api::<ClusterPool>::namespaced(client.clone(), NAMESPACE)
+                .get("pool-0")
+                .await
+                .expect("pool");
+            serde_json::to_value(p.status).unwrap_or_default()
+        }),
         ("CRCBundle crc-4.16.0-amd64", {
             let b = Api::<CRCBundle>::all(client.clone())
-                .get("crc-4.16.0-amd64")
+                .get_opt("crc-4.16.0-amd64")
                 .await
                 .expect("bundle");
-            serde_json::to_value(b.status).unwrap_or_default()
+            serde_json::to_value(b.and_then(|b| b.status)).unwrap_or_default()
         }),
     ] {
         let ready = status["conditions"]
@@ -278,6 +365,7 @@ async fn run(n: usize, args: &Args) -> Report {
     drop(operator);
     cp.shutdown().await.expect("control plane shutdown");
     Report {
+        state,
         instances: n,
         converged,
         peak_rss_kib,
@@ -290,10 +378,31 @@ async fn run(n: usize, args: &Args) -> Report {
     }
 }
 
-async fn create_objects(client: &kube::Client, n: usize, args: &Args) {
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NAMESPACE,
-        "labels": {guestcluster::api::labels::NAMESPACE_ENABLED: "true"}}}))
-    .unwrap();
+/// KubeVirt as it is while its operator still deploys it.
+async fn still_deploying(client: &kube::Client) {
+    let resource = sim::platform::kubevirt_resource();
+    let api: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(client.clone(), sim::platform::KUBEVIRT_NAMESPACE, &resource);
+    let status = json!({"status": {"phase": "Deploying", "conditions": [
+        {"type": "Available", "status": "False", "reason": "Deploying", "message": "benchmark"},
+        {"type": "Progressing", "status": "True", "reason": "Deploying", "message": "benchmark"}]}});
+    api.patch_status(
+        "kubevirt",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(status),
+    )
+    .await
+    .expect("KubeVirt deploying");
+}
+
+async fn create_objects(client: &kube::Client, n: usize, state: WaitState, args: &Args) {
+    let labels = if state == WaitState::NamespaceNotEnabled {
+        json!({})
+    } else {
+        json!({guestcluster::api::labels::NAMESPACE_ENABLED: "true"})
+    };
+    let ns: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": NAMESPACE, "labels": labels}})).unwrap();
     Api::<Namespace>::all(client.clone())
         .create(&PostParams::default(), &ns)
         .await
@@ -304,13 +413,20 @@ async fn create_objects(client: &kube::Client, n: usize, args: &Args) {
         "type": "kubernetes.io/dockerconfigjson",
         "stringData": {".dockerconfigjson": "{\"auths\":{}}"}}))
     .unwrap();
-    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), NAMESPACE)
-        .create(&PostParams::default(), &pull)
-        .await
-        .expect("pull secret");
+    if state != WaitState::PullSecretMissing {
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), NAMESPACE)
+            .create(&PostParams::default(), &pull)
+            .await
+            .expect("pull secret");
+    }
     let version = |i: usize| format!("4.16.{}", i % args.bundles);
     let bundles: Api<CRCBundle> = Api::all(client.clone());
-    for b in 0..args.bundles {
+    let bundle_count = if state == WaitState::VersionNotAllowed {
+        0
+    } else {
+        args.bundles
+    };
+    for b in 0..bundle_count {
         let bundle: CRCBundle = serde_json::from_value(json!({
             "apiVersion": "guestcluster.opdev.io/v1alpha1", "kind": "CRCBundle",
             "metadata": {"name": format!("crc-{}-amd64", version(b))},
@@ -322,11 +438,17 @@ async fn create_objects(client: &kube::Client, n: usize, args: &Args) {
             .expect("bundle");
     }
     let pools: Api<ClusterPool> = Api::namespaced(client.clone(), NAMESPACE);
+    // At its maximum, a pool holds exactly the instances made for it below.
+    let max_size = if state == WaitState::PoolAtMax {
+        n.div_ceil(args.pools)
+    } else {
+        n.div_ceil(args.pools) + 1
+    };
     for p in 0..args.pools {
         let pool: ClusterPool = serde_json::from_value(json!({
             "apiVersion": "guestcluster.opdev.io/v1alpha1", "kind": "ClusterPool",
             "metadata": {"name": format!("pool-{p}")},
-            "spec": {"type": "crc", "minSize": 0, "maxSize": n.div_ceil(args.pools) + 1,
+            "spec": {"type": "crc", "minSize": 0, "maxSize": max_size,
                      "template": {"crcVersion": version(p), "ocpVersion": version(p),
                                   "memory": "16Gi", "cores": 4}}}))
         .unwrap();
@@ -349,6 +471,20 @@ async fn create_objects(client: &kube::Client, n: usize, args: &Args) {
             .create(&PostParams::default(), &instance)
             .await
             .expect("instance");
+    }
+    if state == WaitState::PoolAtMax {
+        let leases: Api<ClusterLease> = Api::namespaced(client.clone(), NAMESPACE);
+        for l in 0..n.div_ceil(10) {
+            let lease: ClusterLease = serde_json::from_value(json!({
+                "apiVersion": "guestcluster.opdev.io/v1alpha1", "kind": "ClusterLease",
+                "metadata": {"name": format!("lease-{l}")},
+                "spec": {"poolRef": {"name": format!("pool-{}", l % args.pools)}, "ttl": "2h"}}))
+            .unwrap();
+            leases
+                .create(&PostParams::default(), &lease)
+                .await
+                .expect("lease");
+        }
     }
 }
 

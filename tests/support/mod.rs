@@ -15,7 +15,8 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use guestcluster::manifests;
@@ -256,11 +257,21 @@ fn free_addr() -> SocketAddr {
 
 /// The `guestcluster operator` binary running as a child process against the shared control plane.
 pub struct Operator {
-    child: Child,
+    child: Arc<Mutex<Child>>,
+    /// Set by [`Operator::restarting`]: brings the process back when it ends by itself.
+    keeper: Option<Keeper>,
     health: SocketAddr,
     metrics: SocketAddr,
     log: PathBuf,
     _dir: tempfile::TempDir,
+}
+
+/// What a Deployment's kubelet does for the operator's pod: a process that ends by itself (lost
+/// leadership on a loaded machine, a crash) is started again, with a line in its log saying so.
+/// A kill by the test is not followed by a restart.
+struct Keeper {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
 }
 
 impl Operator {
@@ -280,41 +291,104 @@ impl Operator {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Self {
+        Self::spawned(namespace, name, args, env, false).await
+    }
+
+    /// [`Operator::start_with`], started again whenever it ends by itself (see [`Keeper`]).
+    pub async fn restarting(
+        namespace: &str,
+        name: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
+        Self::spawned(namespace, name, args, env, true).await
+    }
+
+    async fn spawned(
+        namespace: &str,
+        name: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+        restart: bool,
+    ) -> Self {
         let cp = control_plane().await;
         let dir = tempfile::tempdir().expect("temp dir");
         let log = dir.path().join("operator.log");
         let health = free_addr();
         let metrics = free_addr();
-        let child = Command::new(env!("CARGO_BIN_EXE_guestcluster"))
-            .args(["operator", "--namespace", namespace])
-            .arg(format!("--health-probe-bind-address={health}"))
-            .arg(format!("--metrics-bind-address={metrics}"))
-            // No dashboard: two processes of one test (leader and standby) would fight over its
-            // default port, and every port picked ahead is one a client's connection may take
-            // before the process binds it. `tests/helm.rs` serves it.
-            .arg("--dashboard-bind-address=0")
-            // Tests kill operators (SIGKILL, no release): a short lease lets the next one lead
-            // in seconds. The renew deadline keeps a wide margin over a loaded machine's renewals.
-            .args([
-                "--leader-elect-lease-duration=5s",
-                "--leader-elect-renew-deadline=4s",
-                "--leader-elect-retry-period=500ms",
-            ])
-            .env("KUBECONFIG", cp.kubeconfig_path())
-            .env("POD_NAME", name)
-            .env("RUST_LOG", "info")
-            .args(args)
-            .envs(env.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log file"))
-            .spawn()
-            .expect("spawn guestcluster operator");
+        let kubeconfig = cp.kubeconfig_path().to_path_buf();
+        let (name, namespace, log_file) = (name.to_owned(), namespace.to_owned(), log.clone());
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let spawn = move || {
+            let log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&log_file)
+                .expect("log file");
+            Command::new(env!("CARGO_BIN_EXE_guestcluster"))
+                .args(["operator", "--namespace", &namespace])
+                .arg(format!("--health-probe-bind-address={health}"))
+                .arg(format!("--metrics-bind-address={metrics}"))
+                // No dashboard: two processes of one test (leader and standby) would fight over its
+                // default port, and every port picked ahead is one a client's connection may take
+                // before the process binds it. `tests/helm.rs` serves it.
+                .arg("--dashboard-bind-address=0")
+                // Tests kill operators (SIGKILL, no release): a short lease lets the next one lead
+                // in seconds. The renew deadline keeps a wide margin over a loaded machine's renewals.
+                .args([
+                    "--leader-elect-lease-duration=5s",
+                    "--leader-elect-renew-deadline=4s",
+                    "--leader-elect-retry-period=500ms",
+                ])
+                .env("KUBECONFIG", &kubeconfig)
+                .env("POD_NAME", &name)
+                .env("RUST_LOG", "info")
+                .args(&args)
+                .envs(env.iter().map(|(k, v)| (k, v)))
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("spawn guestcluster operator")
+        };
+        let child = Arc::new(Mutex::new(spawn()));
         OPERATOR_LOGS
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(log.clone());
+        let keeper = restart.then(|| {
+            let stop = Arc::new(AtomicBool::new(false));
+            let (child, stop_seen, log) = (child.clone(), stop.clone(), log.clone());
+            let thread = std::thread::spawn(move || {
+                while !stop_seen.load(Ordering::SeqCst) {
+                    {
+                        let mut child = child.lock().unwrap_or_else(PoisonError::into_inner);
+                        if stop_seen.load(Ordering::SeqCst) {
+                            break;
+                        }
+                        if let Ok(Some(status)) = child.try_wait() {
+                            if let Ok(mut file) =
+                                std::fs::OpenOptions::new().append(true).open(&log)
+                            {
+                                let _ = writeln!(
+                                    file,
+                                    "[test harness] the operator ended by itself ({status}); starting it again, as its Deployment would"
+                                );
+                            }
+                            *child = spawn();
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            });
+            Keeper { stop, thread }
+        });
         Self {
             child,
+            keeper,
             health,
             metrics,
             log,
@@ -339,13 +413,26 @@ impl Operator {
         &self.log
     }
 
+    fn child(&self) -> std::sync::MutexGuard<'_, Child> {
+        self.child.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Stops restarting the process (the test ends it now).
+    fn keep_no_more(&mut self) {
+        if let Some(keeper) = self.keeper.take() {
+            keeper.stop.store(true, Ordering::SeqCst);
+            let _ = keeper.thread.join();
+        }
+    }
+
     /// Sends SIGTERM and waits (up to [`DEADLINE`]) for the exit code.
     pub async fn terminate(&mut self) -> Option<i32> {
-        let pid = libc::pid_t::try_from(self.child.id()).expect("pid fits");
+        self.keep_no_more();
+        let pid = libc::pid_t::try_from(self.child().id()).expect("pid fits");
         // SAFETY: signalling our own child process by pid.
         unsafe { libc::kill(pid, libc::SIGTERM) };
         let status = wait_for("operator exit", || {
-            let exited = self.child.try_wait().expect("wait for operator");
+            let exited = self.child().try_wait().expect("wait for operator");
             async move { exited }
         })
         .await;
@@ -356,13 +443,16 @@ impl Operator {
 impl Operator {
     /// Kills the process at once (SIGKILL): no graceful stop, no lease release.
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.keep_no_more();
+        let mut child = self.child();
+        let _ = child.kill();
+        let _ = child.wait();
     }
 
     /// The process's peak resident memory (`VmHWM`) in KiB, while it runs.
     pub fn peak_rss_kib(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        let pid = self.child().id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
         status
             .lines()
             .find_map(|l| l.strip_prefix("VmHWM:"))?
@@ -376,8 +466,7 @@ impl Operator {
 
 impl Drop for Operator {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill();
         if !std::thread::panicking() {
             assert_stored_as_sent();
         }

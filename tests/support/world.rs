@@ -91,10 +91,11 @@ pub async fn one_operator_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
 
 /// The operator as a process of its own (one a test can kill) in the [`bare_world`], set up
 /// like the in-process one: our Job image, the chart's prep service account, Route hosts
-/// through the simulated router. Its leader identity begins with `name`.
+/// through the simulated router. Its leader identity begins with `name`. Like a Deployment's
+/// pod, it is started again when it ends by itself (lost leadership on a loaded machine).
 pub async fn operator_process(name: &str) -> super::Operator {
     let router = format!("http://{}", bare_world().router);
-    super::Operator::start_with(
+    super::Operator::restarting(
         OPERATOR_NS,
         name,
         &[

@@ -2,9 +2,10 @@
 //! reconcile can tell whether its watch cache has seen that write.
 //!
 //! An object actor decides on its watch cache unless the cache may predate a write of its own:
-//! after a status write at version V, a cached copy whose version is not V may be older (the
-//! watch event is still on its way) and could lose write-ahead fields if decided on, so the
-//! actor reads the object live instead. A cache that shows V, or an object this process never
+//! after a status write at version V, a cached copy older than V (the watch event is still on
+//! its way) could lose write-ahead fields if decided on, so the actor reads the object live
+//! instead. Versions are compared as Kubernetes 1.35 made them comparable (KEP-5504); a copy at
+//! V or later has seen the write. A cache that shows V, or an object this process never
 //! wrote, needs no read: its first list came after every earlier writer had stopped (leader
 //! election), and later changes by others arrive as watch events.
 //!
@@ -83,9 +84,17 @@ impl OwnWrites {
         let Some(uid) = cached.uid() else {
             return true;
         };
-        self.0
-            .get(&uid)
-            .is_some_and(|version| cached.resource_version().as_deref() != Some(version.as_str()))
+        let Some(written) = self.0.get(&uid) else {
+            return false;
+        };
+        let cached = cached.resource_version().unwrap_or_default();
+        match compare_versions(&cached, &written) {
+            // Our write or a later change (another writer's finalizer, labels): the cache has
+            // seen our write, and a periodic pass needs no read.
+            Some(order) => order == std::cmp::Ordering::Less,
+            // Not comparable: only our own version proves the cache fresh.
+            None => cached != *written,
+        }
     }
 
     /// Forgets an object whose actor stopped.
@@ -101,6 +110,17 @@ impl OwnWrites {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+}
+
+/// Orders two resourceVersions of objects of one resource, as client-go's
+/// `CompareResourceVersion` does (KEP-5504, stable in Kubernetes 1.35): both decimal integers
+/// without leading zeros, the longer one the later, else the lexicographically greater one.
+/// `None` when either is not such a number: a server that does not make them comparable.
+fn compare_versions(a: &str, b: &str) -> Option<std::cmp::Ordering> {
+    let number = |v: &str| {
+        !v.is_empty() && v.bytes().all(|c| c.is_ascii_digit()) && (v == "0" || !v.starts_with('0'))
+    };
+    (number(a) && number(b)).then(|| a.len().cmp(&b.len()).then_with(|| a.cmp(b)))
 }
 
 #[cfg(test)]
@@ -131,12 +151,29 @@ mod tests {
         );
         assert!(!written.may_be_stale(&at("u", "7")), "shows our write");
         assert!(
-            written.may_be_stale(&at("u", "9")),
-            "changed since: read live once"
+            !written.may_be_stale(&at("u", "10")),
+            "changed by someone since our write: the cache has seen it"
         );
         assert!(!written.may_be_stale(&at("other", "1")));
         written.forget("u");
         assert!(!written.may_be_stale(&at("u", "5")));
+    }
+
+    #[test]
+    fn versions_compare_as_client_go_compares_them() {
+        use std::cmp::Ordering::*;
+        assert_eq!(compare_versions("9", "10"), Some(Less));
+        assert_eq!(compare_versions("10", "10"), Some(Equal));
+        assert_eq!(compare_versions("123", "45"), Some(Greater));
+        assert_eq!(compare_versions("0", "1"), Some(Less));
+        for odd in ["", "01", "1a", "-1"] {
+            assert_eq!(compare_versions(odd, "5"), None, "{odd:?}");
+        }
+        // Not comparable: only our own version proves the cache fresh.
+        let written = OwnWrites::default();
+        written.wrote("u", Some("x7"));
+        assert!(!written.may_be_stale(&at("u", "x7")));
+        assert!(written.may_be_stale(&at("u", "x9")));
     }
 
     #[test]
