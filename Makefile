@@ -57,7 +57,8 @@ bench:
 ## The operator (release build) against 100 and 1000 ClusterInstances in 20 pools and 20 bundles on
 ## the embedded control plane: time until every object has a status, peak and steady RSS, idle API
 ## requests per second above the cluster's own rate, requests by verb and resource
-## (docs/performance.md). Other sizes: BENCH_ARGS="--instances 500 --pools 10".
+## (docs/performance.md). Other sizes: BENCH_ARGS="--instances 500 --pools 10"; every waiting
+## state (platform absent, namespace not enabled, …): BENCH_ARGS="--state all".
 bench-scale: controlplane
 	$(CARGO) bench --bench scale -- $(BENCH_ARGS)
 

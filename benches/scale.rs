@@ -3,7 +3,8 @@
 //! for bundles whose prep Jobs never start — the steady state of a large, busy cluster.
 //!
 //! `make bench-scale` (or `cargo bench --bench scale -- [--instances 100,1000] [--pools 20]
-//! [--bundles 20] [--idle-seconds 60] [--state bundle-not-ready,platform-absent,…|all]`). Each
+//! [--bundles 20] [--idle-seconds 60] [--state bundle-not-ready,platform-absent,…|all]
+//! [--resync-period 20s]`). Each
 //! `--state` is a waiting state the objects can sit in for hours ([`WaitState`]); for each size
 //! and state it prints, from one run:
 //! - the time from the operator's start until every object has a status;
@@ -102,6 +103,9 @@ struct Args {
     idle: Duration,
     /// Also run the pool-of-two flow with the simulation and report the hand-offs.
     handoffs: bool,
+    /// The operator's `--resync-period`, so that the idle window holds resyncs (unset: the
+    /// operator's default, 5 minutes, which a short window misses).
+    resync: Option<String>,
 }
 
 fn args() -> Args {
@@ -112,6 +116,7 @@ fn args() -> Args {
         bundles: 20,
         idle: Duration::from_secs(60),
         handoffs: true,
+        resync: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -130,6 +135,7 @@ fn args() -> Args {
                 args.idle = Duration::from_secs(value().parse().expect("--idle-seconds: a number"))
             }
             "--no-handoffs" => args.handoffs = false,
+            "--resync-period" => args.resync = Some(value()),
             // cargo bench passes `--bench`; filters are not meaningful here.
             _ => {}
         }
@@ -283,7 +289,7 @@ async fn run(n: usize, state: WaitState, args: &Args) -> Report {
 
     eprintln!("[scale] starting the operator");
     let log = tempfile::NamedTempFile::new().expect("log file");
-    let mut operator = Operator::start(&cp, log.path());
+    let mut operator = Operator::start(&cp, log.path(), args.resync.as_deref());
     let started = Instant::now();
     let at_start = request_counts(&client).await;
     let mut polls = 0.0;
@@ -306,7 +312,12 @@ async fn run(n: usize, state: WaitState, args: &Args) -> Report {
     let at_converged = request_counts(&client).await;
     let mut by_verb_resource = delta(&at_converged, &at_start);
     // The benchmark's own polling: one LIST of each kind per poll (and the metrics GETs).
-    for resource in ["clusterinstances", "clusterpools", "crcbundles"] {
+    for resource in [
+        "clusterinstances",
+        "clusterpools",
+        "crcbundles",
+        "clusterleases",
+    ] {
         if let Some(count) = by_verb_resource.get_mut(&("LIST".into(), resource.into())) {
             *count -= polls;
         }
@@ -503,11 +514,16 @@ async fn without_status(client: &kube::Client) -> usize {
         .list(&lp)
         .await
         .expect("list bundles");
-    instances
-        .items
-        .iter()
-        .filter(|o| o.status.is_none())
-        .count()
+    let leases = Api::<ClusterLease>::namespaced(client.clone(), NAMESPACE)
+        .list(&lp)
+        .await
+        .expect("list leases");
+    leases.items.iter().filter(|o| o.status.is_none()).count()
+        + instances
+            .items
+            .iter()
+            .filter(|o| o.status.is_none())
+            .count()
         + pools.items.iter().filter(|o| o.status.is_none()).count()
         + bundles.items.iter().filter(|o| o.status.is_none()).count()
 }
@@ -567,7 +583,7 @@ fn operator_binary() -> std::path::PathBuf {
 }
 
 impl Operator {
-    fn start(cp: &testenv::ControlPlane, log: &std::path::Path) -> Self {
+    fn start(cp: &testenv::ControlPlane, log: &std::path::Path, resync: Option<&str>) -> Self {
         let mut command = Command::new(operator_binary());
         // A benchmark killed midway must not leave its operator running: it would go on
         // reconciling, and a later run's control plane on the same port would count its
@@ -581,7 +597,13 @@ impl Operator {
         }
         let child = command
             .args(["operator", "--namespace", "default", "--leader-elect=false"])
-            .args(["--health-probe-bind-address=0", "--metrics-bind-address=0"])
+            // No listener on a fixed port: two benchmarks (a before and an after) may run at once.
+            .args([
+                "--health-probe-bind-address=0",
+                "--metrics-bind-address=0",
+                "--dashboard-bind-address=0",
+            ])
+            .args(resync.map(|period| format!("--resync-period={period}")))
             .env("KUBECONFIG", cp.kubeconfig_path())
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())

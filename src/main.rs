@@ -137,6 +137,10 @@ struct OperatorArgs {
     /// API requests the operator may send at once after a quiet period.
     #[arg(long, default_value_t = guestcluster::operator::api_limits::ApiLimits::DEFAULT_BURST)]
     kube_api_burst: u32,
+    /// How often every object is looked at again without an event, covering any missed one. A
+    /// look at an object whose inputs did not change sends no request.
+    #[arg(long, default_value = "5m", value_parser = guestcluster::operator::leader::parse_duration)]
+    resync_period: std::time::Duration,
     /// Reconciles running at once across all kinds; the others queue in arrival order.
     #[arg(long, default_value_t = guestcluster::actors::root::DEFAULT_MAX_CONCURRENT_RECONCILES)]
     max_concurrent_reconciles: usize,
@@ -212,6 +216,7 @@ fn operator(args: OperatorArgs) -> Result<(), Box<dyn std::error::Error>> {
         dashboard_addr: listen_addr(&args.dashboard_bind_address)?,
         tree: guestcluster::actors::root::TreeConfig {
             max_concurrent_reconciles: args.max_concurrent_reconciles,
+            resync: args.resync_period,
             ..Default::default()
         },
         jobs: guestcluster::resources::bundle::JobSettings {

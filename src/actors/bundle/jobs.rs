@@ -9,8 +9,19 @@ use crate::actors::runtime::context::Context;
 use crate::actors::runtime::job_pods;
 use crate::actors::runtime::stage::Observation;
 
-/// How often a running Job's pods are looked at again for what keeps them from starting.
+/// How often a Job's pod that has not started is looked at again for what keeps it from
+/// starting ([`recheck`]).
 pub const JOB_RECHECK: Duration = Duration::from_secs(20);
+
+/// While a pod of `job` exists that is not ready, [`JOB_RECHECK`]: what blocks it (an image it
+/// cannot pull, a volume the kubelet refuses) shows in the pod and its Events, never in the
+/// Job. Otherwise none: a new pod, a pod turning ready and a pod ending all change the Job's
+/// status (`active`, `ready`, `failed`, `succeeded`), whose watch brings the child back. A Job
+/// the Job controller has made no pod for yet waits for that, not for a timer.
+pub fn recheck(job: &Job) -> Option<Duration> {
+    let status = job.status.as_ref()?;
+    (status.active.unwrap_or(0) > status.ready.unwrap_or(0)).then_some(JOB_RECHECK)
+}
 
 /// `progress`, followed by what keeps the Job's pod from starting, if anything does.
 pub async fn with_blocker(
@@ -130,6 +141,23 @@ mod tests {
             "spec": {"backoffLimit": 2, "template": {}}, "status": status}),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn only_a_pod_that_has_not_started_is_looked_at_again() {
+        use serde_json::json;
+        assert_eq!(recheck(&job(json!({}))), None, "no pod made yet");
+        assert_eq!(
+            recheck(&job(json!({"active": 1, "ready": 0}))),
+            Some(JOB_RECHECK)
+        );
+        assert_eq!(recheck(&job(json!({"active": 1}))), Some(JOB_RECHECK));
+        assert_eq!(
+            recheck(&job(json!({"active": 1, "ready": 1}))),
+            None,
+            "running"
+        );
+        assert_eq!(recheck(&job(json!({"failed": 1}))), None, "ended");
     }
 
     #[test]

@@ -241,7 +241,7 @@ pub enum BindDecision {
 }
 
 /// Whether `instance` can be bound: not deleting, phase Ready, a kubeconfig Secret published.
-fn bindable(instance: &ClusterInstance) -> Option<&str> {
+pub fn bindable(instance: &ClusterInstance) -> Option<&str> {
     if instance.metadata.deletion_timestamp.is_some() {
         return None;
     }

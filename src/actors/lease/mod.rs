@@ -15,9 +15,9 @@
 //! instance is being deleted, and a deleting instance is never bound, so nothing can bind it in
 //! between; the pool may delete it too, which the UID precondition makes harmless.
 //!
-//! Decisions are pure ([`crate::actors::lease::decide`]). Instance changes trigger the Pending leases of
-//! the instance's pool, and pool changes the Pending leases naming the pool
-//! ([`ObjectActor::related_events`]).
+//! Decisions are pure ([`crate::actors::lease::decide`]). An instance becoming bindable (or no
+//! longer) triggers the Pending leases of the instance's pool, and a pool's creation, spec change
+//! or deletion the Pending leases naming the pool ([`ObjectActor::related_events`]).
 
 pub mod decide;
 
@@ -33,7 +33,7 @@ use crate::actors::pool::claims::{self, BindOutcome};
 use crate::actors::runtime::api_error::{ApiError, Doing};
 use crate::actors::runtime::context::Context;
 use crate::actors::runtime::object_actor::{Next, ObjectActor, ReconcileError, phase_name};
-use crate::actors::runtime::triggers::{Related, RelatedEvents, related_events};
+use crate::actors::runtime::triggers::{Related, RelatedEvents, related_changes};
 use crate::api::labels::{FINALIZER_RELEASE, MANAGED_BY, MANAGED_BY_OPERATOR, POOL};
 use crate::api::{ClusterInstance, ClusterLease, ClusterPool};
 use crate::write;
@@ -77,12 +77,21 @@ impl ObjectActor for LeaseActor {
     /// must not hold a permit that pool's reconcile may be queued for.
     const HOLDS_PERMIT: bool = false;
 
-    /// Any change of a pool instance, or of a pool (created, its actor about to start), wakes
-    /// the Pending leases of that pool.
+    /// A pool instance that becomes bindable or stops being one, or a pool created, changed in
+    /// its spec or being deleted, wakes the Pending leases of that pool. A status write of
+    /// either (a condition's message, the pool's counts) wakes none: nothing a lease binds by
+    /// changed, and the pool's status changes with every lease that waits on it.
     fn related_events(ctx: &Arc<Context>) -> Vec<RelatedEvents<ClusterLease>> {
         vec![
-            related_events(
+            related_changes(
                 Api::<ClusterInstance>::all(ctx.client.clone()),
+                |instance: &ClusterInstance| {
+                    (
+                        decide::bindable(instance).map(str::to_owned),
+                        instance.labels().get(POOL).cloned(),
+                        instance.labels().get(MANAGED_BY).cloned(),
+                    )
+                },
                 |instance: &ClusterInstance| {
                     let labels = instance.labels();
                     if labels.get(MANAGED_BY).map(String::as_str) != Some(MANAGED_BY_OPERATOR) {
@@ -91,8 +100,14 @@ impl ObjectActor for LeaseActor {
                     pending_of(instance.namespace()?, labels.get(POOL)?.clone())
                 },
             ),
-            related_events(
+            related_changes(
                 Api::<ClusterPool>::all(ctx.client.clone()),
+                |pool: &ClusterPool| {
+                    (
+                        pool.metadata.generation,
+                        pool.metadata.deletion_timestamp.is_some(),
+                    )
+                },
                 |pool: &ClusterPool| pending_of(pool.namespace()?, pool.name_any()),
             ),
         ]

@@ -31,7 +31,7 @@ use crate::actors::runtime::object_actor::{
 };
 use crate::actors::runtime::platform::NamespaceState;
 use crate::actors::runtime::triggers::{
-    OwnerEvents, Related, RelatedEvents, owner_events, related_events,
+    OwnerEvents, Related, RelatedEvents, owner_events, related_changes,
 };
 use crate::actors::runtime::views::{self, Change};
 use crate::api::conditions::reasons;
@@ -92,9 +92,19 @@ impl ObjectActor for PoolActor {
     }
 
     /// Leases naming the pool trigger it (demand and claims change with them).
+    /// A lease created, deleted, moved to another pool, or changing phase or instance wakes its
+    /// pool: what the pool's demand counts. Its other status writes (why it waits) do not.
     fn related_events(ctx: &Arc<Context>) -> Vec<RelatedEvents<ClusterPool>> {
-        vec![related_events(
+        vec![related_changes(
             Api::<ClusterLease>::all(ctx.client.clone()),
+            |lease: &ClusterLease| {
+                (
+                    lease.status.as_ref().and_then(|s| s.phase),
+                    lease.instance().map(str::to_owned),
+                    lease.spec.pool_ref.name.clone(),
+                    lease.metadata.deletion_timestamp.is_some(),
+                )
+            },
             |lease: &ClusterLease| {
                 let pool = lease.spec.pool_ref.name.clone();
                 Some(Related::new(lease.namespace()?, move |p: &ClusterPool| {

@@ -138,6 +138,68 @@ where
         .boxed()
 }
 
+/// [`related_events`] for the changes that matter: an object wakes the objects that care only
+/// when `key` of it differs from the key it had at its last event (and when it is created or
+/// deleted). A status write that changes nothing `key` reads (a condition's message, a count)
+/// wakes nobody, so two kinds that wake each other on their status writes cannot keep each
+/// other busy.
+pub fn related_changes<R, K, Key>(
+    api: Api<R>,
+    key: impl Fn(&R) -> Key + Send + 'static,
+    map: impl Fn(&R) -> Option<Related<K>> + Send + 'static,
+) -> RelatedEvents<K>
+where
+    R: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: 'static,
+    Key: PartialEq + Send + 'static,
+{
+    let mut changes = Changes::default();
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .filter_map(move |event| {
+            let related = match event {
+                Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => changes
+                    .changed(obj.uid().unwrap_or_default(), key(&obj))
+                    .then(|| map(&obj))
+                    .flatten(),
+                Ok(watcher::Event::Delete(obj)) => {
+                    changes.gone(&obj.uid().unwrap_or_default());
+                    map(&obj)
+                }
+                _ => None,
+            };
+            futures::future::ready(related)
+        })
+        .boxed()
+}
+
+/// The key each object had at its last event, by UID.
+struct Changes<Key>(std::collections::HashMap<String, Key>);
+
+impl<Key> Default for Changes<Key> {
+    fn default() -> Self {
+        Self(std::collections::HashMap::new())
+    }
+}
+
+impl<Key: PartialEq> Changes<Key> {
+    /// Records `key` for `uid`; whether it differs from the one recorded before (a first event
+    /// differs).
+    fn changed(&mut self, uid: String, key: Key) -> bool {
+        match self.0.get(&uid) {
+            Some(previous) if *previous == key => false,
+            _ => {
+                self.0.insert(uid, key);
+                true
+            }
+        }
+    }
+
+    fn gone(&mut self, uid: &str) {
+        self.0.remove(uid);
+    }
+}
+
 /// Owner UIDs that `owner` finds in the changes of the shared views (e.g. the ClusterInstance
 /// controlling a changed Route), as [`OwnerEvents`]: the owners are woken from the one shared
 /// watch of that kind rather than a watch of their own.
@@ -157,4 +219,26 @@ pub fn view_owner_events(ctx: &Context, owner: fn(&Change) -> Option<String>) ->
         }
     })
     .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_changed_key_is_a_change() {
+        let mut changes = Changes::default();
+        assert!(changes.changed("a".into(), (1, false)), "first seen");
+        assert!(
+            !changes.changed("a".into(), (1, false)),
+            "same key: a status write"
+        );
+        assert!(changes.changed("a".into(), (2, false)), "new generation");
+        assert!(changes.changed("b".into(), (2, false)), "another object");
+        changes.gone("a");
+        assert!(
+            changes.changed("a".into(), (2, false)),
+            "made again after a delete"
+        );
+    }
 }

@@ -13,7 +13,7 @@ use k8s_openapi::api::batch::v1::Job;
 use super::step::{Action, BuildInput, Observed, Step, VmRole, VmSeen};
 use super::temps::{Built, Temp};
 use crate::actors::bundle::download::JobState;
-use crate::actors::bundle::jobs::{JOB_RECHECK, observe_job};
+use crate::actors::bundle::jobs::{self, observe_job};
 use crate::actors::runtime::context::Context;
 use crate::actors::runtime::stage::{Observation, Stage, WhenLost, attempt_failure, build_slot};
 use crate::api::bundle::{BuildStage, CRCBundleStatus};
@@ -30,7 +30,9 @@ impl Stage for GuestSession {
     type Object = Job;
     const KIND: &'static str = "crcbundle.guestsession";
     const WHEN_LOST: WhenLost = WhenLost::Recreate;
-    const RECHECK: Option<std::time::Duration> = Some(JOB_RECHECK);
+    fn recheck(job: &Job) -> Option<std::time::Duration> {
+        jobs::recheck(job)
+    }
 
     fn slot(status: &CRCBundleStatus) -> Option<&ObjectIdentity> {
         build_slot(status, |r| Temp::HelperJob.slot(r))

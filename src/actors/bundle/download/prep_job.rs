@@ -1,11 +1,9 @@
 //! The download source's stage: the prep Job (`<bundle>-prep`), recorded in `status.prepJob`.
 //! A lost prep Job is made again, as upstream does (`docs/decisions.md`).
 
-use std::time::Duration;
-
 use k8s_openapi::api::batch::v1::Job;
 
-use crate::actors::bundle::jobs::{JOB_RECHECK, last_failure, outcome, with_blocker};
+use crate::actors::bundle::jobs::{self, last_failure, outcome, with_blocker};
 use crate::actors::runtime::context::Context;
 use crate::actors::runtime::stage::{Observation, Stage, WhenLost};
 use crate::api::bundle::CRCBundleStatus;
@@ -17,7 +15,9 @@ impl Stage for PrepJob {
     type Object = Job;
     const KIND: &'static str = "crcbundle.prepjob";
     const WHEN_LOST: WhenLost = WhenLost::Recreate;
-    const RECHECK: Option<Duration> = Some(JOB_RECHECK);
+    fn recheck(job: &Job) -> Option<std::time::Duration> {
+        jobs::recheck(job)
+    }
 
     fn slot(status: &CRCBundleStatus) -> Option<&ObjectIdentity> {
         status.prep_job.as_ref().filter(|job| !job.uid.is_empty())

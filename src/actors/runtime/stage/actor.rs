@@ -43,7 +43,7 @@ impl<S> Default for StageActor<S> {
 pub enum StageMsg<K> {
     /// What its watch shows under the recorded name (`None`: nothing).
     Seen(Option<K>),
-    /// Time to read the object's surroundings again ([`Stage::RECHECK`]).
+    /// Time to read the object's surroundings again ([`Stage::recheck`]).
     Recheck,
 }
 
@@ -137,8 +137,9 @@ impl<S: Stage> Actor for StageActor<S> {
                     None => Observation::Lost,
                 },
             };
+            let recheck = object.as_ref().and_then(S::recheck);
             if let (Some(every), Observation::Progress(_), false) =
-                (S::RECHECK, &observation, state.recheck_pending)
+                (recheck, &observation, state.recheck_pending)
             {
                 crate::actors::runtime::mailbox::send_after(&myself, every, || StageMsg::Recheck);
                 state.recheck_pending = true;

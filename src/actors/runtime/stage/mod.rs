@@ -94,10 +94,12 @@ pub trait Stage: Send + Sync + 'static {
     /// What a lost object means for the stage.
     const WHEN_LOST: WhenLost;
 
-    /// While the object is in progress, how often to observe it again without an event of its
+    /// While `object` is in progress, how often to observe it again without an event of its
     /// own: what keeps a Job's pod from starting (a volume the kubelet refuses, an image it
     /// cannot pull) changes the pod and its Events, never the Job. `None`: its events suffice.
-    const RECHECK: Option<std::time::Duration> = None;
+    fn recheck(_object: &Self::Object) -> Option<std::time::Duration> {
+        None
+    }
 
     /// The stage's slot in the bundle's status: the identity of its object, once its UID is
     /// recorded (a child follows only an object that exists under a recorded UID).

@@ -11,7 +11,7 @@ use crate::actors::bundle::build_source::step::{
 };
 use crate::actors::bundle::build_source::temps::{Built, Temp};
 use crate::actors::bundle::download::JobState;
-use crate::actors::bundle::jobs::{JOB_RECHECK, observe_job};
+use crate::actors::bundle::jobs::{self, observe_job};
 use crate::actors::runtime::context::Context;
 use crate::actors::runtime::stage::{Observation, Stage, WhenLost, build_slot};
 use crate::api::bundle::{BuildStage, CRCBundleStatus};
@@ -160,7 +160,9 @@ impl Stage for DiskCopy {
     type Object = Job;
     const KIND: &'static str = "crcbundle.diskcopy";
     const WHEN_LOST: WhenLost = WhenLost::FailAttempt;
-    const RECHECK: Option<std::time::Duration> = Some(JOB_RECHECK);
+    fn recheck(job: &Job) -> Option<std::time::Duration> {
+        jobs::recheck(job)
+    }
 
     fn slot(status: &CRCBundleStatus) -> Option<&ObjectIdentity> {
         build_slot(status, |r| Temp::DiskJob.slot(r))
