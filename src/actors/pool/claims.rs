@@ -131,6 +131,13 @@ impl Error {
 pub async fn serve(pool: &ClusterPool, ctx: &Context, request: ClaimRequest) {
     match request {
         ClaimRequest::Bind { lease, reply } => {
+            // The lease stopped waiting (`BIND_TIMEOUT`) and will ask again: a request queued
+            // behind a busy pool is not worked through after its asker left, or retries would
+            // keep the queue, and the client's request budget, full.
+            if reply.is_closed() {
+                tracing::debug!(clusterpool = %pool.name_any(), namespace = %lease.namespace, clusterlease = %lease.name, "bind request abandoned by its lease; skipped");
+                return;
+            }
             let result = bind(pool, ctx, &lease).await;
             if let Err(err) = &result {
                 tracing::warn!(clusterpool = %pool.name_any(), namespace = %lease.namespace, clusterlease = %lease.name, "binding failed: {err}");
