@@ -762,16 +762,61 @@ async fn build(
         .create(&post, &account)
         .await
         .unwrap();
-    kube::Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(client.clone(), mco)
-        .create(&post, &role)
-        .await
-        .unwrap();
+    // First without the `use` of the privileged SCC: SCC admission keeps its pod from running,
+    // though its account may mint the token.
+    let roles = kube::Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(client.clone(), mco);
+    let mut token_only = role.clone();
+    token_only.rules.as_mut().unwrap().retain(|rule| {
+        !rule
+            .resources
+            .iter()
+            .flatten()
+            .any(|r| r == "securitycontextconstraints")
+    });
+    assert_eq!(token_only.rules.as_ref().unwrap().len(), 1);
+    roles.create(&post, &token_only).await.unwrap();
     kube::Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client.clone(), mco)
         .create(&post, &binding)
         .await
         .unwrap();
     kube::Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(client.clone(), mco)
         .create(&post, &guestcluster::guest::build::cred_manager())
+        .await
+        .unwrap();
+    let log = sim
+        .ctx
+        .options
+        .root
+        .join("guest-apis")
+        .join(&uid)
+        .join("controllers.log");
+    wait_for(
+        "the cred-manager's pod refused by SCC admission",
+        || async {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            text.contains(
+                "Privileged containers are not allowed, provider \"privileged\": Forbidden",
+            )
+            .then_some(())
+        },
+    )
+    .await;
+    assert!(
+        host.state(&uid)
+            .is_some_and(|s| s.certificates.contains_key(paths::KUBELET_BOOTSTRAP_CERT)),
+        "a refused cred-manager replaces nothing"
+    );
+    roles
+        .replace(guestcluster::guest::build::CRED_MANAGER, &post, &{
+            let mut role = role;
+            role.metadata.resource_version = roles
+                .get(guestcluster::guest::build::CRED_MANAGER)
+                .await
+                .unwrap()
+                .metadata
+                .resource_version;
+            role
+        })
         .await
         .unwrap();
     let secrets = kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(

@@ -129,6 +129,8 @@ pub struct ProcessPlan {
     /// `terminationMessagePolicy: FallbackToLogsOnError`: an empty message of a failed
     /// container is taken from the end of its log.
     pub fallback_to_logs: bool,
+    /// `resources.limits.memory` in bytes: the container's cgroup `memory.max`.
+    pub memory_limit: Option<u64>,
 }
 
 /// Everything needed to start a pod.
@@ -491,6 +493,12 @@ fn plan_process(
         termination_log,
         fallback_to_logs: container.termination_message_policy.as_deref()
             == Some("FallbackToLogsOnError"),
+        memory_limit: container
+            .resources
+            .as_ref()
+            .and_then(|r| r.limits.as_ref())
+            .and_then(|limits| limits.get("memory"))
+            .and_then(|q| crate::quantity::parse_quantity(&q.0)),
     })
 }
 

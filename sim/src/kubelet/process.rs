@@ -22,6 +22,53 @@ pub struct Process {
     log: std::path::PathBuf,
     termination_log: std::path::PathBuf,
     fallback_to_logs: bool,
+    memory_limit: Option<u64>,
+}
+
+/// How often a container's memory is compared with its limit. The kernel charges a cgroup on
+/// every allocation; sampling misses a spike shorter than this.
+const MEMORY_SAMPLE: Duration = Duration::from_millis(250);
+
+/// The process group and resident set size (in pages) of a `/proc/<pid>/stat` line: fields 5
+/// and 24, counted after the command name, which may itself hold spaces and parentheses.
+fn group_and_rss(stat: &str) -> Option<(libc::pid_t, u64)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state (3), ppid (4), pgrp (5), …, rss (24).
+    Some((fields.get(2)?.parse().ok()?, fields.get(21)?.parse().ok()?))
+}
+
+/// Bytes resident in the processes of `group` now (anonymous and file-backed pages alike; the
+/// kernel would reclaim clean page cache before killing, which RSS barely holds).
+fn group_rss(group: libc::pid_t) -> u64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter_map(|stat| group_and_rss(&stat))
+        .filter(|(g, _)| *g == group)
+        .map(|(_, pages)| pages * page)
+        .sum()
+}
+
+/// Returns once the processes of `group` hold more than `limit` bytes.
+async fn exceeds(group: libc::pid_t, limit: u64) {
+    loop {
+        tokio::time::sleep(MEMORY_SAMPLE).await;
+        if group_rss(group) > limit {
+            return;
+        }
+    }
 }
 
 /// The container's termination message, as a kubelet reads it: the file (at most 4096 bytes),
@@ -86,6 +133,7 @@ impl Process {
             log: plan.log.clone(),
             termination_log: plan.termination_log.clone(),
             fallback_to_logs: plan.fallback_to_logs,
+            memory_limit: plan.memory_limit,
         })
     }
 
@@ -103,7 +151,27 @@ impl Process {
         if let Some(result) = &self.result {
             return result.clone();
         }
-        let code = match self.child.wait().await {
+        // A container over its memory limit is killed as the kernel's OOM killer would kill
+        // its cgroup, and the runtime says so.
+        let over_limit = async {
+            match (self.group, self.memory_limit) {
+                (Some(group), Some(limit)) => exceeds(group, limit).await,
+                _ => std::future::pending().await,
+            }
+        };
+        let ended = tokio::select! {
+            status = self.child.wait() => Some(status),
+            () = over_limit => None,
+        };
+        let oom_killed = ended.is_none();
+        let status = match ended {
+            Some(status) => status,
+            None => {
+                self.signal(libc::SIGKILL);
+                self.child.wait().await
+            }
+        };
+        let code = match status {
             Ok(status) => exit_code(status),
             // Cannot happen for our own unreaped child; report it like an unknown death.
             Err(_) => 137,
@@ -111,6 +179,9 @@ impl Process {
         // The container is over: whatever it left running in its group goes too.
         self.signal(libc::SIGKILL);
         let mut result = Terminated::exited(&self.container, code, self.started, Timestamp::now());
+        if oom_killed {
+            result.reason = "OOMKilled".into();
+        }
         result.message = termination_message(
             &self.termination_log,
             &self.log,
@@ -236,7 +307,48 @@ mod tests {
             log: dir.join("main.log"),
             termination_log: dir.join("main.termination-log"),
             fallback_to_logs: true,
+            memory_limit: None,
         }
+    }
+
+    #[test]
+    fn a_stat_line_gives_the_group_and_resident_pages() {
+        let line = "4242 (my (odd) name) S 1 4240 4240 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 \
+                    500 12345678 321 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0";
+        assert_eq!(group_and_rss(line), Some((4240, 321)));
+        assert_eq!(group_and_rss("4242 (x) S 1"), None);
+    }
+
+    #[tokio::test]
+    async fn a_container_over_its_memory_limit_is_oom_killed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // A shell holding 64 MiB in a variable, under a 16 MiB limit.
+        let mut hungry = plan(
+            dir.path(),
+            "/bin/sh",
+            &[
+                "-c",
+                "x=$(head -c 67108864 /dev/zero | tr '\\0' a); sleep 60",
+            ],
+        );
+        hungry.memory_limit = Some(16 << 20);
+        let mut process = Process::spawn(&hungry).expect("spawn");
+        let result = tokio::time::timeout(Duration::from_secs(50), process.wait())
+            .await
+            .expect("killed long before its sleep ends");
+        assert_eq!(
+            (result.exit_code, result.reason.as_str()),
+            (137, "OOMKilled")
+        );
+
+        let mut modest = plan(
+            dir.path(),
+            "/bin/sh",
+            &["-c", "x=$(head -c 1024 /dev/zero | tr '\\0' a); exit 0"],
+        );
+        modest.memory_limit = Some(64 << 20);
+        let result = Process::spawn(&modest).expect("spawn").wait().await;
+        assert_eq!((result.exit_code, result.reason.as_str()), (0, "Completed"));
     }
 
     #[test]

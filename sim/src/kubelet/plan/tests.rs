@@ -485,3 +485,17 @@ fn sandbox_dir_names_namespace_pod_and_uid() {
         PathBuf::from("/root/pods/ns_pod_uid")
     );
 }
+
+#[test]
+fn the_memory_limit_is_the_containers_and_only_a_limit() {
+    let limited = process(&pod(
+        json!({"resources": {"requests": {"memory": "128Mi"}, "limits": {"memory": "1Gi", "cpu": "2"}}}),
+        json!([]),
+    ));
+    assert_eq!(limited.memory_limit, Some(1 << 30));
+    let requested = process(&pod(
+        json!({"resources": {"requests": {"memory": "128Mi"}}}),
+        json!([]),
+    ));
+    assert_eq!(requested.memory_limit, None);
+}

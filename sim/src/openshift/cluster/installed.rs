@@ -252,9 +252,10 @@ impl Controllers {
         Ok(())
     }
 
-    /// The cred-manager's pod, played: it writes the bootstrap kubeconfig only if its service
-    /// account may make the API call its script makes for the token (the guest API server's
-    /// RBAC answers, as it would the pod). A refusal is this step's error: on a real cluster the
+    /// The cred-manager's pod, played: it runs only if SCC admission lets its service account
+    /// have it (see [`super::scc`]), and writes the bootstrap kubeconfig only if that account
+    /// may make the API call its script makes for the token (the guest API server's RBAC
+    /// answers, as it would the pod). A refusal is this step's error: on a real cluster the
     /// pod's `oc` fails and the container restarts.
     async fn cred_manager(&mut self) -> Result<(), Error> {
         let Some(daemonset) =
@@ -275,6 +276,20 @@ impl Controllers {
             .flat_map(|c| c.command.iter().flatten().chain(c.args.iter().flatten()))
             .map(|part| format!("{part}\n"))
             .collect();
+        // The DaemonSet controller cannot create a pod the SCC admission refuses.
+        if let Some(scc) = pod.and_then(super::scc::required)
+            && !allowed(
+                &self.client,
+                &account,
+                &super::scc::use_of(scc, CRED_MANAGER_NAMESPACE),
+            )
+            .await?
+        {
+            return Err(Error::Client(format!(
+                "DaemonSet {CRED_MANAGER_NAMESPACE}/{CRED_MANAGER}: {} (system:serviceaccount:{CRED_MANAGER_NAMESPACE}:{account}): the bootstrap kubeconfig is not replaced",
+                super::scc::refusal(CRED_MANAGER, scc)
+            )));
+        }
         let Some(call) = token_call(&script) else {
             return Err(Error::Client(format!(
                 "DaemonSet {CRED_MANAGER_NAMESPACE}/{CRED_MANAGER}: its script neither creates a node-bootstrapper token nor reads node-bootstrapper-token"
