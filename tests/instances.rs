@@ -97,6 +97,10 @@ async fn a_pool_of_two_becomes_ready_and_a_lease_expiry_replaces_its_instance() 
         assert!(status.crc.unwrap().boot_key.is_some());
         assert_configured(&client, &ns, instance).await;
     }
+    // Clones of one disk, each with client signers of its own: a lessee of one cannot sign in to
+    // the other (both ways).
+    support::crc::assert_signers_not_shared(&client, &ns, &ready[0], &ready[1]).await;
+    support::crc::assert_signers_not_shared(&client, &ns, &ready[1], &ready[0]).await;
 
     // A lease takes one instance for a short TTL; on expiry the instance is deleted — its
     // teardown ordered — and the pool replaces it.

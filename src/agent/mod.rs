@@ -360,6 +360,12 @@ pub async fn startup_path(startup: &Startup<'_>) -> Result<(String, String), Err
     info!("step 10: guest API client ready");
     cluster::wait_api(&guest_api, patiences.api).await?;
     info!("step 11: guest API answers");
+    let regenerating = tokio::time::Instant::now();
+    crate::guest::signers::regenerate(&guest_api, patiences.calls, patiences.signers).await?;
+    info!(
+        seconds = regenerating.elapsed().as_secs_f64(),
+        "step 11a: the instance's own client signers; the disk's no longer trusted"
+    );
     let approvals = cluster::approve_csrs(&guest_api, HOSTNAME, patiences.calls).await?;
     approvals.log_refusals(&mut Default::default());
     info!(

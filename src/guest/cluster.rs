@@ -87,6 +87,8 @@ pub struct Patiences {
     pub operators: Patience,
     /// Step 17: the ClusterVersion (after step 15 the API server rolls out, so calls may fail).
     pub version: Patience,
+    /// Step 11a: the kube-apiserver operator's new client signers.
+    pub signers: Patience,
 }
 
 impl Patiences {
@@ -100,6 +102,9 @@ impl Patiences {
             calls: Patience::new(ten, Duration::from_secs(300)),
             operators: Patience::new(ten, Duration::from_secs(1200)),
             version: Patience::new(ten, Duration::from_secs(1200)),
+            // Not an upstream step. The operator's certificate rotation acts on every change
+            // of its Secrets (and resyncs every minute): look often, it is usually a second.
+            signers: Patience::new(Duration::from_secs(1), Duration::from_secs(600)),
         }
     }
 
@@ -112,6 +117,7 @@ impl Patiences {
             calls: patience,
             operators: patience,
             version: patience,
+            signers: patience,
         }
     }
 }

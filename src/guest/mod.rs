@@ -35,6 +35,7 @@ pub mod kubeconfig;
 pub mod route;
 pub mod scrub;
 pub mod seal;
+pub mod signers;
 pub mod ssh;
 pub mod steps;
 pub mod validate;

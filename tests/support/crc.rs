@@ -330,3 +330,77 @@ pub async fn volume_modes(client: &kube::Client, ns: &str) -> std::collections::
         .filter_map(|pvc| pvc.spec?.volume_mode)
         .collect()
 }
+
+/// The client signers a clone of a disk starts with and an instance must not share.
+pub const CLIENT_SIGNERS: [&str; 2] = ["node-system-admin-signer", "kube-control-plane-signer"];
+
+/// A lessee of instance `a` (cluster-admin in its guest) reads each client signer there and
+/// makes a `system:masters` certificate with it; instance `b`'s guest API, reached through its
+/// Route, must refuse that certificate (issue 29, item 9).
+pub async fn assert_signers_not_shared(
+    client: &kube::Client,
+    ns: &str,
+    a: &ClusterInstance,
+    b: &ClusterInstance,
+) {
+    use guestcluster::guest::kubeconfig::Kubeconfig;
+    let published = |instance: &ClusterInstance| {
+        let secrets = Api::<Secret>::namespaced(client.clone(), ns);
+        let name = res::kubeconfig_secret_name(&instance.name_any());
+        async move {
+            let secret = secrets.get(&name).await.expect("published kubeconfig");
+            let ByteString(bytes) = secret.data.unwrap()["kubeconfig"].clone();
+            String::from_utf8(bytes).unwrap()
+        }
+    };
+    let (of_a, of_b) = (published(a).await, published(b).await);
+    let access = RouteAccess::via_proxy(&super::world::world().router.to_string());
+    let guest_a = access.client(of_a.as_bytes()).expect("a's kubeconfig");
+    let signers = Api::<Secret>::namespaced(guest_a, "openshift-kube-apiserver-operator");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    for name in CLIENT_SIGNERS {
+        let secret = tokio::time::timeout(std::time::Duration::from_secs(60), signers.get(name))
+            .await
+            .expect("a's guest API answers")
+            .unwrap_or_else(|e| panic!("{name} of {}: {e}", a.name_any()));
+        let cn = secret.annotations()["auth.openshift.io/certificate-issuer"].clone();
+        let data = secret.data.unwrap();
+        let text = |key: &str| String::from_utf8(data[key].0.clone()).unwrap();
+        let signer = sim::openshift::pki::Signer {
+            cn,
+            cert: text("tls.crt"),
+            key: text("tls.key"),
+        };
+        let (cert, key) = signer
+            .client_cert("mallory", "system:masters", now - 86_400, now + 86_400)
+            .unwrap();
+        let mut forged = Kubeconfig::parse(&of_b).unwrap();
+        forged.set_client(&cert, &key).unwrap();
+        let guest_b = access
+            .client(forged.to_yaml().unwrap().as_bytes())
+            .expect("b's kubeconfig with the forged certificate");
+        let answer = tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            Api::<Namespace>::all(guest_b).list(&kube::api::ListParams::default().limit(1)),
+        )
+        .await
+        .expect("b's guest API answers");
+        match answer {
+            Err(kube::Error::Api(status)) if status.code == 401 => {}
+            other => panic!(
+                "{}'s guest API accepted a system:masters certificate made with {}'s {name}: {:?}",
+                b.name_any(),
+                a.name_any(),
+                other.map(|list| list.items.len())
+            ),
+        }
+    }
+    eprintln!(
+        "{} refuses certificates made with {}'s client signers",
+        b.name_any(),
+        a.name_any()
+    );
+}

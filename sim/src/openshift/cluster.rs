@@ -10,8 +10,10 @@
 //! - the Machine Config Operator ([`mco`]): `00-master` carries the pull secret, the pool's
 //!   MachineConfigs are rendered into `rendered-master-<hash>` objects that stay, a new rendering
 //!   lands in the guest's files after `Timings.rollout`, and the pool reports it as upstream does;
-//! - the client CA bundle follows the `openshift-config/admin-kubeconfig-client-ca` ConfigMap, like
-//!   the kube-apiserver operator does;
+//! - the client CA bundle follows the `openshift-config/admin-kubeconfig-client-ca` ConfigMap and
+//!   the bundles of the other client signers ([`signers`]: made from the disk's PKI, replaced
+//!   when `regenerate-top-level` asks, trimmed by `remove-old-trust`), like the kube-apiserver
+//!   operator does;
 //! - `apiservers.config.openshift.io/cluster` `spec.servingCerts.namedCertificates` roll out like a
 //!   new kube-apiserver revision: ClusterOperator `kube-apiserver` is Progressing for
 //!   `Timings.rollout`, then the API server restarts with one `--tls-sni-cert-key` per entry (the
@@ -35,6 +37,8 @@ use serde_json::{Value, json};
 mod installed;
 pub mod mco;
 mod node;
+pub mod scc;
+pub mod signers;
 
 use super::pki::{CsrSigner, GuestPki};
 use crate::Timings;
@@ -238,6 +242,7 @@ impl GuestCluster {
             timings: spec.timings.clone(),
             version: spec.version.clone(),
             internal_ca: internal.admin_ca_cert.clone(),
+            pki: spec.pki.clone(),
             client_ca_file: spec.dir.join("client-ca.crt"),
             kubelet_since: None,
             csr_epoch: None,
@@ -361,6 +366,7 @@ async fn ensure_baseline(client: &kube::Client, spec: &ClusterSpec) -> Result<()
         "openshift-ingress",
         "openshift-ingress-operator",
         "openshift-image-registry",
+        signers::NAMESPACE,
     ] {
         create(
             core("Namespace", "namespaces", None),
@@ -517,6 +523,8 @@ struct Controllers {
     timings: Timings,
     version: String,
     internal_ca: String,
+    /// The disk's PKI: where the client signers start from.
+    pki: GuestPki,
     client_ca_file: PathBuf,
     /// When the kubelet was last seen starting (host clock), for operator readiness.
     kubelet_since: Option<Instant>,
@@ -571,6 +579,9 @@ impl Controllers {
             let result = self.node(state).await;
             self.outcome("node", result);
         }
+        let pki = self.pki.clone();
+        let result = self.client_signers(&pki).await;
+        self.outcome("client signers", result);
         let result = self.sync_client_ca().await;
         self.outcome("client CA", result);
         let result = self.named_certificates().await;
@@ -633,7 +644,8 @@ impl Controllers {
             .and_then(|cm| cm.data)
             .and_then(|d| d.get("ca-bundle.crt").cloned())
             .unwrap_or_default();
-        let wanted = format!("{}{}", self.internal_ca, bundle);
+        let signers = self.client_signer_bundles().await?;
+        let wanted = format!("{}{}{}", self.internal_ca, bundle, signers);
         self.server_spec.client_ca_pem.clone_from(&wanted);
         if std::fs::read_to_string(&self.client_ca_file)
             .ok()

@@ -39,7 +39,61 @@ pub struct GuestPki {
     /// Validity of the leaf certificates (guest time, unix seconds).
     pub not_before: i64,
     pub not_after: i64,
+    /// The API server's other client-certificate signers, by Secret name
+    /// (`node-system-admin-signer`, `kube-control-plane-signer`): made with the disk's PKI, so
+    /// every clone of the disk trusts the same ones until its cluster makes new ones.
+    #[serde(default)]
+    pub client_signers: std::collections::BTreeMap<String, Signer>,
 }
+
+/// A self-signed signer: its certificate and key, PEM.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Signer {
+    /// Its common name: the issuer of what it signs.
+    pub cn: String,
+    pub cert: String,
+    pub key: String,
+}
+
+impl Signer {
+    /// A new signer named `cn`, valid from `not_before` for `days` (unix seconds).
+    pub fn generate(cn: &str, not_before: i64, days: i64) -> Result<Signer, Error> {
+        let key = KeyPair::generate()?;
+        let mut params = ca_params(cn);
+        params.not_before =
+            OffsetDateTime::from_unix_timestamp(not_before).map_err(|_| Error::Time(not_before))?;
+        let not_after = not_before + days * 86_400;
+        params.not_after =
+            OffsetDateTime::from_unix_timestamp(not_after).map_err(|_| Error::Time(not_after))?;
+        let cert = params.self_signed(&key)?;
+        Ok(Signer {
+            cn: cn.to_owned(),
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+        })
+    }
+
+    /// A client certificate for `user` in `group` signed by this signer (what anyone holding
+    /// its key can make), valid from `not_before` to `not_after`.
+    pub fn client_cert(
+        &self,
+        user: &str,
+        group: &str,
+        not_before: i64,
+        not_after: i64,
+    ) -> Result<(String, String), Error> {
+        // As for the admin CA: the issuer is rebuilt from the parameters the signer was made
+        // with (its name and key are what a signature carries).
+        let issuer = Issuer::new(ca_params(&self.cn), KeyPair::from_pem(&self.key)?);
+        let mut client = CertificateParams::default();
+        client.distinguished_name = name(user, Some(group));
+        client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        leaf(client, &issuer, not_before, not_after)
+    }
+}
+
+/// The client-certificate signers a new disk's PKI holds besides the admin one, by Secret name.
+pub const CLIENT_SIGNERS: [&str; 2] = ["node-system-admin-signer", "kube-control-plane-signer"];
 
 impl GuestPki {
     /// Fresh key material whose leaves are valid from `not_before` for `days` (guest time).
@@ -70,7 +124,13 @@ impl GuestPki {
         admin.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         let (admin_cert, admin_key) = leaf(admin, &admin_issuer, not_before, not_after)?;
 
+        let mut client_signers = std::collections::BTreeMap::new();
+        for signer in CLIENT_SIGNERS {
+            let cn = format!("openshift-kube-apiserver-operator_{signer}@{not_before}");
+            client_signers.insert(signer.to_owned(), Signer::generate(&cn, not_before, 365)?);
+        }
         Ok(GuestPki {
+            client_signers,
             server_ca_cert,
             server_ca_key,
             serving_cert,
