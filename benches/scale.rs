@@ -471,9 +471,16 @@ async fn create_objects(client: &kube::Client, n: usize, state: WaitState, args:
     let instances: Api<ClusterInstance> = Api::namespaced(client.clone(), NAMESPACE);
     for i in 0..n {
         let p = i % args.pools;
+        // At its maximum, a pool counts these as its members, as if it had made them.
+        let labels = if state == WaitState::PoolAtMax {
+            json!({guestcluster::api::labels::POOL: format!("pool-{p}"),
+                   guestcluster::api::labels::MANAGED_BY: guestcluster::api::labels::MANAGED_BY_OPERATOR})
+        } else {
+            json!({})
+        };
         let instance: ClusterInstance = serde_json::from_value(json!({
             "apiVersion": "guestcluster.opdev.io/v1alpha1", "kind": "ClusterInstance",
-            "metadata": {"name": format!("crc-{i}")},
+            "metadata": {"name": format!("crc-{i}"), "labels": labels},
             "spec": {"type": "crc", "poolRef": {"name": format!("pool-{p}")},
                      "template": {"crcVersion": version(p), "ocpVersion": version(p),
                                   "memory": "16Gi", "cores": 4}}}))

@@ -704,4 +704,92 @@ mod tests {
             ["relisted 1", "applied b"]
         );
     }
+
+    /// Reconciles of the gated kind so far, and the gate each waits at.
+    static GATED_RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    static GATE: Semaphore = Semaphore::const_new(0);
+
+    #[derive(Default)]
+    struct Gated;
+
+    impl ObjectActor for Gated {
+        type Object = ConfigMap;
+        type Error = Flaked;
+        type Request = std::convert::Infallible;
+        const KIND: &'static str = "gated";
+
+        async fn reconcile(_: &ConfigMap, _: &Arc<Context>) -> Result<Next, Flaked> {
+            GATE.acquire().await.expect("open gate").forget();
+            GATED_RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(Next::Done)
+        }
+    }
+
+    /// Triggers that arrive while a reconcile runs queue one more reconcile, not one each: the
+    /// next reconcile reads the object as it is then.
+    #[tokio::test]
+    async fn triggers_during_a_reconcile_queue_one_more_not_one_each() {
+        let object: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "gated", "namespace": "ns", "uid": "uid-gated"},
+        }))
+        .unwrap();
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        writer.apply_watcher_event(&Event::Apply(object.clone()));
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                .unwrap();
+        let ctx = Context::build(
+            client,
+            "operator",
+            Metrics::default(),
+            Default::default(),
+            Default::default(),
+            crate::actors::runtime::context::GuestSettings {
+                route_access: Default::default(),
+            },
+            Default::default(),
+        );
+        let args = ObjectArgs {
+            key: ObjectRef::from_obj(&object),
+            uid: "uid-gated".to_owned(),
+            store,
+            ctx,
+            retry: Backoff::reconcile(),
+            restart: Backoff::default(),
+            permits: Arc::new(Semaphore::new(1)),
+        };
+        let (actor, handle) = Actor::spawn(None, ObjectWorker::<Gated>::default(), args)
+            .await
+            .unwrap();
+        trigger(&actor);
+        // The first reconcile is running (held at the gate) once the mailbox is empty again.
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while mailbox::depths_of(&actor) > 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the first reconcile taken");
+        for _ in 0..50 {
+            trigger(&actor);
+        }
+        assert_eq!(
+            mailbox::depths_of(&actor),
+            1,
+            "one reconcile waits, not fifty"
+        );
+        GATE.add_permits(100);
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while GATED_RUNS.load(std::sync::atomic::Ordering::SeqCst) < 2
+                || mailbox::depths_of(&actor) > 0
+            {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("both reconciles ran");
+        assert_eq!(GATED_RUNS.load(std::sync::atomic::Ordering::SeqCst), 2);
+        actor.stop(None);
+        handle.await.unwrap();
+    }
 }

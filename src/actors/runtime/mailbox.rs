@@ -73,6 +73,11 @@ pub fn taken<M: Message>(myself: &ActorRef<M>) {
     add(myself.get_id(), -1);
 }
 
+/// Pending messages of one actor.
+pub fn depths_of<M: Message>(actor: &ActorRef<M>) -> i64 {
+    PENDING.get(&actor.get_id()).map_or(0, |n| *n)
+}
+
 /// Pending messages per kind over the registered actors (named as in [`crate::actors::runtime::names`]);
 /// forgets the actors that are gone.
 pub fn depths() -> BTreeMap<String, i64> {

@@ -3,12 +3,13 @@
 //! looked at again ([`Next`]).
 
 use std::fmt::Debug;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use dashmap::DashSet;
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
-use ractor::{ActorRef, SupervisionEvent};
+use ractor::{ActorId, ActorRef, SupervisionEvent};
 use serde::de::DeserializeOwned;
 use tokio::sync::Semaphore;
 
@@ -173,9 +174,26 @@ pub fn phase_name(phase: Option<impl Debug>) -> Option<String> {
     phase.map(|p| format!("{p:?}"))
 }
 
+/// Actors with a reconcile from [`trigger`] waiting in their mailbox.
+static QUEUED: LazyLock<DashSet<ActorId>> = LazyLock::new(DashSet::new);
+
+/// Asks `actor` to reconcile, unless a reconcile asked for earlier is still waiting: that one
+/// reads the object when it runs, so it covers this trigger too. Without this, every event that
+/// arrives while an actor is busy (a lease waiting up to a minute for its pool's answer) would
+/// queue one more full reconcile, and a burst of events would keep it busy long after.
 pub fn trigger<R: Send + 'static>(actor: &ActorRef<ObjectMsg<R>>) {
+    if !QUEUED.insert(actor.get_id()) {
+        return;
+    }
     // A closed mailbox means the actor is stopping; its supervision event handles the rest.
-    let _ = mailbox::post(actor, ObjectMsg::Reconcile);
+    if mailbox::post(actor, ObjectMsg::Reconcile).is_err() {
+        QUEUED.remove(&actor.get_id());
+    }
+}
+
+/// The worker took a reconcile (or stopped): a trigger from now on queues a new one.
+pub(super) fn reconcile_taken(actor: ActorId) {
+    QUEUED.remove(&actor);
 }
 
 /// The child that stopped and why, for a supervision event that says a child stopped.

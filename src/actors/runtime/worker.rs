@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument as _;
 
 use super::object_actor::{
-    ChildMsg, Next, ObjectActor, ObjectArgs, ObjectMsg, ReconcileError, exit_of,
+    ChildMsg, Next, ObjectActor, ObjectArgs, ObjectMsg, ReconcileError, exit_of, reconcile_taken,
 };
 use crate::actors::runtime::backoff::{Backoff, Failures};
 use crate::actors::runtime::mailbox;
@@ -88,12 +88,13 @@ impl<A: ObjectActor> Actor for ObjectWorker<A> {
 
     async fn post_stop(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         if let Some(timer) = state.requeue.take() {
             timer.abort();
         }
+        reconcile_taken(myself.get_id());
         state.children.stop_all().await;
         state
             .args
@@ -114,7 +115,10 @@ impl<A: ObjectActor> Actor for ObjectWorker<A> {
         let span = object_span(A::KIND, &state.args.key, myself.get_name());
         async move {
             match msg {
-                ObjectMsg::Reconcile => reconcile(myself, state).await,
+                ObjectMsg::Reconcile => {
+                    reconcile_taken(myself.get_id());
+                    reconcile(myself, state).await
+                }
                 ObjectMsg::Request(request) => {
                     if let Some(object) = state.object() {
                         A::request(&object, &state.args.ctx, request).await;
