@@ -517,6 +517,45 @@ mod tests {
 
     const UID: &str = "uid-flaky";
 
+    /// A worker's arguments for the ConfigMap `name` with `uid`, the only object of its store,
+    /// with a client that reaches nothing.
+    fn worker_args(
+        name: &str,
+        uid: &str,
+        retry: Backoff,
+        metrics: Metrics,
+    ) -> ObjectArgs<ConfigMap> {
+        let object: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": uid},
+        }))
+        .unwrap();
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        writer.apply_watcher_event(&Event::Apply(object.clone()));
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                .unwrap();
+        let ctx = Context::build(
+            client,
+            "operator",
+            metrics,
+            Default::default(),
+            Default::default(),
+            crate::actors::runtime::context::GuestSettings {
+                route_access: Default::default(),
+            },
+            Default::default(),
+        );
+        ObjectArgs {
+            key: ObjectRef::from_obj(&object),
+            uid: uid.to_owned(),
+            store,
+            ctx,
+            retry,
+            restart: Backoff::default(),
+            permits: Arc::new(Semaphore::new(1)),
+        }
+    }
+
     /// Attempts 1–3 fail, 4 succeeds, 5 fails, 6 succeeds.
     const FAILING: [usize; 4] = [1, 2, 3, 5];
 
@@ -579,36 +618,8 @@ mod tests {
             ..Backoff::reconcile()
         };
         let step = |n: u32| Backoff::spread(retry.base * n, UID);
-        let object: ConfigMap = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "flaky", "namespace": "ns", "uid": UID},
-        }))
-        .unwrap();
-        let (store, mut writer) = reflector::store::<ConfigMap>();
-        writer.apply_watcher_event(&Event::Apply(object.clone()));
-        let client =
-            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
-                .unwrap();
         let metrics = Metrics::default();
-        let ctx = Context::build(
-            client,
-            "operator",
-            metrics.clone(),
-            Default::default(),
-            Default::default(),
-            crate::actors::runtime::context::GuestSettings {
-                route_access: Default::default(),
-            },
-            Default::default(),
-        );
-        let args = ObjectArgs {
-            key: ObjectRef::from_obj(&object),
-            uid: UID.to_owned(),
-            store,
-            ctx,
-            retry: retry.clone(),
-            restart: Backoff::default(),
-            permits: Arc::new(Semaphore::new(1)),
-        };
+        let args = worker_args("flaky", UID, retry.clone(), metrics.clone());
         let (actor, handle) = Actor::spawn(None, ObjectWorker::<Flaky>::default(), args)
             .await
             .unwrap();
@@ -729,35 +740,12 @@ mod tests {
     /// next reconcile reads the object as it is then.
     #[tokio::test]
     async fn triggers_during_a_reconcile_queue_one_more_not_one_each() {
-        let object: ConfigMap = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "gated", "namespace": "ns", "uid": "uid-gated"},
-        }))
-        .unwrap();
-        let (store, mut writer) = reflector::store::<ConfigMap>();
-        writer.apply_watcher_event(&Event::Apply(object.clone()));
-        let client =
-            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
-                .unwrap();
-        let ctx = Context::build(
-            client,
-            "operator",
+        let args = worker_args(
+            "gated",
+            "uid-gated",
+            Backoff::reconcile(),
             Metrics::default(),
-            Default::default(),
-            Default::default(),
-            crate::actors::runtime::context::GuestSettings {
-                route_access: Default::default(),
-            },
-            Default::default(),
         );
-        let args = ObjectArgs {
-            key: ObjectRef::from_obj(&object),
-            uid: "uid-gated".to_owned(),
-            store,
-            ctx,
-            retry: Backoff::reconcile(),
-            restart: Backoff::default(),
-            permits: Arc::new(Semaphore::new(1)),
-        };
         let (actor, handle) = Actor::spawn(None, ObjectWorker::<Gated>::default(), args)
             .await
             .unwrap();
