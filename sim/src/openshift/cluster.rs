@@ -580,10 +580,16 @@ impl Controllers {
             self.outcome("node", result);
         }
         let pki = self.pki.clone();
-        let result = self.client_signers(&pki).await;
-        self.outcome("client signers", result);
-        let result = self.sync_client_ca().await;
-        self.outcome("client CA", result);
+        // The client CA follows the signers' bundles as this pass left them; a pass that could
+        // not read them leaves the client CA as it is until the next.
+        match self.client_signers(&pki).await {
+            Ok(signers) => {
+                self.outcome("client signers", Ok(()));
+                let result = self.sync_client_ca(&signers).await;
+                self.outcome("client CA", result);
+            }
+            Err(err) => self.outcome("client signers", Err(err)),
+        }
         let result = self.named_certificates().await;
         self.outcome("named certificates", result);
         let installed = state.as_ref().is_some_and(|s| s.install.is_some());
@@ -636,7 +642,7 @@ impl Controllers {
         }
     }
 
-    async fn sync_client_ca(&mut self) -> Result<(), Error> {
+    async fn sync_client_ca(&mut self, signers: &str) -> Result<(), Error> {
         let cm = Api::<ConfigMap>::namespaced(self.client.clone(), "openshift-config")
             .get_opt("admin-kubeconfig-client-ca")
             .await?;
@@ -644,7 +650,6 @@ impl Controllers {
             .and_then(|cm| cm.data)
             .and_then(|d| d.get("ca-bundle.crt").cloned())
             .unwrap_or_default();
-        let signers = self.client_signer_bundles().await?;
         let wanted = format!("{}{}{}", self.internal_ca, bundle, signers);
         self.server_spec.client_ca_pem.clone_from(&wanted);
         if std::fs::read_to_string(&self.client_ca_file)

@@ -102,11 +102,13 @@ fn secret(name: &str, signer: &Signer, not_before: i64) -> Result<Secret, Error>
 }
 
 impl Controllers {
-    /// One pass of the signers' rotation (see the module docs).
-    pub(super) async fn client_signers(&mut self, pki: &GuestPki) -> Result<(), Error> {
+    /// One pass of the signers' rotation (see the module docs); returns what their bundles
+    /// hold now, for the API server's client CA.
+    pub(super) async fn client_signers(&mut self, pki: &GuestPki) -> Result<String, Error> {
         let secrets = Api::<Secret>::namespaced(self.client.clone(), NAMESPACE);
         let bundles = Api::<ConfigMap>::namespaced(self.client.clone(), NAMESPACE);
         let now = self.guest.guest_now();
+        let mut trusted = String::new();
         for (name, bundle_name) in SIGNERS {
             let current = secrets.get_opt(name).await?;
             let cert = match current {
@@ -148,6 +150,7 @@ impl Controllers {
                 .and_then(|d| d.get(BUNDLE_KEY).cloned())
                 .unwrap_or_default();
             let wanted = with_current(&text, &cert);
+            trusted.push_str(&wanted);
             match bundle {
                 None => {
                     let cm: ConfigMap = serde_json::from_value(json!({
@@ -168,24 +171,7 @@ impl Controllers {
                 Some(_) => {}
             }
         }
-        Ok(())
-    }
-
-    /// What these bundles hold now, for the API server's client CA.
-    pub(super) async fn client_signer_bundles(&self) -> Result<String, Error> {
-        let bundles = Api::<ConfigMap>::namespaced(self.client.clone(), NAMESPACE);
-        let mut out = String::new();
-        for (_, bundle_name) in SIGNERS {
-            if let Some(text) = bundles
-                .get_opt(bundle_name)
-                .await?
-                .and_then(|b| b.data)
-                .and_then(|mut d| d.remove(BUNDLE_KEY))
-            {
-                out.push_str(&certificates(&text).concat());
-            }
-        }
-        Ok(out)
+        Ok(trusted)
     }
 }
 
