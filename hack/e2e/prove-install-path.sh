@@ -230,11 +230,15 @@ record_vmi() {
 CLOCK_DELTA=
 CLOCK_VMI=
 
+# measure_install_clock: returns 2 while the build VM's current VMI is not yet the install boot
+# (the generator boot may still be shutting down when the step changes) or not yet Running, 1 when
+# the install boot runs but SSH into it fails, 0 once the clock is read.
 measure_install_clock() {
   local out uid offset phase h0 g h1
-  out=$(kc -n "$NAMESPACE" get vmi "$VM" --ignore-not-found -o jsonpath='{.metadata.uid}{"|"}{.spec.domain.clock.utc.offsetSeconds}{"|"}{.status.phase}' 2>/dev/null) || return 1
+  out=$(kc -n "$NAMESPACE" get vmi "$VM" --ignore-not-found -o jsonpath='{.metadata.uid}{"|"}{.spec.domain.clock.utc.offsetSeconds}{"|"}{.status.phase}' 2>/dev/null) || return 2
   IFS='|' read -r uid offset phase <<<"$out"
-  [ -n "$uid" ] && [ "$phase" = Running ] || return 1
+  [ -n "$uid" ] && [ "$phase" = Running ] || return 2
+  grep -q "^$uid [^ ]* Install$" "$WORK/vmis" || return 2
   h0=$(date -u +%s)
   g=$(guest 'date -u +%s') || return 1
   h1=$(date -u +%s)
@@ -332,7 +336,9 @@ while :; do
     VM="$BUNDLE-b$attempt-build"
     record_vmi "$step"
     if [ "$stage" = Install ] && [ "$step" = Install ] && [ -z "$CLOCK_DELTA" ]; then
-      if ! measure_install_clock && [ -z "$ssh_waiting" ]; then
+      measured=0
+      measure_install_clock || measured=$?
+      if [ "$measured" = 1 ] && [ -z "$ssh_waiting" ]; then
         ssh_waiting=1
         say "waiting for SSH into the install boot"
       fi
