@@ -158,6 +158,14 @@ where
         .default_backoff()
         .filter_map(move |event| {
             let related = match event {
+                Ok(watcher::Event::Init) => {
+                    changes.relisting();
+                    None
+                }
+                Ok(watcher::Event::InitDone) => {
+                    changes.relisted();
+                    None
+                }
                 Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => changes
                     .changed(obj.uid().unwrap_or_default(), key(&obj))
                     .then(|| map(&obj))
@@ -166,7 +174,7 @@ where
                     changes.gone(&obj.uid().unwrap_or_default());
                     map(&obj)
                 }
-                _ => None,
+                Err(_) => None,
             };
             futures::future::ready(related)
         })
@@ -174,11 +182,20 @@ where
 }
 
 /// The key each object had at its last event, by UID.
-struct Changes<Key>(std::collections::HashMap<String, Key>);
+struct Changes<Key> {
+    keys: std::collections::HashMap<String, Key>,
+    /// The UIDs a relist in progress has listed so far. An object deleted while the watch was
+    /// down gets no Delete event, only its absence from the relist: its key is dropped when
+    /// the relist ends, so the map holds no more than the objects that exist.
+    relisted: Option<std::collections::HashSet<String>>,
+}
 
 impl<Key> Default for Changes<Key> {
     fn default() -> Self {
-        Self(std::collections::HashMap::new())
+        Self {
+            keys: std::collections::HashMap::new(),
+            relisted: None,
+        }
     }
 }
 
@@ -186,17 +203,32 @@ impl<Key: PartialEq> Changes<Key> {
     /// Records `key` for `uid`; whether it differs from the one recorded before (a first event
     /// differs).
     fn changed(&mut self, uid: String, key: Key) -> bool {
-        match self.0.get(&uid) {
+        if let Some(listed) = self.relisted.as_mut() {
+            listed.insert(uid.clone());
+        }
+        match self.keys.get(&uid) {
             Some(previous) if *previous == key => false,
             _ => {
-                self.0.insert(uid, key);
+                self.keys.insert(uid, key);
                 true
             }
         }
     }
 
     fn gone(&mut self, uid: &str) {
-        self.0.remove(uid);
+        self.keys.remove(uid);
+    }
+
+    /// A (re)list starts: what it lists is what exists.
+    fn relisting(&mut self) {
+        self.relisted = Some(std::collections::HashSet::new());
+    }
+
+    /// The list is complete: objects it did not list are gone.
+    fn relisted(&mut self) {
+        if let Some(listed) = self.relisted.take() {
+            self.keys.retain(|uid, _| listed.contains(uid));
+        }
     }
 }
 
@@ -240,5 +272,27 @@ mod tests {
             changes.changed("a".into(), (2, false)),
             "made again after a delete"
         );
+    }
+
+    #[test]
+    fn a_relist_forgets_objects_deleted_while_the_watch_was_down() {
+        let mut changes = Changes::default();
+        assert!(changes.changed("kept".into(), 1));
+        assert!(changes.changed("deleted unseen".into(), 1));
+        changes.relisting();
+        assert!(
+            !changes.changed("kept".into(), 1),
+            "unchanged across the relist"
+        );
+        changes.relisted();
+        assert_eq!(changes.keys.len(), 1, "only what the relist listed stays");
+        assert!(changes.keys.contains_key("kept"));
+        assert!(
+            changes.changed("deleted unseen".into(), 1),
+            "made again with the same name: new to us"
+        );
+        // Events outside a relist do not prune.
+        changes.relisted();
+        assert_eq!(changes.keys.len(), 2);
     }
 }
