@@ -93,6 +93,9 @@ fn every_deadline_fits_what_a_real_cluster_takes_with_a_quarter_to_spare() {
         settled,
     ];
     let cluster_start = [("the operators after a boot", real.operators), settled];
+    // The startup path's own CSR signer: the operator's wait before the kube-controller-manager
+    // takes it, then a kubelet bootstrap (a cluster's own pace, bounded by the operators').
+    let own_csr_signer = [("the new CSR signer propagated", real.csr_signer_propagation)];
     let rollout = [
         ("a MachineConfig rollout (reboot)", real.rollout),
         ("the operators after it", real.operators),
@@ -136,12 +139,22 @@ fn every_deadline_fits_what_a_real_cluster_takes_with_a_quarter_to_spare() {
         Fit::new(
             "the validation helper Job",
             helper(Step::Validate),
-            &[&[("the clone booted", real.boot)], cluster_start.as_slice()].concat(),
+            &[
+                &[("the clone booted", real.boot)],
+                cluster_start.as_slice(),
+                &own_csr_signer,
+            ]
+            .concat(),
         ),
         Fit::new(
             "the aged-boot helper Job",
             helper(Step::Aged),
-            &[&[("the clone booted", real.boot)], cluster_start.as_slice()].concat(),
+            &[
+                &[("the clone booted", real.boot)],
+                cluster_start.as_slice(),
+                &own_csr_signer,
+            ]
+            .concat(),
         ),
         Fit::new(
             "the startup path's API and operator waits",
@@ -149,11 +162,17 @@ fn every_deadline_fits_what_a_real_cluster_takes_with_a_quarter_to_spare() {
             &cluster_start,
         ),
         Fit::new(
+            "the startup path's wait for its own CSR signer",
+            agent.csr_signer.deadline,
+            &own_csr_signer,
+        ),
+        Fit::new(
             "an instance's crc-agent Job",
             seconds(guestcluster::resources::instance::AGENT_DEADLINE_SECONDS),
             &[
                 &[("the VMI started", real.vm_start), ("booted", real.boot)],
                 cluster_start.as_slice(),
+                &own_csr_signer,
             ]
             .concat(),
         ),

@@ -27,6 +27,9 @@ pub struct Timings {
     pub operators: Duration,
     /// kubelet: pod start (image pull + container start) before the process runs.
     pub pod_start: Duration,
+    /// Guest: a new CSR signer's `notBefore` until the kube-controller-manager signs with it
+    /// (its operator's wait for the API server to trust it). Whole seconds (guest time).
+    pub csr_signer_propagation: Duration,
 }
 
 impl Timings {
@@ -44,6 +47,7 @@ impl Timings {
             rollout: ms(200),
             operators: ms(300),
             pod_start: ms(50),
+            csr_signer_propagation: Duration::from_secs(1),
         }
     }
 
@@ -61,6 +65,7 @@ impl Timings {
             rollout: s(3),
             operators: s(5),
             pod_start: s(1),
+            csr_signer_propagation: s(3),
         }
     }
 }
@@ -92,6 +97,8 @@ impl Timings {
             operators: min(25),
             // An image pulled and the container started.
             pod_start: min(2),
+            // The kube-controller-manager operator's `ManageCSRSigner`: five minutes.
+            csr_signer_propagation: min(5),
         }
     }
 }

@@ -366,6 +366,18 @@ pub async fn startup_path(startup: &Startup<'_>) -> Result<(String, String), Err
         seconds = regenerating.elapsed().as_secs_f64(),
         "step 11a: the instance's own client signers; the disk's no longer trusted"
     );
+    let regenerating = tokio::time::Instant::now();
+    crate::guest::csr_signer::regenerate(
+        ssh.as_ref(),
+        &guest_api,
+        patiences.calls,
+        patiences.csr_signer,
+    )
+    .await?;
+    info!(
+        seconds = regenerating.elapsed().as_secs_f64(),
+        "step 11b: the instance's own CSR signer, the kubelet moved to it; the disk's no longer trusted"
+    );
     let approvals = cluster::approve_csrs(&guest_api, HOSTNAME, patiences.calls).await?;
     approvals.log_refusals(&mut Default::default());
     info!(

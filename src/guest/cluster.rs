@@ -89,6 +89,9 @@ pub struct Patiences {
     pub version: Patience,
     /// Step 11a: the kube-apiserver operator's new client signers.
     pub signers: Patience,
+    /// Step 11b: each wait for the new CSR signer (its operator's five minutes before the
+    /// kube-controller-manager takes it), and for the kubelet's certificates from it.
+    pub csr_signer: Patience,
 }
 
 impl Patiences {
@@ -105,6 +108,9 @@ impl Patiences {
             // Not an upstream step. The operator's certificate rotation acts on every change
             // of its Secrets (and resyncs every minute): look often, it is usually a second.
             signers: Patience::new(Duration::from_secs(1), Duration::from_secs(600)),
+            // Not an upstream step either: five minutes of the operator's, then a kubelet
+            // bootstrap; twice that, with room.
+            csr_signer: Patience::new(Duration::from_secs(2), Duration::from_secs(900)),
         }
     }
 
@@ -118,6 +124,7 @@ impl Patiences {
             operators: patience,
             version: patience,
             signers: patience,
+            csr_signer: patience,
         }
     }
 }

@@ -26,6 +26,7 @@ pub mod cluster;
 pub mod command;
 pub mod connect;
 pub mod csr;
+pub mod csr_signer;
 pub mod customize;
 #[cfg(test)]
 pub(crate) mod fake;

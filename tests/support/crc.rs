@@ -331,8 +331,23 @@ pub async fn volume_modes(client: &kube::Client, ns: &str) -> std::collections::
         .collect()
 }
 
-/// The client signers a clone of a disk starts with and an instance must not share.
-pub const CLIENT_SIGNERS: [&str; 2] = ["node-system-admin-signer", "kube-control-plane-signer"];
+/// The client-certificate signers a clone of a disk starts with and an instance must not share:
+/// namespace and Secret.
+pub const CLIENT_SIGNERS: [(&str, &str); 4] = [
+    (
+        "openshift-kube-apiserver-operator",
+        "node-system-admin-signer",
+    ),
+    (
+        "openshift-kube-apiserver-operator",
+        "kube-control-plane-signer",
+    ),
+    (
+        "openshift-kube-controller-manager-operator",
+        "csr-signer-signer",
+    ),
+    ("openshift-kube-controller-manager-operator", "csr-signer"),
+];
 
 /// A lessee of instance `a` (cluster-admin in its guest) reads each client signer there and
 /// makes a `system:masters` certificate with it; instance `b`'s guest API, reached through its
@@ -356,21 +371,22 @@ pub async fn assert_signers_not_shared(
     let (of_a, of_b) = (published(a).await, published(b).await);
     let access = RouteAccess::via_proxy(&super::world::world().router.to_string());
     let guest_a = access.client(of_a.as_bytes()).expect("a's kubeconfig");
-    let signers = Api::<Secret>::namespaced(guest_a, "openshift-kube-apiserver-operator");
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs() as i64;
-    for name in CLIENT_SIGNERS {
+    for (namespace, name) in CLIENT_SIGNERS {
+        let signers = Api::<Secret>::namespaced(guest_a.clone(), namespace);
         let secret = tokio::time::timeout(std::time::Duration::from_secs(60), signers.get(name))
             .await
             .expect("a's guest API answers")
             .unwrap_or_else(|e| panic!("{name} of {}: {e}", a.name_any()));
-        let cn = secret.annotations()["auth.openshift.io/certificate-issuer"].clone();
         let data = secret.data.unwrap();
         let text = |key: &str| String::from_utf8(data[key].0.clone()).unwrap();
         let signer = sim::openshift::pki::Signer {
-            cn,
+            cn: sim::openshift::pki::common_name(&text("tls.crt")).unwrap_or_else(|| {
+                panic!("{namespace}/{name} of {} holds a certificate", a.name_any())
+            }),
             cert: text("tls.crt"),
             key: text("tls.key"),
         };
@@ -398,8 +414,32 @@ pub async fn assert_signers_not_shared(
             ),
         }
     }
+    // Its own kubelet still signs in: it was given a certificate from the instance's own CSR
+    // signer before the disk's stopped being trusted.
+    let guest_b = access.client(of_b.as_bytes()).expect("b's kubeconfig");
+    let node = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        Api::<k8s_openapi::api::core::v1::Node>::all(guest_b).get("crc"),
+    )
+    .await
+    .expect("b's guest API answers")
+    .expect("b's Node");
+    let ready = node
+        .status
+        .and_then(|s| s.conditions)
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == "Ready")
+        .expect("a Ready condition");
+    assert_eq!(
+        ready.status,
+        "True",
+        "{}'s Node is not Ready: {:?}",
+        b.name_any(),
+        ready.message
+    );
     eprintln!(
-        "{} refuses certificates made with {}'s client signers",
+        "{} refuses certificates made with {}'s client signers; its own Node is Ready",
         b.name_any(),
         a.name_any()
     );

@@ -249,6 +249,14 @@ pub struct Unit {
     /// Its last run failed (`systemctl is-active` says `failed`); cleared when it starts again.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub failed: bool,
+    /// How often `systemctl` started it (a restart counts): what a process watching it sees
+    /// of a restart too quick to observe it down.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub starts: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Unit {
@@ -258,6 +266,7 @@ impl Unit {
             active: true,
             masked: false,
             failed: false,
+            starts: 0,
         }
     }
 
@@ -602,7 +611,15 @@ impl GuestState {
             "/etc/sysconfig/crc-env".to_string(),
             File::root("CRC_SELF_SUFFICIENT=0\n", 0o644),
         );
-        let signer = format!("CN=kube-csr-signer_@{}", reference - DAY);
+        // Issued by the disk's CSR signer, whose key the disk's cluster carries.
+        let signer = state
+            .pki
+            .as_ref()
+            .and_then(|p| p.csr_signer.as_ref())
+            .map_or_else(
+                || format!("CN=kube-csr-signer_@{}", reference - DAY),
+                |s| format!("CN={}", s.cn),
+            );
         for (path, subject) in [
             (
                 paths::KUBELET_CLIENT_CERT,

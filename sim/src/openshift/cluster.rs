@@ -34,6 +34,7 @@ use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
+pub mod csr_signer;
 mod installed;
 pub mod mco;
 mod node;
@@ -42,7 +43,7 @@ pub mod signers;
 
 use super::pki::{CsrSigner, GuestPki};
 use crate::Timings;
-use crate::guest::state::GuestState;
+use crate::guest::state::{Certificate, GuestState};
 use testenv::{ApiServerLauncher, ExtraApiServer, ExtraApiServerSpec};
 
 /// The field manager of every write the simulation makes to a guest API: what a disk carries
@@ -248,6 +249,9 @@ impl GuestCluster {
             csr_epoch: None,
             csr_pending: Vec::new(),
             csr_signers: BTreeMap::new(),
+            kcm_signer: None,
+            kubelet_starts: 0,
+            csr_trusted: None,
             renewals_requested: BTreeMap::new(),
             failures: BTreeMap::new(),
             rollouts: BTreeMap::new(),
@@ -534,6 +538,13 @@ struct Controllers {
     csr_pending: Vec<&'static str>,
     /// The simulated kube-controller-manager's signers, made on first use.
     csr_signers: BTreeMap<String, CsrSigner>,
+    /// The CSR signer the kube-controller-manager was given (`csr_signer`), when the cluster
+    /// has a real one: it signs the `kubernetes.io/*` CSRs.
+    kcm_signer: Option<csr_signer::KcmSigner>,
+    /// The kubelet unit's start count at the kubelet start seen last.
+    kubelet_starts: u32,
+    /// The CNs of `csr-controller-ca` as the last pass left it (`None`: no CSR signer chain).
+    csr_trusted: Option<Vec<String>>,
     /// An installed cluster's kubelet: the renewal CSR filed per signer, for which certificate
     /// (`notBefore`) and CSR signer.
     renewals_requested: BTreeMap<&'static str, (i64, String)>,
@@ -541,8 +552,9 @@ struct Controllers {
     failures: BTreeMap<&'static str, String>,
     /// MachineConfigPool rollouts in progress: rendered config name → when it started.
     rollouts: BTreeMap<String, Instant>,
-    /// The Node this kubelet start registered: name and InternalIP.
-    node_registered: Option<(String, String)>,
+    /// The Node this kubelet start registered: name, InternalIP and whether the kubelet could
+    /// authenticate.
+    node_registered: Option<(String, String, bool)>,
 }
 
 async fn run_controllers(mut c: Controllers) {
@@ -567,6 +579,16 @@ impl Controllers {
         let result = self.keep_server_running().await;
         self.outcome("API server", result);
         let state = self.guest.state();
+        // A `systemctl restart` is a kubelet start too, however quick.
+        let starts = state
+            .as_ref()
+            .and_then(|s| s.units.get("kubelet.service"))
+            .map_or(0, |u| u.starts);
+        if running && starts != self.kubelet_starts && self.kubelet_since.is_some() {
+            self.kubelet_since = Some(Instant::now());
+            self.node_registered = None;
+        }
+        self.kubelet_starts = starts;
         if let Some(state) = state.as_ref().filter(|s| s.install.is_some()) {
             let result = self.installed_cluster(state).await;
             self.outcome("installed cluster", result);
@@ -582,13 +604,27 @@ impl Controllers {
         let pki = self.pki.clone();
         // The client CA follows the signers' bundles as this pass left them; a pass that could
         // not read them leaves the client CA as it is until the next.
-        match self.client_signers(&pki).await {
-            Ok(signers) => {
+        let csr_trust = match state.as_ref() {
+            Some(state) => self.csr_signer_chain(state).await,
+            None => Ok(String::new()),
+        };
+        match (self.client_signers(&pki).await, csr_trust) {
+            (Ok(signers), Ok(csr_trust)) => {
+                self.csr_trusted = (!csr_trust.is_empty()).then(|| {
+                    signers::certificates(&csr_trust)
+                        .iter()
+                        .filter_map(|c| super::pki::common_name(c))
+                        .collect()
+                });
                 self.outcome("client signers", Ok(()));
-                let result = self.sync_client_ca(&signers).await;
+                self.outcome("CSR signer", Ok(()));
+                let result = self.sync_client_ca(&format!("{signers}{csr_trust}")).await;
                 self.outcome("client CA", result);
             }
-            Err(err) => self.outcome("client signers", Err(err)),
+            (signers, csr_trust) => {
+                self.outcome("client signers", signers.map(drop));
+                self.outcome("CSR signer", csr_trust.map(drop));
+            }
         }
         let result = self.named_certificates().await;
         self.outcome("named certificates", result);
@@ -883,13 +919,19 @@ impl Controllers {
         let lifetime = csr.spec.expiration_seconds.map_or(SIGNING_DURATION, |s| {
             i64::from(s).clamp(600, SIGNING_DURATION)
         });
-        // An installed cluster's kubelet certificates come from its current CSR signer (the
-        // installer's until the operator made a new one), which caps their lifetime.
-        let install_signer = KUBELET_SIGNERS
-            .contains(&signer)
-            .then(|| self.guest.state().and_then(|s| s.install))
-            .flatten()
-            .map(|install| install.csr_signer);
+        // The kube-controller-manager signs with the CSR signer it was given, which caps the
+        // lifetime of what it issues. An installed cluster's kubelet certificates come from its
+        // current CSR signer (the installer's until the operator made a new one) while it has
+        // no real one.
+        let kcm = self.kcm_signer.clone();
+        let install_signer = match &kcm {
+            Some(kcm) => Some(kcm.record()),
+            None => KUBELET_SIGNERS
+                .contains(&signer)
+                .then(|| self.guest.state().and_then(|s| s.install))
+                .flatten()
+                .map(|install| install.csr_signer),
+        };
         let window = match &install_signer {
             Some(current) => installed::issue_window(current, now)
                 .map(|(from, until)| (from, until.min(now + lifetime)))
@@ -904,9 +946,10 @@ impl Controllers {
         let signed = window.and_then(|(from, until)| {
             match self.csr_signers.entry(ca_key) {
                 std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::btree_map::Entry::Vacant(e) => {
-                    e.insert(CsrSigner::generate(signer)?)
-                }
+                std::collections::btree_map::Entry::Vacant(e) => e.insert(match &kcm {
+                    Some(kcm) => CsrSigner::from_signer(&kcm.signer)?,
+                    None => CsrSigner::generate(signer)?,
+                }),
             }
             .sign(
                 &csr.spec.request.0,
@@ -939,14 +982,23 @@ impl Controllers {
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
             .await?;
         match (issued, install_signer) {
-            (Some((from, until)), Some(current)) => {
+            (Some((from, until)), Some(current)) if KUBELET_SIGNERS.contains(&signer) => {
                 let path = installed::kubelet_cert_path(signer);
                 self.guest.update(Box::new(move |s| {
-                    if let Some(cert) = s.certificates.get_mut(path) {
-                        cert.not_before = from;
-                        cert.not_after = until;
-                        cert.issuer = current.subject;
-                    }
+                    let subject = s.certificates.get(path).map_or_else(
+                        || format!("O=system:nodes, CN={KUBELET_USER}"),
+                        |c| c.subject.clone(),
+                    );
+                    // Written anew, so a kubelet that removed its certificate has one again.
+                    s.add_certificate(
+                        path,
+                        Certificate {
+                            not_before: from,
+                            not_after: until,
+                            issuer: current.subject,
+                            subject,
+                        },
+                    );
                 }));
             }
             (Some(_), None) if KUBELET_SIGNERS.contains(&signer) => {
@@ -1084,6 +1136,23 @@ impl Controllers {
 }
 
 /// Creates as the simulation ([`MANAGER`]).
+/// Creates namespace `name` unless it exists.
+async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<(), Error> {
+    let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone());
+    if namespaces.get_opt(name).await?.is_some() {
+        return Ok(());
+    }
+    let ns = serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+    )
+    .map_err(|e| Error::Client(e.to_string()))?;
+    match namespaces.create(&post_params(), &ns).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(err) => Err(err.into()),
+    }
+}
+
 fn post_params() -> PostParams {
     PostParams {
         dry_run: false,

@@ -126,9 +126,14 @@ fn stop_hook(clusters: Clusters) -> StopHook {
 }
 
 /// The kubelet stopped: the cluster goes down, and what its clients wrote goes into the guest
-/// before its next command runs (the writes came first).
+/// before its next command runs (the writes came first). A restart (the kubelet running again
+/// when the hook runs) leaves the cluster up: containers outlive their kubelet (CRI-O's conmon
+/// holds them; the kubelet adopts them when it starts).
 fn kubelet_stop_hook(ctx: Arc<SimContext>, clusters: Clusters) -> StopHook {
     Arc::new(move |uid: &str| {
+        if kubelet_running(&ctx, uid) {
+            return Box::pin(async { None });
+        }
         let stopping = take_down(&clusters, uid);
         if stopping.is_some() {
             ctx.guests.unregister_port(uid, API_PORT);

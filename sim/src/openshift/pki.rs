@@ -44,6 +44,13 @@ pub struct GuestPki {
     /// every clone of the disk trusts the same ones until its cluster makes new ones.
     #[serde(default)]
     pub client_signers: std::collections::BTreeMap<String, Signer>,
+    /// The kube-controller-manager operator's `csr-signer-signer` and the `csr-signer` it
+    /// vouches for, which signs every `kubernetes.io/*` CSR (the kubelet's certificates among
+    /// them): the disk's, so shared by every clone until its cluster makes new ones.
+    #[serde(default)]
+    pub csr_signer_signer: Option<Signer>,
+    #[serde(default)]
+    pub csr_signer: Option<Signer>,
 }
 
 /// A self-signed signer: its certificate and key, PEM.
@@ -95,6 +102,38 @@ impl Signer {
 /// The client-certificate signers a new disk's PKI holds besides the admin one, by Secret name.
 pub const CLIENT_SIGNERS: [&str; 2] = ["node-system-admin-signer", "kube-control-plane-signer"];
 
+/// Lifetimes of the kube-controller-manager operator's CSR signers, in days
+/// (cluster-kube-controller-manager-operator `certrotationcontroller.go`: 60 and 30).
+pub const CSR_SIGNER_SIGNER_DAYS: i64 = 60;
+pub const CSR_SIGNER_DAYS: i64 = 30;
+
+/// A new `csr-signer-signer` and `csr-signer` made at guest time `now`, named as the operator
+/// names them. (Upstream the second is signed by the first; here both are self-signed: the API
+/// server trusts both bundles' certificates as roots either way.)
+pub fn csr_signers(now: i64) -> Result<(Signer, Signer), Error> {
+    Ok((
+        Signer::generate(
+            &format!("openshift-kube-controller-manager-operator_csr-signer-signer@{now}"),
+            now,
+            CSR_SIGNER_SIGNER_DAYS,
+        )?,
+        Signer::generate(&format!("kube-csr-signer_@{now}"), now, CSR_SIGNER_DAYS)?,
+    ))
+}
+
+/// The common name of the first certificate of a PEM text.
+pub fn common_name(pem: &str) -> Option<String> {
+    use x509_parser::prelude::FromDer as _;
+    let (_, block) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).ok()?;
+    let (_, cert) = x509_parser::certificate::X509Certificate::from_der(&block.contents).ok()?;
+    cert.subject()
+        .iter_common_name()
+        .next()?
+        .as_str()
+        .ok()
+        .map(str::to_owned)
+}
+
 impl GuestPki {
     /// Fresh key material whose leaves are valid from `not_before` for `days` (guest time).
     pub fn generate(not_before: i64, days: i64) -> Result<GuestPki, Error> {
@@ -129,8 +168,11 @@ impl GuestPki {
             let cn = format!("openshift-kube-apiserver-operator_{signer}@{not_before}");
             client_signers.insert(signer.to_owned(), Signer::generate(&cn, not_before, 365)?);
         }
+        let (csr_signer_signer, csr_signer) = csr_signers(not_before)?;
         Ok(GuestPki {
             client_signers,
+            csr_signer_signer: Some(csr_signer_signer),
+            csr_signer: Some(csr_signer),
             server_ca_cert,
             server_ca_key,
             serving_cert,
@@ -227,6 +269,15 @@ impl CsrSigner {
     pub fn generate(signer_name: &str) -> Result<CsrSigner, Error> {
         let (ca_cert, _key, issuer) = ca(&format!("kube-csr-signer_@{signer_name}"))?;
         Ok(CsrSigner { ca_cert, issuer })
+    }
+
+    /// Signs with `signer`'s key, as the kube-controller-manager does with the `csr-signer` it
+    /// was given.
+    pub fn from_signer(signer: &Signer) -> Result<CsrSigner, Error> {
+        Ok(CsrSigner {
+            ca_cert: signer.cert.clone(),
+            issuer: Issuer::new(ca_params(&signer.cn), KeyPair::from_pem(&signer.key)?),
+        })
     }
 
     /// The certificate (PEM) for a PEM-encoded PKCS#10 `request`: its subject, SANs and key, the
@@ -374,6 +425,34 @@ mod tests {
             .client_cert("guestcluster-sim", "system:masters")
             .unwrap();
         assert!(cert.contains("CERTIFICATE") && key.contains("PRIVATE KEY"));
+    }
+
+    #[test]
+    fn a_csr_signer_made_from_a_disk_signer_signs_with_its_key() {
+        let (_, disk) = csr_signers(1_700_000_000).unwrap();
+        assert_eq!(
+            common_name(&disk.cert).as_deref(),
+            Some("kube-csr-signer_@1700000000")
+        );
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::default();
+        params.distinguished_name = name("system:node:crc", Some("system:nodes"));
+        let request = params.serialize_request(&key).unwrap().pem().unwrap();
+        let pem = CsrSigner::from_signer(&disk)
+            .unwrap()
+            .sign(
+                request.as_bytes(),
+                &["client auth".to_owned()],
+                1_700_000_000,
+                1_700_086_400,
+            )
+            .unwrap();
+        let (_, block) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap();
+        let cert = block.parse_x509().unwrap();
+        let (_, ca) = x509_parser::pem::parse_x509_pem(disk.cert.as_bytes()).unwrap();
+        let ca = ca.parse_x509().unwrap();
+        assert_eq!(cert.issuer(), ca.subject());
+        cert.verify_signature(Some(ca.public_key())).unwrap();
     }
 
     #[test]

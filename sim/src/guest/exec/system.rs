@@ -284,6 +284,9 @@ fn change_activity(ctx: &mut Ctx<'_>, verb: &str, unit: &str) -> Run {
     if let Some(u) = ctx.state_mut().units.get_mut(unit) {
         u.active = start;
         u.failed = false;
+        if start {
+            u.starts = u.starts.wrapping_add(1);
+        }
     }
     let restarted = verb != "start" && verb != "stop";
     if !start || (restarted && current.active) {

@@ -27,6 +27,7 @@ use serde_json::json;
 use super::{Controllers, Error, KUBELET_SIGNERS, SIGNING_DURATION, kubelet_csr};
 use crate::guest::state::{Certificate, File, GuestState, paths};
 use crate::installer::render_record;
+use crate::openshift::pki::{self, Signer};
 
 /// The kube-controller-manager operator's namespace and its signer Secrets.
 pub const KCM_OPERATOR_NAMESPACE: &str = "openshift-kube-controller-manager-operator";
@@ -89,18 +90,21 @@ pub fn bootstrap_works(state: &GuestState, now: i64) -> bool {
 /// Whether the kubelet files a CSR of `signer` now: its certificate is due and it can
 /// authenticate. `Some` carries the certificate's `notBefore` (one CSR per certificate).
 pub fn kubelet_csr_due(state: &GuestState, signer: &str, now: i64) -> Option<i64> {
-    let cert = state.certificates.get(kubelet_cert_path(signer))?;
-    if !rotation_due(cert, now) {
+    // A certificate the kubelet does not have (removed to bootstrap again) is due at once.
+    let cert = state.certificates.get(kubelet_cert_path(signer));
+    if cert.is_some_and(|cert| !rotation_due(cert, now)) {
         return None;
     }
-    let client = state.certificates.get(paths::KUBELET_CLIENT_CERT)?;
-    let client_valid = valid_at(client, now);
+    let client_valid = state
+        .certificates
+        .get(paths::KUBELET_CLIENT_CERT)
+        .is_some_and(|client| valid_at(client, now));
     let can_authenticate = if signer.ends_with("kubelet-serving") {
         client_valid
     } else {
         client_valid || bootstrap_works(state, now)
     };
-    can_authenticate.then_some(cert.not_before)
+    can_authenticate.then_some(cert.map_or(i64::MIN, |cert| cert.not_before))
 }
 
 /// Validity of a certificate the signer issues now; an expired signer issues nothing.
@@ -318,18 +322,7 @@ impl Controllers {
         install: &crate::guest::state::InstallState,
         now: i64,
     ) -> Result<(), Error> {
-        let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(self.client.clone());
-        if namespaces.get_opt(KCM_OPERATOR_NAMESPACE).await?.is_none() {
-            let ns = serde_json::from_value(
-                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KCM_OPERATOR_NAMESPACE}}),
-            )
-            .map_err(|e| Error::Client(e.to_string()))?;
-            match namespaces.create(&super::post_params(), &ns).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(status)) if status.code == 409 => {}
-                Err(err) => return Err(err.into()),
-            }
-        }
+        super::ensure_namespace(&self.client, KCM_OPERATOR_NAMESPACE).await?;
         let secrets = Api::<Secret>::namespaced(self.client.clone(), KCM_OPERATOR_NAMESPACE);
         let mut missing = false;
         for name in SIGNER_SECRETS {
@@ -338,12 +331,18 @@ impl Controllers {
         if !missing {
             return Ok(());
         }
-        let signer = if install.signer_secrets_created {
+        // The operator's signers are real (their keys sign what the kube-controller-manager
+        // issues, `super::csr_signer`); the installer's is a record.
+        let (signer, made) = if install.signer_secrets_created {
             let signer = operator_signer(now);
+            let days = (signer.not_after - signer.not_before) / 86_400;
+            let top_cn = signer.issuer.trim_start_matches("CN=").to_owned();
+            let top = Signer::generate(&top_cn, now, pki::CSR_SIGNER_SIGNER_DAYS)?;
+            let own = Signer::generate(signer.subject.trim_start_matches("CN="), now, days)?;
             tracing::info!(signer = %signer.subject, "guest cluster: the kube-controller-manager operator made a new CSR signer");
-            signer
+            (signer, Some((top, own)))
         } else {
-            install.csr_signer.clone()
+            (install.csr_signer.clone(), None)
         };
         for name in SIGNER_SECRETS {
             match secrets.delete(name, &DeleteParams::default()).await {
@@ -351,16 +350,35 @@ impl Controllers {
                 Err(kube::Error::Api(status)) if status.code == 404 => {}
                 Err(err) => return Err(err.into()),
             }
-            match secrets
-                .create(&super::post_params(), &signer_secret(name, &signer)?)
-                .await
-            {
+            let secret = match &made {
+                Some((top, own)) => {
+                    let (held, until) = if name == super::csr_signer::SIGNER_SIGNER {
+                        (top, now + pki::CSR_SIGNER_SIGNER_DAYS * 86_400)
+                    } else {
+                        (own, signer.not_after)
+                    };
+                    super::csr_signer::signer_secret(
+                        KCM_OPERATOR_NAMESPACE,
+                        name,
+                        held,
+                        &top.cn,
+                        now,
+                        until,
+                    )?
+                }
+                None => signer_secret(name, &signer)?,
+            };
+            match secrets.create(&super::post_params(), &secret).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(status)) if status.code == 409 => {}
                 Err(err) => return Err(err.into()),
             }
         }
         self.guest.update(Box::new(move |s| {
+            if let (Some(pki), Some((top, own))) = (s.pki.as_mut(), made) {
+                pki.csr_signer_signer = Some(top);
+                pki.csr_signer = Some(own);
+            }
             if let Some(install) = s.install.as_mut() {
                 install.csr_signer = signer;
                 install.signer_secrets_created = true;
