@@ -121,7 +121,8 @@ impl<A: ObjectActor> Actor for ObjectWorker<A> {
                 }
                 ObjectMsg::Request(request) => {
                     if let Some(object) = state.object() {
-                        A::request(&object, &state.args.ctx, request).await;
+                        // Boxed, as a reconcile is (see `reconcile`).
+                        Box::pin(A::request(&object, &state.args.ctx, request)).await;
                     }
                 }
                 ObjectMsg::Child(ChildMsg::Report(report)) => {
@@ -195,7 +196,18 @@ pub(super) async fn reconcile<A: ObjectActor>(
         None
     };
     let started = Instant::now();
-    let result = A::reconcile_with_children(&object, &args.ctx, &mut state.children).await;
+    // Boxed, and only once the permit is held. ractor keeps each actor's message loop in one
+    // allocation for the actor's lifetime, sized for the largest future its handler awaits
+    // inline: unboxed, a whole reconcile's state machine (about 27 KiB for an instance, most of
+    // the operator's memory at a thousand of them), held even while the actor waits for
+    // messages. Boxed after the permit, it exists only while a reconcile runs, so neither an
+    // idle actor nor one queued for a permit holds it.
+    let result = Box::pin(A::reconcile_with_children(
+        &object,
+        &args.ctx,
+        &mut state.children,
+    ))
+    .await;
     drop(permit);
     let outcome = match &result {
         Ok(_) => "ok",

@@ -133,7 +133,9 @@ impl<S: Stage> Actor for StageActor<S> {
                 // `judge` saw an object of ours. An error here fails the child; its parent starts
                 // it again after a backoff, and the new child reads afresh.
                 None => match &object {
-                    Some(object) => S::observe(object, &args.ctx).await?,
+                    // Boxed, as an object worker's reconcile is: only a pointer waits in the
+                    // actor's loop.
+                    Some(object) => Box::pin(S::observe(object, &args.ctx)).await?,
                     None => Observation::Lost,
                 },
             };
