@@ -174,16 +174,15 @@ async fn bind(pool: &ClusterPool, ctx: &Context, key: &LeaseKey) -> Result<BindO
         return Ok(BindOutcome::Skipped);
     }
     let namespace = ctx.views.namespace(&key.namespace).await?;
-    let members = Api::<ClusterInstance>::namespaced(ctx.client.clone(), &key.namespace)
-        .list(&ListParams::default().labels(&member_selector(&pool_name)))
+    let members = super::list_live(
+        &Api::<ClusterInstance>::namespaced(ctx.client.clone(), &key.namespace),
+        &ListParams::default().labels(&member_selector(&pool_name)),
+    )
+    .await
+    .map_err(err("pool instances"))?;
+    let all_leases = super::list_live(&leases, &ListParams::default())
         .await
-        .map_err(err("pool instances"))?
-        .items;
-    let all_leases = leases
-        .list(&ListParams::default())
-        .await
-        .map_err(err("leases"))?
-        .items;
+        .map_err(err("leases"))?;
     let now = Time(Timestamp::now());
     match lease_decide::decide_bind(&live, namespace, &members, &all_leases, now.clone()) {
         BindDecision::NotPending => Ok(BindOutcome::Skipped),

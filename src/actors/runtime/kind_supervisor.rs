@@ -356,7 +356,7 @@ async fn forward_events<A: ObjectActor>(
     // Managed fields are the larger part of an object that the operator applies to (an entry per
     // field manager, its status included) and no reconcile reads them: not kept.
     let trimmed = watcher(api, watcher::Config::default())
-        .map(|e| e.map(|e| e.modify(|o| o.managed_fields_mut().clear())));
+        .map(|e| e.map(|e| e.modify(|o| o.meta_mut().managed_fields = None)));
     let events = reflector::reflector(writer, trimmed).default_backoff();
     futures::pin_mut!(events);
     let mut listing = Listing::default();

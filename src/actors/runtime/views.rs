@@ -213,7 +213,7 @@ impl Views {
         ));
         tasks.push(spawn_view(
             client,
-            |b: &mut CRCBundle| b.managed_fields_mut().clear(),
+            |b: &mut CRCBundle| b.meta_mut().managed_fields = None,
             p.bundles,
             p.synced.bundles,
             changes.clone(),
@@ -240,7 +240,7 @@ impl Views {
         ));
         tasks.push(spawn_view(
             client,
-            |l: &mut ClusterLease| l.managed_fields_mut().clear(),
+            |l: &mut ClusterLease| l.meta_mut().managed_fields = None,
             p.leases,
             p.synced.leases,
             changes.clone(),
