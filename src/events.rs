@@ -2,10 +2,22 @@
 //! the reason of an object's main condition (`Ready`; `CapacityAvailable` for pools), and a few
 //! for notable decisions (a raised root disk size). Publishing is
 //! best effort: a failed Event is logged, never a reason to fail a reconcile.
+//!
+//! An Event repeated within [`SERIES_TTL`] (same object, type and reason) continues the first
+//! one's series (`series.count`, `series.lastObservedTime`) instead of creating another, as
+//! kube-runtime's `Recorder` does. Unlike that recorder, which keeps a copy of every Event it
+//! published for six minutes (about 2.5 KiB each: 3 MiB after a thousand instances got their
+//! first reason), only what a series needs is kept: the Event's name and count.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::{Event, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, ObjectMeta};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Resource;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 
 use crate::api::conditions::{self, reasons};
 use crate::text::truncate;
@@ -13,27 +25,43 @@ use crate::text::truncate;
 /// The controller name Events are reported by.
 pub const REPORTER: &str = "guestcluster-operator";
 
+/// How long a published Event can be continued as a series (kube-runtime's `Recorder`'s).
+pub const SERIES_TTL: SignedDuration = SignedDuration::from_mins(6);
+
+/// The action every Event reports.
+const ACTION: &str = "Reconcile";
+
 /// Normal or Warning.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
     Normal,
     Warning,
 }
 
-/// Publishes Events (deduplicated into series by the recorder).
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Normal => "Normal",
+            Kind::Warning => "Warning",
+        }
+    }
+}
+
+/// Publishes Events (deduplicated into series).
 #[derive(Clone)]
 pub struct Events {
-    recorder: Recorder,
+    client: kube::Client,
+    /// `reportingInstance`: the pod's name, else the controller's.
+    instance: String,
+    series: Arc<Mutex<Series>>,
 }
 
 impl Events {
     pub fn new(client: kube::Client) -> Self {
-        let reporter = Reporter {
-            controller: REPORTER.into(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
         Self {
-            recorder: Recorder::new(client, reporter),
+            client,
+            instance: std::env::var("POD_NAME").unwrap_or_else(|_| REPORTER.to_owned()),
+            series: Arc::default(),
         }
     }
 
@@ -42,24 +70,85 @@ impl Events {
     where
         K: Resource<DynamicType = ()>,
     {
-        let event = Event {
-            type_: match kind {
-                Kind::Normal => EventType::Normal,
-                Kind::Warning => EventType::Warning,
-            },
-            reason: reason.to_owned(),
-            // The API server caps notes at 1 KiB.
-            note: Some(truncate(note, 1000)),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        if let Err(err) = self.recorder.publish(&event, &object.object_ref(&())).await {
+        if let Err(err) = self.send(&object.object_ref(&()), kind, reason, note).await {
             tracing::warn!(
                 object = object.meta().name.as_deref().unwrap_or_default(),
                 %reason,
                 "publishing an Event failed: {err}"
             );
         }
+    }
+
+    async fn send(
+        &self,
+        regarding: &ObjectReference,
+        kind: Kind,
+        reason: &str,
+        note: &str,
+    ) -> Result<(), kube::Error> {
+        let now = Timestamp::now();
+        let key = SeriesKey::new(regarding, kind, reason);
+        let earlier = self.lock().continued(&key, now);
+        // Cluster-scoped objects' Events go to `default`, as kube-runtime's.
+        let namespace = regarding.namespace.as_deref().unwrap_or("default");
+        let events: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        let (name, count) = match earlier {
+            Some((name, count)) => {
+                let series = EventSeries {
+                    count,
+                    last_observed_time: MicroTime(now),
+                };
+                let patch = serde_json::json!({ "series": series });
+                events
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?;
+                (name, count)
+            }
+            None => {
+                let event = self.event(regarding, kind, reason, note, now);
+                events.create(&PostParams::default(), &event).await?;
+                (event.metadata.name.unwrap_or_default(), 1)
+            }
+        };
+        self.lock().sent(key, name, count, now);
+        Ok(())
+    }
+
+    /// A new Event, as kube-runtime's `Recorder` makes it.
+    fn event(
+        &self,
+        regarding: &ObjectReference,
+        kind: Kind,
+        reason: &str,
+        note: &str,
+        now: Timestamp,
+    ) -> Event {
+        Event {
+            action: Some(ACTION.to_owned()),
+            reason: Some(reason.to_owned()),
+            event_time: Some(MicroTime(now)),
+            regarding: Some(regarding.clone()),
+            // The API server caps notes at 1 KiB.
+            note: Some(truncate(note, 1000)),
+            metadata: ObjectMeta {
+                namespace: regarding.namespace.clone(),
+                name: Some(format!(
+                    "{}.{:x}",
+                    regarding.name.as_deref().unwrap_or(REPORTER),
+                    now.as_nanosecond()
+                )),
+                ..Default::default()
+            },
+            reporting_controller: Some(REPORTER.to_owned()),
+            reporting_instance: Some(self.instance.clone()),
+            type_: Some(kind.as_str().to_owned()),
+            ..Default::default()
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Series> {
+        // Every update leaves the map consistent: a panicked holder does not matter.
+        self.series.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// An Event when condition `type_` changed reason or status between `before` and `after`:
@@ -115,12 +204,65 @@ const PROGRESS_REASONS: [&str; 12] = [
     reasons::VMI_UNAVAILABLE,
 ];
 
+/// Which object, type and reason an Event was about: a repeat continues its series.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct SeriesKey {
+    kind: Kind,
+    reason: String,
+    /// The object's UID, or its kind, namespace and name when it has none.
+    regarding: String,
+}
+
+impl SeriesKey {
+    fn new(regarding: &ObjectReference, kind: Kind, reason: &str) -> Self {
+        let regarding = regarding.uid.clone().unwrap_or_else(|| {
+            format!(
+                "{}/{}/{}",
+                regarding.kind.as_deref().unwrap_or_default(),
+                regarding.namespace.as_deref().unwrap_or_default(),
+                regarding.name.as_deref().unwrap_or_default()
+            )
+        });
+        Self {
+            kind,
+            reason: reason.to_owned(),
+            regarding,
+        }
+    }
+}
+
+/// The Events published within [`SERIES_TTL`]: the name and count of each series.
+#[derive(Default)]
+struct Series(HashMap<SeriesKey, Sent>);
+
+struct Sent {
+    name: String,
+    count: i32,
+    last: Timestamp,
+}
+
+impl Series {
+    /// The name and next count of the series `key` continues at `now`, if any; forgets the
+    /// series older than [`SERIES_TTL`] first, so what is kept is bounded by the Events of the
+    /// last few minutes.
+    fn continued(&mut self, key: &SeriesKey, now: Timestamp) -> Option<(String, i32)> {
+        self.0.retain(|_, sent| sent.last + SERIES_TTL > now);
+        self.0
+            .get(key)
+            .map(|sent| (sent.name.clone(), sent.count + 1))
+    }
+
+    /// Remembers that the Event `name` of series `key` was published at `now`, `count` times.
+    fn sent(&mut self, key: SeriesKey, name: String, count: i32, last: Timestamp) {
+        self.0.insert(key, Sent { name, count, last });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::api::conditions::types;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    use k8s_openapi::jiff::Timestamp;
 
     fn ready(status: bool, reason: &str) -> Vec<Condition> {
         vec![conditions::new(
@@ -160,6 +302,55 @@ mod tests {
             )
             .map(|e| (e.0, e.1)),
             Some((Kind::Normal, "BackingResourcesAvailable".into()))
+        );
+    }
+
+    fn key(uid: &str, reason: &str) -> SeriesKey {
+        let regarding = ObjectReference {
+            uid: Some(uid.to_owned()),
+            ..Default::default()
+        };
+        SeriesKey::new(&regarding, Kind::Normal, reason)
+    }
+
+    #[test]
+    fn a_repeat_within_the_ttl_continues_the_series_and_old_ones_are_forgotten() {
+        let mut series = Series::default();
+        let start = Timestamp::UNIX_EPOCH;
+        let at = |secs: i64| start + SignedDuration::from_secs(secs);
+        assert_eq!(
+            series.continued(&key("a", "R"), start),
+            None,
+            "a first Event"
+        );
+        series.sent(key("a", "R"), "a.1".into(), 1, start);
+        assert_eq!(
+            series.continued(&key("a", "R"), at(60)),
+            Some(("a.1".into(), 2))
+        );
+        series.sent(key("a", "R"), "a.1".into(), 2, at(60));
+        assert_eq!(
+            series.continued(&key("a", "R"), at(120)),
+            Some(("a.1".into(), 3)),
+            "counted from the last repeat"
+        );
+        assert_eq!(
+            series.continued(&key("a", "S"), at(120)),
+            None,
+            "another reason"
+        );
+        assert_eq!(
+            series.continued(&key("b", "R"), at(120)),
+            None,
+            "another object"
+        );
+        series.sent(key("b", "R"), "b.1".into(), 1, at(120));
+        // Six minutes after a's last repeat: a's series is over and forgotten, b's goes on.
+        assert_eq!(series.continued(&key("a", "R"), at(60 + 360)), None);
+        assert_eq!(series.0.len(), 1, "only b's series is kept");
+        assert_eq!(
+            series.continued(&key("b", "R"), at(60 + 360)),
+            Some(("b.1".into(), 2))
         );
     }
 
