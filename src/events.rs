@@ -92,21 +92,39 @@ impl Events {
         // Cluster-scoped objects' Events go to `default`, as kube-runtime's.
         let namespace = regarding.namespace.as_deref().unwrap_or("default");
         let events: Api<Event> = Api::namespaced(self.client.clone(), namespace);
-        let (name, count) = match earlier {
+        let continued = match earlier {
             Some((name, count)) => {
                 let series = EventSeries {
                     count,
                     last_observed_time: MicroTime(now),
                 };
                 let patch = serde_json::json!({ "series": series });
-                events
+                match events
                     .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await?;
-                (name, count)
+                    .await
+                {
+                    Ok(_) => Some((name, count)),
+                    // The Event is gone (its TTL in the API server, or someone deleted it): a
+                    // new series starts.
+                    Err(kube::Error::Api(status)) if status.code == 404 => None,
+                    Err(err) => {
+                        // Whatever failed, the next Event starts afresh rather than patching a
+                        // series that may not exist.
+                        self.lock().forget(&key);
+                        return Err(err);
+                    }
+                }
             }
+            None => None,
+        };
+        let (name, count) = match continued {
+            Some(sent) => sent,
             None => {
                 let event = self.event(regarding, kind, reason, note, now);
-                events.create(&PostParams::default(), &event).await?;
+                if let Err(err) = events.create(&PostParams::default(), &event).await {
+                    self.lock().forget(&key);
+                    return Err(err);
+                }
                 (event.metadata.name.unwrap_or_default(), 1)
             }
         };
@@ -252,6 +270,11 @@ impl Series {
             .map(|sent| (sent.name.clone(), sent.count + 1))
     }
 
+    /// Forgets series `key`: its Event could not be written, so the next one starts a new series.
+    fn forget(&mut self, key: &SeriesKey) {
+        self.0.remove(key);
+    }
+
     /// Remembers that the Event `name` of series `key` was published at `now`, `count` times.
     fn sent(&mut self, key: SeriesKey, name: String, count: i32, last: Timestamp) {
         self.0.insert(key, Sent { name, count, last });
@@ -351,6 +374,12 @@ mod tests {
         assert_eq!(
             series.continued(&key("b", "R"), at(60 + 360)),
             Some(("b.1".into(), 2))
+        );
+        series.forget(&key("b", "R"));
+        assert_eq!(
+            series.continued(&key("b", "R"), at(60 + 361)),
+            None,
+            "a series whose Event could not be written starts again"
         );
     }
 
