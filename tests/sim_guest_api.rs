@@ -228,7 +228,7 @@ async fn a_tunnelled_client_reaches_the_guest_api_at_guest_time() {
     );
 
     // The crc-agent approves them; the simulated kube-controller-manager issues certificates the
-    // API server accepts: the requested subject and key, signed by the CSR's signer.
+    // API server accepts: the requested subject and key, signed by the cluster's CSR signer.
     // Anyone else asking for the node's client certificate is not the node: left pending.
     let foreign = csrs
         .create(&Default::default(), &foreign_node_csr())
@@ -299,11 +299,27 @@ async fn a_tunnelled_client_reaches_the_guest_api_at_guest_time() {
             CLIENT_SIGNER => assert!(usage.client_auth && !usage.server_auth),
             _ => assert!(usage.server_auth && !usage.client_auth),
         }
-        let issuer = cert.issuer().to_string();
-        assert!(issuer.contains(&csr.spec.signer_name), "{issuer}");
-        issuers.push(issuer);
+        issuers.push(cert.issuer().to_string());
     }
-    assert_ne!(issuers[0], issuers[1], "each signer has its own CA");
+    // As OpenShift's kube-controller-manager does, one cluster signer signs every
+    // `kubernetes.io/*` signer's certificates: its `csr-signer`, as the operator handed it over.
+    let kcm_signer = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(
+        client.clone(),
+        "openshift-kube-controller-manager",
+    )
+    .get("csr-signer")
+    .await
+    .expect("the kube-controller-manager's csr-signer");
+    let pem = &kcm_signer.data.as_ref().unwrap()["tls.crt"].0;
+    let (_, block) = x509_parser::pem::parse_x509_pem(pem).expect("a PEM block");
+    let signer = block.parse_x509().expect("an X.509 certificate");
+    let signer = signer.subject().to_string();
+    assert!(signer.starts_with("CN=kube-csr-signer_@"), "{signer}");
+    assert_eq!(
+        issuers,
+        [signer.clone(), signer],
+        "both issued by the csr-signer"
+    );
 
     // The cluster still converges like a real one: every operator, then the version, Available.
     let operators = Api::<DynamicObject>::all_with(
