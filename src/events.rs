@@ -17,7 +17,7 @@ use k8s_openapi::api::events::v1::{Event, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, ObjectMeta};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Resource;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::Api;
 
 use crate::api::conditions::{self, reasons};
 use crate::text::truncate;
@@ -99,10 +99,7 @@ impl Events {
                     last_observed_time: MicroTime(now),
                 };
                 let patch = serde_json::json!({ "series": series });
-                match events
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                {
+                match crate::write::merge_patch(&events, &name, &patch).await {
                     Ok(_) => Some((name, count)),
                     // The Event is gone (its TTL in the API server, or someone deleted it): a
                     // new series starts.
@@ -121,7 +118,7 @@ impl Events {
             Some(sent) => sent,
             None => {
                 let event = self.event(regarding, kind, reason, note, now);
-                if let Err(err) = events.create(&PostParams::default(), &event).await {
+                if let Err(err) = crate::write::create(&events, &event).await {
                     self.lock().forget(&key);
                     return Err(err);
                 }
