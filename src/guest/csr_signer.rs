@@ -30,7 +30,7 @@ use serde_json::json;
 
 use super::build::{KUBELET_CLIENT_CERT, KUBELET_SERVER_CERT};
 use super::cluster::{self, Error, Patience, retry};
-use super::signers::{BUNDLE_KEY, FORCE, NOT_AFTER, certificates, trimmed};
+use super::signers::{BUNDLE_KEY, FORCE, NOT_AFTER, bundle_text, certificates, tls_crt, trimmed};
 use super::{Command, Guest};
 use crate::resources::profile::network::HOSTNAME;
 
@@ -61,17 +61,6 @@ pub fn common_name(pem: &str) -> Option<String> {
     let cert = block.parse_x509().ok()?;
     let cn = cert.subject().iter_common_name().next()?.as_str().ok()?;
     Some(cn.to_owned())
-}
-
-fn tls_crt(secret: Option<Secret>) -> Option<String> {
-    let data = secret?.data?;
-    Some(String::from_utf8_lossy(&data.get("tls.crt")?.0).into_owned())
-}
-
-fn bundle_text(cm: Option<ConfigMap>) -> String {
-    cm.and_then(|cm| cm.data)
-        .and_then(|mut d| d.remove(BUNDLE_KEY))
-        .unwrap_or_default()
 }
 
 /// Steps 1–5 above: `calls` for single requests and commands, `patience` for each wait (the

@@ -75,12 +75,14 @@ struct Before {
     trusted: Vec<String>,
 }
 
-fn tls_crt(secret: Option<Secret>) -> Option<String> {
+/// The certificate of a `kubernetes.io/tls` Secret, if it holds one.
+pub(super) fn tls_crt(secret: Option<Secret>) -> Option<String> {
     let data = secret?.data?;
     Some(String::from_utf8_lossy(&data.get("tls.crt")?.0).into_owned())
 }
 
-fn bundle_text(cm: Option<ConfigMap>) -> String {
+/// A CA bundle ConfigMap's text; empty when there is none.
+pub(super) fn bundle_text(cm: Option<ConfigMap>) -> String {
     cm.and_then(|cm| cm.data)
         .and_then(|mut d| d.remove(BUNDLE_KEY))
         .unwrap_or_default()

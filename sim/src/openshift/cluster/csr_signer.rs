@@ -31,7 +31,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::Api;
 use serde_json::json;
 
-use super::signers::{BUNDLE_KEY, ISSUER, NOT_AFTER, NOT_BEFORE, certificates, regeneration_due};
+use super::signers::{
+    BUNDLE_KEY, ISSUER, NOT_AFTER, NOT_BEFORE, certificates, create, regeneration_due,
+};
 use super::{Controllers, Error, post_params};
 use crate::guest::state::{Certificate, GuestState};
 use crate::openshift::pki::{self, Signer};
@@ -338,17 +340,6 @@ async fn write_bundle(
             api.replace(name, &post_params(), &cm).await?;
             Ok(())
         }
-    }
-}
-
-async fn create<K>(api: &Api<K>, obj: &K) -> Result<(), Error>
-where
-    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    match api.create(&post_params(), obj).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
-        Err(err) => Err(err.into()),
     }
 }
 

@@ -175,7 +175,8 @@ impl Controllers {
     }
 }
 
-async fn create<K>(api: &Api<K>, obj: &K) -> Result<(), Error>
+/// Creates `obj`; one of that name already there is fine (the next pass looks at it).
+pub(super) async fn create<K>(api: &Api<K>, obj: &K) -> Result<(), Error>
 where
     K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
 {
