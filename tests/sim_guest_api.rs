@@ -88,6 +88,7 @@ struct Booted {
 async fn boot_sealed(uid: &'static str, ip: Ipv4Addr, timings: Timings) -> Booted {
     let cp = ControlPlane::shared().await.expect("control plane");
     let root = tempfile::tempdir().unwrap();
+    cp.kubevirt().await.expect("KubeVirt");
     let mut sim = Sim::start(
         cp.client().unwrap(),
         Options {

@@ -199,6 +199,7 @@ where
 async fn objects_clients_wrote_travel_with_copies_of_the_disk() {
     let cp = ControlPlane::shared().await.expect("control plane");
     let root = tempfile::tempdir().unwrap();
+    cp.kubevirt().await.expect("KubeVirt");
     let mut sim = Sim::start(
         cp.client().unwrap(),
         Options {

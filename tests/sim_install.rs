@@ -965,6 +965,7 @@ async fn certificates_rotate_by_guest_time_and_only_snc_steps_pass_the_25_day_ch
         .await
         .expect("control plane");
     let dir = tempfile::tempdir().unwrap();
+    cp.kubevirt().await.expect("KubeVirt");
     let mut sim = sim::Sim::start(
         cp.client().unwrap(),
         sim::Options {

@@ -180,6 +180,7 @@ async fn drive(
         "starting the simulated cluster (KubeVirt, CDI, a node, CRC guests) in {}",
         sim_root.display()
     ));
+    cp.kubevirt().await?;
     let mut sim = crate::Sim::start(
         client.clone(),
         crate::Options {

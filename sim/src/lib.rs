@@ -14,9 +14,9 @@
 //! | [`installer`] | what the fake `openshift-install` makes (shell and guest-native), defined once |
 //! | [`tools`] | fake `oc`, `openshift-install`, `coreos-installer` put first on Job pods' `PATH` |
 //! | [`network`] | pod IPs: one loopback address (127.0.0.0/8) per pod |
-//! | [`kubevirt`] | KubeVirt: VirtualMachines, VMIs, virt-launcher pods |
-//! | [`platform`] | the `KubeVirt` and `CDI` operator objects, Deployed |
-//! | [`admission`] | virt-api's and CDI's validating webhooks, served to the real API server |
+//! | [`kubevirt`] | KubeVirt's node side: virt-handler, the kubelet's part for virt-launcher pods |
+//! | [`platform`] | HCO's configuration of the `KubeVirt`, the `CDI` operator object |
+//! | [`admission`] | CDI's validating webhook and SCC admission, served to the real API server |
 //! | [`guest`] | CRC guests: a state model stored in the disk image, an SSH server per running VMI |
 //! | [`openshift`] | each running guest's OpenShift API: a kube-apiserver plus simulated operators |
 //! | [`route_proxy`] | the router for passthrough Routes, as an HTTP `CONNECT` proxy |
@@ -127,8 +127,11 @@ pub struct SimContext {
 
 /// A running simulation; dropping it (or [`Sim::shutdown`]) stops every simulated controller,
 /// Job process and guest. Dropping it leaves the admission webhooks registered but no longer
-/// served, so creates of VMs, VMIs and DataVolumes fail until a new simulation starts (a
-/// real cluster with virt-api down does the same); [`Sim::shutdown`] unregisters them.
+/// served, so creates of DataVolumes fail until a new simulation starts (a real cluster with
+/// CDI's API server down does the same); [`Sim::shutdown`] unregisters them.
+///
+/// KubeVirt's control plane (upstream virt-api and virt-controller) is the control plane's, not
+/// the simulation's: start it with `testenv::ControlPlane::kubevirt` first.
 pub struct Sim {
     pub ctx: Arc<SimContext>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -137,7 +140,8 @@ pub struct Sim {
 }
 
 impl Sim {
-    /// Starts every simulated controller against `client`'s cluster.
+    /// Starts every simulated controller against `client`'s cluster, which must have KubeVirt
+    /// installed (`testenv::ControlPlane::kubevirt`).
     pub async fn start(client: kube::Client, options: Options) -> Result<Sim, Error> {
         std::fs::create_dir_all(&options.root).map_err(|source| Error::Io {
             path: options.root.clone(),
@@ -171,14 +175,7 @@ impl Sim {
                 scc::allocator::run(client.clone(), namespaces.clone()),
             ));
         }
-        let config = match kube_config(&options.kubeconfig).await {
-            Ok(config) => config,
-            Err(err) => {
-                tasks.iter().for_each(|t| t.abort());
-                return Err(err);
-            }
-        };
-        let admission = match admission::server::AdmissionServer::start(namespaces, config) {
+        let admission = match admission::server::AdmissionServer::start(namespaces) {
             Ok(admission) => admission,
             Err(err) => {
                 tasks.iter().for_each(|t| t.abort());
@@ -285,13 +282,4 @@ fn spawn(
             tracing::error!(controller = name, "simulated controller stopped: {err}");
         }
     })
-}
-
-/// The client configuration of the control plane's kubeconfig.
-async fn kube_config(path: &std::path::Path) -> Result<kube::Config, Error> {
-    let error = |e: &dyn std::fmt::Display| Error::Other(format!("{}: {e}", path.display()));
-    let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| error(&e))?;
-    kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
-        .await
-        .map_err(|e| error(&e))
 }

@@ -1,8 +1,10 @@
-//! The operator objects a cluster with OpenShift Virtualization has: a `KubeVirt` and a `CDI`
-//! reporting themselves deployed and available, as their operators would.
+//! The operator objects a cluster with OpenShift Virtualization has: the `KubeVirt` (installed,
+//! with upstream virt-api and virt-controller, by `testenv::ControlPlane::kubevirt`) configured
+//! as HCO configures it, and a `CDI` reporting itself deployed and available, as cdi-operator
+//! would.
 //!
-//! The `KubeVirt` carries the configuration HCO writes into it on a cluster of more than one
-//! worker: `evictionStrategy: LiveMigrate` for every VMI that sets none
+//! HCO writes into the `KubeVirt`, on a cluster of more than one worker,
+//! `evictionStrategy: LiveMigrate` for every VMI that sets none
 //! (hyperconverged-cluster-operator `api/v1beta1/hyperconverged_types.go`, `EvictionStrategy`:
 //! `LiveMigrate` by default, `None` only on a single-node cluster). The simulated cluster has one
 //! Node but plays a management cluster whose nodes get drained for upgrades.
@@ -14,8 +16,8 @@ use serde_json::json;
 use super::Error;
 
 const MANAGER: &str = "guestcluster-sim-platform";
-/// Where the simulated KubeVirt "installation" lives (OpenShift Virtualization's namespace).
-pub const KUBEVIRT_NAMESPACE: &str = "openshift-cnv";
+/// Where KubeVirt is installed (OpenShift Virtualization's namespace).
+pub const KUBEVIRT_NAMESPACE: &str = testenv::KUBEVIRT_NAMESPACE;
 /// The cluster-wide eviction strategy of VMIs that set none (HCO's default on a multi-node
 /// cluster).
 pub const CLUSTER_EVICTION_STRATEGY: &str = "LiveMigrate";
@@ -28,31 +30,75 @@ pub fn kubevirt_resource() -> ApiResource {
     )
 }
 
-/// Creates (or refreshes) `KubeVirt openshift-cnv/kubevirt` and `CDI cdi`, both Deployed.
+/// Writes HCO's configuration into the installed `KubeVirt` and creates (or refreshes) `CDI
+/// cdi`, Deployed. Fails when KubeVirt is not installed.
 pub async fn ensure(client: &kube::Client) -> Result<(), Error> {
-    let namespace =
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUBEVIRT_NAMESPACE}});
-    let ns_api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    ns_api
-        .patch(
-            KUBEVIRT_NAMESPACE,
-            &PatchParams::apply(MANAGER),
-            &Patch::Apply(namespace),
-        )
-        .await?;
     let kubevirt = kubevirt_resource();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), KUBEVIRT_NAMESPACE, &kubevirt);
+    if api.get_opt(testenv::KUBEVIRT_NAME).await?.is_none() {
+        return Err(Error::Other(format!(
+            "KubeVirt is not installed ({KUBEVIRT_NAMESPACE}/{} is missing): start it with \
+             testenv::ControlPlane::kubevirt before the simulation",
+            testenv::KUBEVIRT_NAME
+        )));
+    }
+    let configuration = json!({
+        "apiVersion": kubevirt.api_version, "kind": kubevirt.kind,
+        "metadata": {"name": testenv::KUBEVIRT_NAME},
+        "spec": {"configuration": {"evictionStrategy": CLUSTER_EVICTION_STRATEGY}},
+    });
+    api.patch(
+        testenv::KUBEVIRT_NAME,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(configuration),
+    )
+    .await?;
     let cdi = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("cdi.kubevirt.io", "v1beta1", "CDI"),
         "cdis",
     );
-    deployed(
-        Api::namespaced_with(client.clone(), KUBEVIRT_NAMESPACE, &kubevirt),
-        &kubevirt,
-        "kubevirt",
-        json!({"configuration": {"evictionStrategy": CLUSTER_EVICTION_STRATEGY}}),
+    deployed(Api::all_with(client.clone(), &cdi), &cdi, "cdi", json!({})).await?;
+    cdi_config(client).await
+}
+
+/// CDI's default filesystem overhead (containerized-data-importer v1.65
+/// `pkg/controller/config-controller.go`, `defaultFilesystemOverhead`).
+pub const DEFAULT_FILESYSTEM_OVERHEAD: &str = "0.055";
+
+/// `CDIConfig config` as CDI's config controller keeps it: the filesystem overhead in its
+/// status (virt-controller reads it to size a VMI's Filesystem-mode disks, and refuses to go
+/// on without it once a `CDI` exists). Per-class overheads are not filled in (every class gets
+/// the global one).
+async fn cdi_config(client: &kube::Client) -> Result<(), Error> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("cdi.kubevirt.io", "v1beta1", "CDIConfig"),
+        "cdiconfigs",
+    );
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let object = |extra: serde_json::Value| {
+        let mut object = json!({"apiVersion": resource.api_version, "kind": resource.kind,
+                                "metadata": {"name": "config"}});
+        object.as_object_mut().expect("an object").extend(
+            extra.as_object().cloned().unwrap_or_default(),
+        );
+        object
+    };
+    api.patch(
+        "config",
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(object(json!({"spec": {}}))),
     )
     .await?;
-    deployed(Api::all_with(client.clone(), &cdi), &cdi, "cdi", json!({})).await
+    api.patch_status(
+        "config",
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(object(json!({"status": {
+            "filesystemOverhead": {"global": DEFAULT_FILESYSTEM_OVERHEAD},
+        }}))),
+    )
+    .await?;
+    Ok(())
 }
 
 async fn deployed(

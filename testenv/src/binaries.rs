@@ -1,4 +1,5 @@
-//! Locating the control-plane binaries built by `tools/controlplane/build.sh`.
+//! Locating the binaries built from pinned upstream Go modules: the control plane's
+//! (`tools/controlplane/build.sh`) and KubeVirt's (`tools/kubevirt/build.sh`).
 
 use std::path::{Path, PathBuf};
 
@@ -6,38 +7,65 @@ use tokio::process::Command;
 
 use super::Error;
 
-/// Overrides the build script: a directory holding all of [`REQUIRED`].
+/// Overrides the control plane's build script: a directory holding all of its binaries.
 pub const BIN_DIR_ENV: &str = "GUESTCLUSTER_CONTROLPLANE_BIN";
 
-const REQUIRED: [&str; 4] = [
-    "etcd",
-    "kube-apiserver",
-    "kube-controller-manager",
-    "kubectl",
-];
-
-/// The build script, relative to the project root.
-const BUILD_SCRIPT: &str = "tools/controlplane/build.sh";
-
-/// Resolves the binary directory: an explicit one, else `$GUESTCLUSTER_CONTROLPLANE_BIN`, else
-/// the last stdout line of the build script (which builds on first use and is instant after).
-pub(crate) async fn locate(explicit: Option<&Path>, project_dir: &Path) -> Result<PathBuf, Error> {
-    if let Some(dir) = explicit {
-        return checked(dir.to_path_buf(), "Options::bin_dir");
-    }
-    if let Some(dir) = std::env::var_os(BIN_DIR_ENV) {
-        return checked(PathBuf::from(dir), BIN_DIR_ENV);
-    }
-    let dir = run_build_script(project_dir).await?;
-    checked(dir, BUILD_SCRIPT)
+/// Binaries built together by one script.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BinarySet {
+    /// What they are, for messages.
+    pub what: &'static str,
+    /// Environment variable naming a directory to use instead of the build script's.
+    pub env: &'static str,
+    pub required: &'static [&'static str],
+    /// The build script, relative to the project root.
+    pub script: &'static str,
+    /// The make target that runs the script.
+    pub make_target: &'static str,
 }
 
-async fn run_build_script(project_dir: &Path) -> Result<PathBuf, Error> {
-    let script = project_dir.join(BUILD_SCRIPT);
+pub(crate) const CONTROL_PLANE: BinarySet = BinarySet {
+    what: "control plane",
+    env: BIN_DIR_ENV,
+    required: &["etcd", "kube-apiserver", "kube-controller-manager", "kubectl"],
+    script: "tools/controlplane/build.sh",
+    make_target: "controlplane",
+};
+
+pub(crate) const KUBEVIRT: BinarySet = BinarySet {
+    what: "KubeVirt control plane",
+    env: "GUESTCLUSTER_KUBEVIRT_BIN",
+    required: &["virt-controller", "virt-api", "kubevirt-install"],
+    script: "tools/kubevirt/build.sh",
+    make_target: "kubevirt",
+};
+
+/// Resolves the control plane's binary directory: an explicit one, else
+/// `$GUESTCLUSTER_CONTROLPLANE_BIN`, else the last stdout line of the build script (which builds
+/// on first use and is instant after).
+pub(crate) async fn locate(explicit: Option<&Path>, project_dir: &Path) -> Result<PathBuf, Error> {
+    if let Some(dir) = explicit {
+        return checked(&CONTROL_PLANE, dir.to_path_buf(), "Options::bin_dir");
+    }
+    locate_set(&CONTROL_PLANE, project_dir).await
+}
+
+/// Resolves the directory of `set`: its environment variable, else its build script's.
+pub(crate) async fn locate_set(set: &BinarySet, project_dir: &Path) -> Result<PathBuf, Error> {
+    if let Some(dir) = std::env::var_os(set.env) {
+        return checked(set, PathBuf::from(dir), set.env);
+    }
+    let dir = run_build_script(set, project_dir).await?;
+    checked(set, dir, set.script)
+}
+
+async fn run_build_script(set: &BinarySet, project_dir: &Path) -> Result<PathBuf, Error> {
+    let missing = |reason| missing(set, reason);
+    let script = project_dir.join(set.script);
     if !script.is_file() {
         return Err(missing(format!("{} does not exist", script.display())));
     }
-    tracing::info!(script = %script.display(), "locating control plane binaries (the first build takes minutes)");
+    tracing::info!(script = %script.display(), "locating {} binaries (the first build takes minutes)", set.what);
     let output = Command::new("bash")
         .arg(&script)
         .current_dir(project_dir)
@@ -65,8 +93,9 @@ async fn run_build_script(project_dir: &Path) -> Result<PathBuf, Error> {
 }
 
 /// Accepts `dir` only if every required binary is there, naming `source` otherwise.
-fn checked(dir: PathBuf, source: &str) -> Result<PathBuf, Error> {
-    let absent: Vec<&str> = REQUIRED
+fn checked(set: &BinarySet, dir: PathBuf, source: &str) -> Result<PathBuf, Error> {
+    let absent: Vec<&str> = set
+        .required
         .iter()
         .copied()
         .filter(|name| !is_executable(&dir.join(name)))
@@ -74,11 +103,14 @@ fn checked(dir: PathBuf, source: &str) -> Result<PathBuf, Error> {
     if absent.is_empty() {
         Ok(dir)
     } else {
-        Err(missing(format!(
+        Err(missing(
+            set,
+            format!(
             "{} (from {source}) lacks {}",
             dir.display(),
             absent.join(", ")
-        )))
+        ),
+        ))
     }
 }
 
@@ -87,8 +119,15 @@ fn is_executable(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-fn missing(reason: String) -> Error {
-    Error::BinariesMissing { reason }
+fn missing(set: &BinarySet, reason: String) -> Error {
+    Error::BinariesMissing {
+        what: set.what,
+        reason,
+        make_target: set.make_target,
+        script: set.script,
+        env: set.env,
+        required: set.required.join(", "),
+    }
 }
 
 #[cfg(test)]
@@ -98,7 +137,8 @@ mod tests {
     #[test]
     fn incomplete_dir_names_what_is_missing_and_how_to_build() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let err = checked(dir.path().to_path_buf(), BIN_DIR_ENV).expect_err("empty dir");
+        let err = checked(&CONTROL_PLANE, dir.path().to_path_buf(), BIN_DIR_ENV)
+            .expect_err("empty dir");
         let text = err.to_string();
         assert!(text.contains("kube-apiserver"), "{text}");
         assert!(text.contains("make controlplane"), "{text}");
@@ -107,7 +147,10 @@ mod tests {
     #[tokio::test]
     async fn missing_build_script_is_reported() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let err = run_build_script(dir.path()).await.expect_err("no script");
-        assert!(err.to_string().contains("make controlplane"), "{err}");
+        let err = run_build_script(&KUBEVIRT, dir.path())
+            .await
+            .expect_err("no script");
+        assert!(err.to_string().contains("make kubevirt"), "{err}");
+        assert!(err.to_string().contains("GUESTCLUSTER_KUBEVIRT_BIN"), "{err}");
     }
 }

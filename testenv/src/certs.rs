@@ -46,6 +46,10 @@ pub(crate) struct PkiFiles {
     /// only for RSA (client-go's `ParsePublicKeysPEM` wants SEC1 for ECDSA), so we hand it the
     /// public key instead.
     pub service_account_public_key: PathBuf,
+    /// The CA of authenticating proxies (`--requestheader-client-ca-file`): the apiserver
+    /// publishes it in `kube-system/extension-apiserver-authentication`, which extension API
+    /// servers and webhooks (virt-api) read at start. Nothing holds a certificate it signed.
+    pub front_proxy_ca_cert: PathBuf,
 }
 
 /// Generates the PKI and writes it into `dir`; returns the file paths and the CA certificate PEM.
@@ -61,6 +65,10 @@ pub(crate) fn generate(dir: &Path) -> Result<(PkiFiles, String), Error> {
     let (serving_cert, serving_key) = leaf(serving_params()?, &issuer)?;
     let (admin_cert, admin_key) = leaf(admin_params(), &issuer)?;
     let service_account = KeyPair::generate()?;
+    let front_proxy_key = KeyPair::generate()?;
+    let mut front_proxy_params = self::ca_params();
+    front_proxy_params.distinguished_name = common_name("guestcluster-testenv-front-proxy-ca");
+    let front_proxy_ca = front_proxy_params.self_signed(&front_proxy_key)?;
 
     let files = PkiFiles {
         ca_cert: dir.join("ca.crt"),
@@ -71,6 +79,7 @@ pub(crate) fn generate(dir: &Path) -> Result<(PkiFiles, String), Error> {
         admin_key: dir.join("admin.key"),
         service_account_key: dir.join("service-account.key"),
         service_account_public_key: dir.join("service-account.pub"),
+        front_proxy_ca_cert: dir.join("front-proxy-ca.crt"),
     };
     fsutil::write_public(&files.ca_cert, &ca_pem)?;
     fsutil::write_private(&files.ca_key, &ca_key_pem)?;
@@ -83,6 +92,7 @@ pub(crate) fn generate(dir: &Path) -> Result<(PkiFiles, String), Error> {
         &files.service_account_public_key,
         &service_account.public_key_pem(),
     )?;
+    fsutil::write_public(&files.front_proxy_ca_cert, &front_proxy_ca.pem())?;
     Ok((files, ca_pem))
 }
 

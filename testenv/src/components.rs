@@ -103,6 +103,14 @@ pub(crate) fn apiserver_args(pki: &PkiFiles, ports: &Ports, cert_dir: &Path) -> 
         // rejects them outright and tests would diverge from production.
         flag("allow-privileged", true),
         flag("profiling", false),
+        // As kubeadm and OpenShift configure it: the apiserver then publishes the request-header
+        // settings in kube-system/extension-apiserver-authentication, which virt-api refuses to
+        // start without.
+        path_flag("requestheader-client-ca-file", &pki.front_proxy_ca_cert),
+        flag("requestheader-allowed-names", "front-proxy-client"),
+        flag("requestheader-username-headers", "X-Remote-User"),
+        flag("requestheader-group-headers", "X-Remote-Group"),
+        flag("requestheader-extra-headers-prefix", "X-Remote-Extra-"),
     ]
 }
 

@@ -36,6 +36,7 @@ const EXTERNAL: &[(&str, &str)] = &[
     external!("cdi.kubevirt.io_datasources.yaml"),
     external!("cdi.kubevirt.io_cdis.yaml"),
     external!("cdi.kubevirt.io_storageprofiles.yaml"),
+    external!("cdi.kubevirt.io_cdiconfigs.yaml"),
     external!("route.openshift.io_routes.yaml"),
     external!("config.openshift.io_ingresses.yaml"),
     external!("hco.kubevirt.io_hyperconvergeds.yaml"),

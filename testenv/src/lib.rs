@@ -27,6 +27,7 @@ mod crds;
 mod extra_apiserver;
 mod fsutil;
 mod kubeconfig;
+mod kubevirt;
 mod process;
 mod statedir;
 
@@ -44,6 +45,7 @@ pub use binaries::BIN_DIR_ENV;
 pub use crds::FIELD_MANAGER;
 pub use extra_apiserver::{ApiServerLauncher, ExtraApiServer, ExtraApiServerSpec};
 pub use kubeconfig::CONTEXT;
+pub use kubevirt::{KUBEVIRT_NAME, KUBEVIRT_NAMESPACE, KUBEVIRT_VERSION, KubeVirtInstall};
 
 use components::Ports;
 use process::ManagedProcess;
@@ -64,11 +66,18 @@ const LOG_TAIL_LINES: usize = 30;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(
-        "control plane binaries are unavailable: {reason}\n\
-         Build them with `make controlplane` (runs tools/controlplane/build.sh; needs Go), or set \
-         {BIN_DIR_ENV} to a directory holding etcd, kube-apiserver, kube-controller-manager and kubectl"
+        "{what} binaries are unavailable: {reason}\n\
+         Build them with `make {make_target}` (runs {script}; needs Go), or set {env} to a \
+         directory holding {required}"
     )]
-    BinariesMissing { reason: String },
+    BinariesMissing {
+        what: &'static str,
+        reason: String,
+        make_target: &'static str,
+        script: &'static str,
+        env: &'static str,
+        required: String,
+    },
 
     #[error("cannot determine the cache directory: set GUESTCLUSTER_CACHE, XDG_CACHE_HOME or HOME")]
     NoCacheDir,
@@ -156,6 +165,9 @@ pub enum Error {
 
     #[error("stopping the control plane: {0}")]
     Shutdown(String),
+
+    #[error("KubeVirt's control plane: {0}")]
+    KubeVirt(String),
 }
 
 impl Error {
@@ -237,6 +249,8 @@ pub struct ControlPlane {
     launcher: ApiServerLauncher,
     /// In start order; stopped in reverse so no component outlives what it depends on.
     processes: Mutex<Vec<ManagedProcess>>,
+    /// KubeVirt's control plane, installed on first use ([`ControlPlane::kubevirt`]).
+    kubevirt: tokio::sync::OnceCell<Result<KubeVirtInstall, String>>,
 }
 
 /// What one successful boot produced, before it is owned by a [`ControlPlane`].
@@ -281,6 +295,7 @@ impl ControlPlane {
             times,
             launcher: booted.launcher,
             processes: Mutex::new(booted.processes),
+            kubevirt: tokio::sync::OnceCell::new(),
         })
     }
 

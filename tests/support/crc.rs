@@ -207,10 +207,74 @@ pub async fn guest_text(ssh: &SshGuest, argv: &[&str]) -> String {
     output.stdout_text()
 }
 
+/// The instance's guest is reachable as published and protected as meant, on the launcher pod
+/// upstream virt-controller rendered for its VMI: the API Service selects that pod and it is
+/// ready (so the Service has an endpoint there, the one the Route sends to), and the guest's
+/// NetworkPolicy selects it (so the policy protects it).
+pub async fn assert_guest_exposed(client: &kube::Client, ns: &str, instance: &ClusterInstance) {
+    use guestcluster::kubevirt::VirtualMachineInstance;
+    use k8s_openapi::api::core::v1::{Pod, Service};
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    let name = instance.name_any();
+    let vmi = Api::<VirtualMachineInstance>::namespaced(client.clone(), ns)
+        .get(&res::vm_name(&name))
+        .await
+        .expect("the instance's VMI");
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&kube::api::ListParams::default().labels(&format!(
+            "kubevirt.io=virt-launcher,kubevirt.io/created-by={}",
+            vmi.uid().unwrap_or_default()
+        )))
+        .await
+        .expect("launcher pods");
+    let pod = pods
+        .items
+        .iter()
+        .find(|p| p.metadata.deletion_timestamp.is_none())
+        .unwrap_or_else(|| panic!("{name}: no launcher pod of its VMI"));
+    let labels = pod.labels().clone();
+    let ready = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let service = Api::<Service>::namespaced(client.clone(), ns)
+        .get(&res::api_service_name(&name))
+        .await
+        .expect("the API Service");
+    let selector = service.spec.and_then(|s| s.selector).unwrap_or_default();
+    let selected = !selector.is_empty()
+        && selector.iter().all(|(k, v)| labels.get(k) == Some(v));
+    assert!(
+        selected && ready,
+        "{name}: Service {} has no endpoint at the launcher pod {} (selector {selector:?}, \
+         pod labels {labels:?}, ready {ready})",
+        res::api_service_name(&name),
+        pod.name_any()
+    );
+    let policy = Api::<NetworkPolicy>::namespaced(client.clone(), ns)
+        .get(&res::guest_policy_name(&name))
+        .await
+        .expect("the guest NetworkPolicy");
+    let view = sim::network::policy::PodView {
+        namespace: ns.to_owned(),
+        name: pod.name_any(),
+        labels: labels.clone(),
+        ..Default::default()
+    };
+    assert!(
+        sim::network::policy::selects(&policy, &view),
+        "{name}: NetworkPolicy {} does not select the launcher pod {} (labels {labels:?})",
+        res::guest_policy_name(&name),
+        pod.name_any()
+    );
+}
+
 /// What the crc-agent did in a guest, seen from inside it and through its published kubeconfig
 /// over the Route.
 pub async fn assert_configured(client: &kube::Client, ns: &str, instance: &ClusterInstance) {
     let name = instance.name_any();
+    assert_guest_exposed(client, ns, instance).await;
     let ssh = guest_ssh(client, ns, instance).await;
     let dnsmasq = guest_text(&ssh, &["cat", "/etc/dnsmasq.d/crc-dnsmasq.conf"]).await;
     assert!(

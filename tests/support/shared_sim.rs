@@ -155,5 +155,6 @@ async fn start_sim(setup: &Setup) -> Result<Sim, String> {
         node_name: setup.node_name.into(),
         flavour: setup.flavour,
     };
+    cp.kubevirt().await.map_err(|e| e.to_string())?;
     Sim::start(client, options).await.map_err(|e| e.to_string())
 }

@@ -166,6 +166,7 @@ async fn start(
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .map_err(|e| e.to_string())?
         .keep();
+    cp.kubevirt().await.map_err(|e| e.to_string())?;
     let mut sim = Sim::start(
         client.clone(),
         Options {

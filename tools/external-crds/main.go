@@ -73,6 +73,9 @@ var kinds = []kind{
 		plural: "cdis", scope: apiextensionsv1.ClusterScoped},
 	{pkg: cdiPkg, module: cdiModule, name: "StorageProfile", group: "cdi.kubevirt.io",
 		plural: "storageprofiles", scope: apiextensionsv1.ClusterScoped},
+	// virt-controller waits for its informer of CDIConfigs whenever the DataVolume API is served.
+	{pkg: cdiPkg, module: cdiModule, name: "CDIConfig", group: "cdi.kubevirt.io",
+		plural: "cdiconfigs", scope: apiextensionsv1.ClusterScoped},
 	{pkg: "github.com/openshift/api/route/v1", module: openshiftModule, name: "Route",
 		group: "route.openshift.io", plural: "routes", scope: apiextensionsv1.NamespaceScoped,
 		manifest: "zz_generated.crd-manifests/routes.crd.yaml"},

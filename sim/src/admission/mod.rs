@@ -1,5 +1,6 @@
-//! The validating admission webhooks of KubeVirt (virt-api) and CDI, for the rules the objects we
-//! write can break. See `docs/simulation.md` ("Admission") for the rules and what is not checked.
+//! The validating admission webhook of CDI, for the rules the objects we write can break, and
+//! OpenShift's SCC admission. KubeVirt's are virt-api's own (`testenv::ControlPlane::kubevirt`).
+//! See `docs/simulation.md` ("Admission") for the rules and what is not checked.
 //!
 //! The rules are pure functions of the object's JSON, as the API server sends it (after its own
 //! schema validation, defaulting and pruning), each returning every [`Denial`] with the field and
@@ -10,17 +11,11 @@
 //!
 //! | module | upstream |
 //! |---|---|
-//! | [`vmi_spec`] | rules shared by VM and VMI admission: disks, volumes, boot order, interfaces and networks, firmware |
-//! | [`kubevirt`] | `virtualmachine-validator.kubevirt.io`, `virtualmachineinstances-create-validator.kubevirt.io` |
 //! | [`cdi`] | `datavolume-validate.cdi.kubevirt.io` |
-//! | [`eviction`] | `virt-launcher-eviction-interceptor.kubevirt.io` (reads and marks VMIs) |
 
 pub mod cdi;
-pub mod eviction;
-pub mod kubevirt;
 pub mod review;
 pub mod server;
-pub mod vmi_spec;
 
 use std::fmt;
 
@@ -63,14 +58,6 @@ pub enum CauseType {
 
 /// What the rules of one admission return: `Err` with every denial, in upstream's order.
 pub type Verdict = Result<(), Vec<Denial>>;
-
-fn verdict(denials: Vec<Denial>) -> Verdict {
-    if denials.is_empty() {
-        Ok(())
-    } else {
-        Err(denials)
-    }
-}
 
 /// A field path as Kubernetes prints it (`k8s.io/apimachinery/pkg/util/validation/field`):
 /// children joined with `.`, indexes as `[i]`.

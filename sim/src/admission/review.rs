@@ -5,83 +5,40 @@ use serde_json::{Value, json};
 
 use base64::Engine;
 
-use super::{Denial, Verdict, cdi, kubevirt};
+use super::{Denial, Verdict, cdi};
 use crate::scc::{self, Namespaces};
 
 /// The webhooks served, by their upstream names and paths.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Webhook {
-    /// virt-api: VirtualMachines, on create and update.
-    VirtualMachine,
-    /// virt-api: new VirtualMachineInstances.
-    VirtualMachineInstanceCreate,
     /// CDI's API server: DataVolumes, on create and update.
     DataVolume,
     /// OpenShift's SCC admission (a plugin of the API server upstream, a mutating webhook
     /// here): new pods, under `restricted-v2`.
     SecurityContextConstraints,
-    /// virt-api: evictions of virt-launcher pods ([`super::eviction`]; it reads the cluster, so
-    /// the server answers it, not [`answer`]).
-    LauncherEviction,
 }
-
-/// How a project words a denial.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Wording {
-    /// KubeVirt: the first ten messages joined with `, `, the rest counted; reason `Invalid`.
-    KubeVirt,
-    /// CDI: every message after a space (so the text starts with one); no reason.
-    Cdi,
-}
-
-/// Causes KubeVirt lists before counting the rest.
-const KUBEVIRT_MAX_CAUSES: usize = 10;
 
 impl Webhook {
-    pub const ALL: [Webhook; 5] = [
-        Webhook::VirtualMachine,
-        Webhook::VirtualMachineInstanceCreate,
-        Webhook::DataVolume,
-        Webhook::SecurityContextConstraints,
-        Webhook::LauncherEviction,
-    ];
+    pub const ALL: [Webhook; 2] = [Webhook::DataVolume, Webhook::SecurityContextConstraints];
 
     /// The webhook's name: the API server's denial says `admission webhook "<name>"`.
     pub fn name(self) -> &'static str {
         match self {
-            Webhook::VirtualMachine => "virtualmachine-validator.kubevirt.io",
-            Webhook::VirtualMachineInstanceCreate => {
-                "virtualmachineinstances-create-validator.kubevirt.io"
-            }
             Webhook::DataVolume => "datavolume-validate.cdi.kubevirt.io",
             Webhook::SecurityContextConstraints => "security.openshift.io.sim",
-            Webhook::LauncherEviction => super::eviction::NAME,
         }
     }
 
     /// The URL path upstream serves it at.
     pub fn path(self) -> &'static str {
         match self {
-            Webhook::VirtualMachine => "/virtualmachines-validate",
-            Webhook::VirtualMachineInstanceCreate => "/virtualmachineinstances-validate-create",
             Webhook::DataVolume => "/datavolume-validate",
             Webhook::SecurityContextConstraints => "/scc-admission",
-            Webhook::LauncherEviction => super::eviction::PATH,
         }
     }
 
     pub fn from_path(path: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|w| w.path() == path)
-    }
-
-    fn wording(self) -> Wording {
-        match self {
-            Webhook::VirtualMachine | Webhook::VirtualMachineInstanceCreate => Wording::KubeVirt,
-            Webhook::DataVolume => Wording::Cdi,
-            Webhook::SecurityContextConstraints | Webhook::LauncherEviction => {
-                unreachable!("SCC admission and the eviction interceptor word their own")
-            }
-        }
     }
 }
 
@@ -92,8 +49,6 @@ pub enum ReviewError {
     Json(#[from] serde_json::Error),
     #[error("not an admission.k8s.io/v1 AdmissionReview with a request")]
     NotARequest,
-    #[error("this webhook reads the cluster: the server answers it")]
-    ReadsTheCluster,
 }
 
 /// The answer of `webhook` to the `AdmissionReview` `body`; SCC admission reads the ranges of
@@ -129,20 +84,10 @@ pub fn answer(
         }
         return Ok(review_of(response));
     }
-    let (verdict, warnings): (Verdict, Vec<String>) = match webhook {
-        Webhook::VirtualMachine => (kubevirt::validate_vm(object), kubevirt::vm_warnings(object)),
-        Webhook::VirtualMachineInstanceCreate => {
-            (kubevirt::validate_vmi_create(object), Vec::new())
-        }
-        Webhook::DataVolume => (cdi::validate(object, old), Vec::new()),
-        Webhook::SecurityContextConstraints => unreachable!("answered above"),
-        Webhook::LauncherEviction => return Err(ReviewError::ReadsTheCluster),
-    };
+    let verdict: Verdict = cdi::validate(object, old);
     let mut response = json!({"uid": request["uid"], "allowed": verdict.is_ok()});
-    match verdict {
-        Ok(()) if !warnings.is_empty() => response["warnings"] = json!(warnings),
-        Ok(()) => {}
-        Err(denials) => response["status"] = status(webhook.wording(), denials),
+    if let Err(denials) = verdict {
+        response["status"] = status(denials);
     }
     Ok(review_of(response))
 }
@@ -165,33 +110,12 @@ pub fn review_of(response: Value) -> Value {
     })
 }
 
-/// The `metav1.Status` of a denial; the API server puts `admission webhook "<name>" denied the
+/// The `metav1.Status` of a denial as CDI words it: every message after a space (so the text
+/// starts with one), no reason. The API server puts `admission webhook "<name>" denied the
 /// request: ` before its message.
-fn status(wording: Wording, mut denials: Vec<Denial>) -> Value {
-    match wording {
-        Wording::KubeVirt => {
-            let more = denials.len().saturating_sub(KUBEVIRT_MAX_CAUSES);
-            denials.truncate(KUBEVIRT_MAX_CAUSES);
-            let mut message = denials
-                .iter()
-                .map(|d| d.message.as_str())
-                .collect::<Vec<_>>()
-                .join(", ");
-            if more > 0 {
-                message.push_str(&format!(", and {more} more validation errors"));
-            }
-            json!({
-                "message": message,
-                "reason": "Invalid",
-                "code": 422,
-                "details": {"causes": denials},
-            })
-        }
-        Wording::Cdi => {
-            let message: String = denials.iter().map(|d| format!(" {}", d.message)).collect();
-            json!({"message": message, "code": 422, "details": {"causes": denials}})
-        }
-    }
+fn status(denials: Vec<Denial>) -> Value {
+    let message: String = denials.iter().map(|d| format!(" {}", d.message)).collect();
+    json!({"message": message, "code": 422, "details": {"causes": denials}})
 }
 
 #[cfg(test)]
@@ -236,36 +160,6 @@ mod tests {
     }
 
     #[test]
-    fn kubevirt_joins_messages_with_commas_and_counts_past_ten() {
-        let disks: Vec<Value> = (0..12)
-            .map(|i| json!({"name": format!("d{i}"), "disk": {"bus": "ide"}}))
-            .collect();
-        let volumes: Vec<Value> = (0..12)
-            .map(|i| json!({"name": format!("d{i}"), "emptyDisk": {"capacity": "1Gi"}}))
-            .collect();
-        let vm = json!({"spec": {"runStrategy": "Always", "template": {"spec": {
-            "domain": {"devices": {"disks": disks}}, "volumes": volumes,
-        }}}});
-        let answer = answer_(Webhook::VirtualMachine, &review("CREATE", vm, None)).unwrap();
-        let response = &answer["response"];
-        assert_eq!(response["allowed"], false);
-        let status = &response["status"];
-        assert_eq!(status["code"], 422);
-        assert_eq!(status["reason"], "Invalid");
-        let expected = format!(
-            "{}, and 2 more validation errors",
-            ["IDE bus is not supported"; 10].join(", ")
-        );
-        assert_eq!(status["message"], expected);
-        assert_eq!(status["details"]["causes"].as_array().unwrap().len(), 10);
-        assert_eq!(
-            status["details"]["causes"][0],
-            json!({"reason": "FieldValueInvalid", "message": "IDE bus is not supported",
-                   "field": "spec.template.spec.domain.devices.disks[0].disk.bus"})
-        );
-    }
-
-    #[test]
     fn cdi_puts_a_space_before_each_message() {
         let dv = json!({"metadata": {"name": "d"}, "spec": {"source": {"blank": {}}}});
         let answer = answer_(Webhook::DataVolume, &review("CREATE", dv, None)).unwrap();
@@ -297,26 +191,13 @@ mod tests {
     }
 
     #[test]
-    fn a_vm_with_running_gets_the_deprecation_warning() {
-        let vm = json!({"spec": {"running": true, "template": {"spec": {
-            "domain": {"devices": {}},
-        }}}});
-        let answer = answer_(Webhook::VirtualMachine, &review("CREATE", vm, None)).unwrap();
-        assert_eq!(answer["response"]["allowed"], true);
-        assert_eq!(
-            answer["response"]["warnings"],
-            json!([kubevirt::RUNNING_DEPRECATED])
-        );
-    }
-
-    #[test]
     fn bodies_that_are_not_reviews_are_refused() {
         assert!(matches!(
-            answer_(Webhook::VirtualMachine, b"{"),
+            answer_(Webhook::DataVolume, b"{"),
             Err(ReviewError::Json(_))
         ));
         assert!(matches!(
-            answer_(Webhook::VirtualMachine, br#"{"apiVersion": "v1"}"#),
+            answer_(Webhook::DataVolume, br#"{"apiVersion": "v1"}"#),
             Err(ReviewError::NotARequest)
         ));
     }

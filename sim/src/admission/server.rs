@@ -1,5 +1,5 @@
 //! The webhooks served over HTTPS on loopback and registered with the API server, the way
-//! virt-operator and cdi-operator register virt-api's and CDI's: `failurePolicy: Fail`,
+//! cdi-operator registers CDI's: `failurePolicy: Fail`,
 //! `sideEffects: None`, the upstream webhook names, a URL instead of a Service (the API server
 //! runs on this host) and a CA of our own in `caBundle`.
 //!
@@ -8,13 +8,12 @@
 //! webhook (a dry-run create of a bad object is refused by it), so an object created after the
 //! simulation started is always checked. [`uninstall`] removes the registrations, so a control
 //! plane without a simulation accepts everything again; while registered and not served
-//! (between a simulation's stop and its restart), creates fail as on a cluster whose virt-api is
-//! down.
+//! (between a simulation's stop and its restart), creates fail as on a cluster whose CDI API
+//! server is down. KubeVirt's webhooks are virt-api's own (`testenv::ControlPlane::kubevirt`).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use http::header::CONTENT_TYPE;
@@ -24,19 +23,19 @@ use hyper::body::{Bytes, Incoming};
 use hyper_util::rt::TokioIo;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations,
+    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations,
     ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta,
 };
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::json;
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose,
 };
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio_rustls::TlsAcceptor;
@@ -46,8 +45,6 @@ use crate::scc::Namespaces;
 
 /// Field manager of the registrations.
 pub const FIELD_MANAGER: &str = "guestcluster-sim";
-/// virt-operator's configuration of virt-api's validating webhooks.
-pub const KUBEVIRT_CONFIGURATION: &str = "virt-api-validator";
 /// cdi-operator's configuration of the DataVolume webhook.
 pub const CDI_CONFIGURATION: &str = "cdi-api-datavolume-validate";
 /// SCC admission's registration (OpenShift flavour only).
@@ -93,25 +90,16 @@ pub struct AdmissionServer {
     stop: Option<oneshot::Sender<()>>,
 }
 
-/// Eviction reviews answered by any server of this process: the interceptor lets an eviction of
-/// an unknown pod through, so its registration is known effective once the API server calls it.
-/// Any server, not this one: simulations started side by side (tests) overwrite each other's
-/// registrations, and the API server calls whichever was registered last.
-static EVICTIONS_REVIEWED: AtomicU64 = AtomicU64::new(0);
-
 /// What the connections share.
 #[derive(Clone)]
 struct Shared {
     namespaces: Namespaces,
-    /// The eviction interceptor's client, built on the server's runtime.
-    client: Option<kube::Client>,
 }
 
 impl AdmissionServer {
     /// Serves every [`Webhook`] on a free loopback port with a fresh CA; SCC admission reads
-    /// namespaces' ranges from `namespaces`, the eviction interceptor reads the cluster of
-    /// `config`.
-    pub fn start(namespaces: Namespaces, config: kube::Config) -> Result<Self, Error> {
+    /// namespaces' ranges from `namespaces`.
+    pub fn start(namespaces: Namespaces) -> Result<Self, Error> {
         let (ca_pem, cert, key) = certificates()?;
         let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
@@ -131,13 +119,7 @@ impl AdmissionServer {
             .name("sim-admission".into())
             .spawn(move || {
                 runtime.block_on(async move {
-                    // Here, so its connection tasks run on this runtime.
-                    let client = kube::Client::try_from(config)
-                        .inspect_err(|err| {
-                            tracing::error!("admission webhook server: client: {err}");
-                        })
-                        .ok();
-                    let shared = Shared { namespaces, client };
+                    let shared = Shared { namespaces };
                     match TcpListener::from_std(listener) {
                         Ok(listener) => tokio::select! {
                             _ = stopped => {}
@@ -258,11 +240,7 @@ async fn respond(
     if webhook == Webhook::SecurityContextConstraints {
         await_ranges(&body, namespaces).await;
     }
-    let answer = if webhook == Webhook::LauncherEviction {
-        answer_eviction(&body, &shared).await
-    } else {
-        review::answer(webhook, &body, namespaces)
-    };
+    let answer = review::answer(webhook, &body, namespaces);
     Ok(match answer {
         Ok(answer) => {
             if answer["response"]["allowed"] == false {
@@ -280,22 +258,6 @@ async fn respond(
         }
         Err(err) => plain(StatusCode::BAD_REQUEST, err.to_string()),
     })
-}
-
-/// The eviction interceptor's answer to the review `body`.
-async fn answer_eviction(
-    body: &[u8],
-    shared: &Shared,
-) -> Result<serde_json::Value, review::ReviewError> {
-    let review = review::parse(body)?;
-    let request = &review["request"];
-    EVICTIONS_REVIEWED.fetch_add(1, Ordering::SeqCst);
-    let response = match &shared.client {
-        Some(client) => super::eviction::review(client, request).await,
-        None => json!({"uid": request["uid"], "allowed": false,
-                       "status": {"message": "kubevirt has no client", "code": 500}}),
-    };
-    Ok(review::review_of(response))
 }
 
 /// SCC admission waits for a new namespace's ranges (upstream polls its namespace cache every
@@ -319,8 +281,8 @@ fn plain(status: StatusCode, text: String) -> Response<Full<Bytes>> {
     response
 }
 
-/// The two registrations, pointing at `base_url` and trusting `ca_pem`.
-pub fn configurations(base_url: &str, ca_pem: &str) -> [ValidatingWebhookConfiguration; 2] {
+/// The validating registrations, pointing at `base_url` and trusting `ca_pem`.
+pub fn configurations(base_url: &str, ca_pem: &str) -> [ValidatingWebhookConfiguration; 1] {
     let hook = |webhook: Webhook, operations: &[&str], rule: (&str, &str, &str), timeout| {
         let (group, version, resource) = rule;
         let strings = |list: &[&str]| Some(list.iter().map(|s| s.to_string()).collect());
@@ -347,37 +309,6 @@ pub fn configurations(base_url: &str, ca_pem: &str) -> [ValidatingWebhookConfigu
         ..Default::default()
     };
     [
-        ValidatingWebhookConfiguration {
-            metadata: meta(KUBEVIRT_CONFIGURATION),
-            webhooks: Some(vec![
-                hook(
-                    Webhook::VirtualMachineInstanceCreate,
-                    &["CREATE"],
-                    ("kubevirt.io", "v1", "virtualmachineinstances"),
-                    10,
-                ),
-                hook(
-                    Webhook::VirtualMachine,
-                    &["CREATE", "UPDATE"],
-                    ("kubevirt.io", "v1", "virtualmachines"),
-                    10,
-                ),
-                // It writes the VMI's mark only when the eviction is not a dry run.
-                ValidatingWebhook {
-                    side_effects: "NoneOnDryRun".to_owned(),
-                    match_conditions: Some(vec![MatchCondition {
-                        name: "only-vms".to_owned(),
-                        expression: super::eviction::MATCH_CONDITION.to_owned(),
-                    }]),
-                    ..hook(
-                        Webhook::LauncherEviction,
-                        &["*"],
-                        ("", "v1", "pods/eviction"),
-                        10,
-                    )
-                },
-            ]),
-        },
         ValidatingWebhookConfiguration {
             metadata: meta(CDI_CONFIGURATION),
             webhooks: Some(vec![hook(
@@ -471,9 +402,6 @@ pub async fn install(
     for webhook in Webhook::ALL {
         match webhook {
             Webhook::SecurityContextConstraints if !scc => {}
-            Webhook::LauncherEviction => {
-                wait_eviction_effective(client).await?;
-            }
             _ => wait_effective(client, webhook).await?,
         }
     }
@@ -483,9 +411,7 @@ pub async fn install(
 /// Removes the registrations (those already gone are fine).
 pub async fn uninstall(client: &kube::Client) -> Result<(), Error> {
     let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    for name in [KUBEVIRT_CONFIGURATION, CDI_CONFIGURATION] {
-        delete(&api, name).await?;
-    }
+    delete(&api, CDI_CONFIGURATION).await?;
     delete(
         &Api::<MutatingWebhookConfiguration>::all(client.clone()),
         SCC_CONFIGURATION,
@@ -543,54 +469,9 @@ async fn wait_effective(client: &kube::Client, webhook: Webhook) -> Result<(), E
     }
 }
 
-/// Waits until the API server sends the interceptor a dry-run eviction of a pod that does not
-/// exist (which it lets through, so the API server then answers 404).
-async fn wait_eviction_effective(client: &kube::Client) -> Result<(), Error> {
-    let reviewed = &EVICTIONS_REVIEWED;
-    let api: Api<k8s_openapi::api::core::v1::Pod> =
-        Api::namespaced(client.clone(), PROBE_NAMESPACE);
-    let params = kube::api::EvictParams {
-        post_options: PostParams {
-            dry_run: true,
-            ..PostParams::default()
-        },
-        ..Default::default()
-    };
-    let started = Instant::now();
-    loop {
-        let before = reviewed.load(Ordering::SeqCst);
-        let last = match api.evict("virt-launcher-sim-probe", &params).await {
-            Ok(_) => "evicted".to_owned(),
-            Err(err) => err.to_string(),
-        };
-        if reviewed.load(Ordering::SeqCst) > before {
-            return Ok(());
-        }
-        if started.elapsed() > EFFECTIVE_WITHIN {
-            return Err(Error::NotEffective {
-                webhook: Webhook::LauncherEviction.name(),
-                waited: started.elapsed(),
-                last,
-            });
-        }
-        tokio::time::sleep(PROBE_INTERVAL).await;
-    }
-}
-
-/// An object `webhook` refuses (and the schema accepts); none for the eviction interceptor,
-/// which refuses only evictions of running VMs.
+/// An object `webhook` refuses (and the schema accepts).
 fn probe(webhook: Webhook) -> Option<(ApiResource, DynamicObject)> {
     let (resource, body) = match webhook {
-        Webhook::VirtualMachine => (
-            ApiResource::erase::<guestcluster::kubevirt::VirtualMachine>(&()),
-            // Neither `running` nor `runStrategy`.
-            json!({"spec": {"template": {"spec": {"domain": {"devices": {}}}}}}),
-        ),
-        Webhook::VirtualMachineInstanceCreate => (
-            ApiResource::erase::<guestcluster::kubevirt::VirtualMachineInstance>(&()),
-            // No memory.
-            json!({"spec": {"domain": {"devices": {}}}}),
-        ),
         Webhook::DataVolume => (
             ApiResource::erase::<guestcluster::cdi::DataVolume>(&()),
             // Neither `pvc` nor `storage`.
@@ -601,7 +482,6 @@ fn probe(webhook: Webhook) -> Option<(ApiResource, DynamicObject)> {
             // The host's network.
             json!({"spec": {"hostNetwork": true, "containers": [{"name": "c", "image": "probe"}]}}),
         ),
-        Webhook::LauncherEviction => return None,
     };
     let mut object = DynamicObject::new("sim-admission-probe", &resource);
     object.data = body;
@@ -614,38 +494,20 @@ mod tests {
 
     #[test]
     fn registrations_are_upstreams_pointing_here() {
-        let [kubevirt, cdi] = configurations("https://127.0.0.1:4443", "PEM");
-        assert_eq!(
-            kubevirt.metadata.name.as_deref(),
-            Some("virt-api-validator")
-        );
+        let [cdi] = configurations("https://127.0.0.1:4443", "PEM");
         assert_eq!(
             cdi.metadata.name.as_deref(),
             Some("cdi-api-datavolume-validate")
         );
-        let hooks: Vec<&ValidatingWebhook> = kubevirt
-            .webhooks
-            .iter()
-            .chain(cdi.webhooks.iter())
-            .flatten()
-            .collect();
+        let hooks: Vec<&ValidatingWebhook> = cdi.webhooks.iter().flatten().collect();
         let names: Vec<&str> = hooks.iter().map(|h| h.name.as_str()).collect();
         assert_eq!(
             names,
-            [
-                "virtualmachineinstances-create-validator.kubevirt.io",
-                "virtualmachine-validator.kubevirt.io",
-                "virt-launcher-eviction-interceptor.kubevirt.io",
-                "datavolume-validate.cdi.kubevirt.io",
-            ]
+            ["datavolume-validate.cdi.kubevirt.io"]
         );
         for hook in &hooks {
             assert_eq!(hook.failure_policy.as_deref(), Some("Fail"));
-            let writes = hook.name == super::super::eviction::NAME;
-            assert_eq!(
-                hook.side_effects,
-                if writes { "NoneOnDryRun" } else { "None" }
-            );
+            assert_eq!(hook.side_effects, "None");
             assert_eq!(
                 hook.client_config.ca_bundle,
                 Some(ByteString(b"PEM".to_vec()))
@@ -658,17 +520,12 @@ mod tests {
             );
         }
         let rule = |h: &ValidatingWebhook| h.rules.as_ref().unwrap()[0].clone();
-        assert_eq!(rule(hooks[0]).operations, Some(vec!["CREATE".to_owned()]));
         assert_eq!(
-            rule(hooks[1]).operations,
+            rule(hooks[0]).operations,
             Some(vec!["CREATE".to_owned(), "UPDATE".to_owned()])
         );
         assert_eq!(
-            rule(hooks[2]).resources,
-            Some(vec!["pods/eviction".to_owned()])
-        );
-        assert_eq!(
-            rule(hooks[3]).api_versions,
+            rule(hooks[0]).api_versions,
             Some(vec!["v1beta1".to_owned()])
         );
     }
@@ -676,10 +533,7 @@ mod tests {
     #[test]
     fn every_probe_is_refused_by_its_webhook() {
         for webhook in Webhook::ALL {
-            let Some((_, object)) = probe(webhook) else {
-                assert_eq!(webhook, Webhook::LauncherEviction);
-                continue;
-            };
+            let (_, object) = probe(webhook).expect("every webhook refuses its probe");
             let review = serde_json::to_vec(&json!({
                 "apiVersion": "admission.k8s.io/v1",
                 "kind": "AdmissionReview",

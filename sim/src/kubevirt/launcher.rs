@@ -1,163 +1,128 @@
-//! virt-launcher pods: what virt-controller creates for a VMI, and the kubelet's part for them
-//! (the kubelet simulation binds them but leaves running and deleting them to us): a bound
-//! launcher pod gets an IP and runs; a deleted one powers its guest off, then goes.
+//! The kubelet's part for the virt-launcher pods upstream virt-controller renders (the kubelet
+//! simulation binds them but leaves running and deleting them to us): a bound launcher pod gets
+//! an IP and runs, and is `Ready` while its containers are and every readiness gate holds
+//! (virt-controller sets `kubevirt.io/virtual-machine-unpaused`); a deleted one powers its guest
+//! off, then goes.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStatus, PersistentVolumeClaimVolumeSource, Pod, PodCondition, PodIP,
-    PodSecurityContext, PodSpec, PodStatus, SecurityContext, Volume as PodVolume,
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus, Pod,
+    PodCondition, PodIP, PodStatus,
 };
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 
 use super::{Shared, is_not_found, now};
 use crate::Error;
-use guestcluster::kubevirt::{VirtualMachineInstance, VmiPhase, labels};
-
-/// Image of the simulated launcher's `compute` container (never pulled or run).
-pub const LAUNCHER_IMAGE: &str = "quay.io/kubevirt/virt-launcher:v1.5.0-sim";
-/// virt-launcher's user and group (and QEMU's).
-const QEMU: i64 = crate::permissions::QEMU_ID as i64;
-/// The container that runs the guest.
-pub const COMPUTE: &str = "compute";
-/// Node label KubeVirt requires of nodes that can run VMs.
-pub const SCHEDULABLE_LABEL: &str = "kubevirt.io/schedulable";
+use guestcluster::kubevirt::{VmiPhase, labels};
 
 /// The label selector of every virt-launcher pod.
 pub fn selector() -> String {
     format!("{}={}", labels::APP, labels::VIRT_LAUNCHER)
 }
 
-/// The name of the VM a VMI belongs to (its `vm.kubevirt.io/name` label), else the VMI's name.
-pub fn vm_name(vmi: &VirtualMachineInstance) -> String {
-    vmi.labels()
-        .get(labels::VM_NAME)
-        .cloned()
-        .unwrap_or_else(|| vmi.name_any())
+/// The containers of `pod` with their images: those that run to completion before the others
+/// (init containers), then those that keep running (sidecars — init containers with
+/// `restartPolicy: Always`, such as KubeVirt's `guest-console-log` — and the containers).
+fn containers(pod: &Pod) -> (Vec<(String, String)>, Vec<(String, String)>) {
+    let named = |c: &k8s_openapi::api::core::v1::Container| {
+        (c.name.clone(), c.image.clone().unwrap_or_default())
+    };
+    let spec = pod.spec.as_ref();
+    let init = spec.and_then(|s| s.init_containers.as_ref()).into_iter().flatten();
+    let sidecar = |c: &&k8s_openapi::api::core::v1::Container| {
+        c.restart_policy.as_deref() == Some("Always")
+    };
+    let run_once = init.clone().filter(|c| !sidecar(c)).map(named).collect();
+    let keep_running = init
+        .filter(sidecar)
+        .chain(spec.map(|s| &s.containers).into_iter().flatten())
+        .map(named)
+        .collect();
+    (run_once, keep_running)
 }
 
-/// The virt-launcher pod virt-controller creates for `vmi`: named
-/// `virt-launcher-<vm>-<5 random chars>` (generateName), owned by the VMI, carrying the VMI's
-/// labels plus KubeVirt's, mounting every PVC the VMI uses (so PVC protection keeps them while
-/// the pod exists), with the VMI's node selector, tolerations and affinity.
-pub fn launcher_pod(vmi: &VirtualMachineInstance) -> Pod {
-    let spec = &vmi.spec;
-    let vm = vm_name(vmi);
-    let mut pod_labels = vmi.labels().clone();
-    pod_labels.insert(labels::APP.into(), labels::VIRT_LAUNCHER.into());
-    pod_labels.insert(labels::CREATED_BY.into(), vmi.uid().unwrap_or_default());
-    pod_labels.insert(labels::VM_NAME.into(), vm.clone());
-    let annotations = BTreeMap::from([(labels::DOMAIN_ANNOTATION.to_owned(), vmi.name_any())]);
-    let owner = OwnerReference {
-        api_version: VirtualMachineInstance::api_version(&()).into_owned(),
-        kind: VirtualMachineInstance::kind(&()).into_owned(),
-        name: vmi.name_any(),
-        uid: vmi.uid().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    };
-    let volumes: Vec<PodVolume> = spec
-        .volumes
-        .iter()
-        .filter_map(|v| {
-            let claim = v.claim_name()?;
-            let read_only = v.persistent_volume_claim.as_ref().and_then(|p| p.read_only);
-            Some(PodVolume {
-                name: v.name.clone(),
-                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                    claim_name: claim.to_owned(),
-                    read_only,
-                }),
-                ..PodVolume::default()
-            })
-        })
-        .collect();
-    let mut node_selector = spec.node_selector.clone();
-    node_selector.insert(SCHEDULABLE_LABEL.into(), "true".into());
-    let memory = spec
-        .domain
-        .memory
-        .as_ref()
-        .and_then(|m| m.guest.clone())
-        .or_else(|| {
-            spec.domain
-                .resources
-                .as_ref()
-                .and_then(|r| r.requests.get("memory").cloned())
-        });
-    let requests: BTreeMap<String, Quantity> = memory
-        .map(|m| BTreeMap::from([("memory".to_owned(), m)]))
-        .unwrap_or_default();
-    Pod {
-        metadata: ObjectMeta {
-            generate_name: Some(format!("virt-launcher-{vm}-")),
-            namespace: vmi.namespace(),
-            labels: Some(pod_labels),
-            annotations: Some(annotations),
-            owner_references: Some(vec![owner]),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PodSpec {
-            containers: vec![Container {
-                name: COMPUTE.into(),
-                image: Some(LAUNCHER_IMAGE.into()),
-                command: Some(vec!["/usr/bin/virt-launcher-monitor".into()]),
-                security_context: Some(SecurityContext {
-                    run_as_user: Some(QEMU),
-                    run_as_group: Some(QEMU),
-                    run_as_non_root: Some(true),
-                    allow_privilege_escalation: Some(false),
-                    capabilities: Some(Capabilities {
-                        add: Some(vec!["NET_BIND_SERVICE".into()]),
-                        drop: Some(vec!["ALL".into()]),
-                    }),
-                    ..Default::default()
-                }),
-                resources: (!requests.is_empty()).then(|| {
-                    k8s_openapi::api::core::v1::ResourceRequirements {
-                        requests: Some(requests),
-                        ..Default::default()
-                    }
-                }),
-                ..Container::default()
-            }],
-            volumes: (!volumes.is_empty()).then_some(volumes),
-            node_selector: Some(node_selector),
-            tolerations: (!spec.tolerations.is_empty()).then(|| spec.tolerations.clone()),
-            affinity: spec.affinity.clone(),
-            hostname: Some(spec.hostname.clone().unwrap_or_else(|| vmi.name_any())),
-            dns_policy: spec.dns_policy.clone(),
-            dns_config: spec.dns_config.clone(),
-            restart_policy: Some("Never".into()),
-            automount_service_account_token: Some(false),
-            // A non-root VMI's launcher (KubeVirt v1.6+ sets fsGroup 107 on every launcher).
-            security_context: Some(PodSecurityContext {
-                run_as_user: Some(QEMU),
-                run_as_group: Some(QEMU),
-                run_as_non_root: Some(true),
-                fs_group: Some(QEMU),
-                ..Default::default()
+fn running(name: &str, image: &str, now: &Time) -> ContainerStatus {
+    ContainerStatus {
+        name: name.into(),
+        image: image.into(),
+        image_id: image.into(),
+        ready: true,
+        started: Some(true),
+        restart_count: 0,
+        state: Some(ContainerState {
+            running: Some(ContainerStateRunning {
+                started_at: Some(now.clone()),
             }),
-            // KubeVirt: the VMI's grace period plus 15 s for the launcher itself.
-            termination_grace_period_seconds: Some(
-                spec.termination_grace_period_seconds.unwrap_or(30) + 15,
-            ),
-            ..PodSpec::default()
+            ..ContainerState::default()
         }),
-        status: None,
+        ..ContainerStatus::default()
     }
 }
 
-/// Pod status of a launcher whose guest may start: Running with `ip`.
+fn terminated(
+    name: &str,
+    image: &str,
+    exit_code: i32,
+    started_at: Option<Time>,
+    now: &Time,
+) -> ContainerStatus {
+    ContainerStatus {
+        name: name.into(),
+        image: image.into(),
+        image_id: image.into(),
+        ready: false,
+        started: Some(false),
+        restart_count: 0,
+        state: Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code,
+                reason: Some(if exit_code == 0 { "Completed" } else { "Error" }.into()),
+                started_at,
+                finished_at: Some(now.clone()),
+                ..ContainerStateTerminated::default()
+            }),
+            ..ContainerState::default()
+        }),
+        ..ContainerStatus::default()
+    }
+}
+
+/// The kubelet's `Ready` rule (`pkg/kubelet/status/generate.go`, `GeneratePodReadyCondition`):
+/// every container ready and every readiness gate's condition `True`; `None` when it holds, else
+/// the reason it does not.
+pub fn not_ready_reason(pod: &Pod) -> Option<&'static str> {
+    let status = pod.status.as_ref();
+    let containers_ready = status
+        .and_then(|s| s.container_statuses.as_ref())
+        .is_some_and(|list| !list.is_empty() && list.iter().all(|c| c.ready));
+    if !containers_ready {
+        return Some("ContainersNotReady");
+    }
+    let conditions = status.and_then(|s| s.conditions.as_ref());
+    let gates_hold = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_ref())
+        .into_iter()
+        .flatten()
+        .all(|gate| {
+            conditions
+                .into_iter()
+                .flatten()
+                .any(|c| c.type_ == gate.condition_type && c.status == "True")
+        });
+    (!gates_hold).then_some("ReadinessGatesNotReady")
+}
+
+/// Pod status of a launcher whose guest may start: Running with `ip`, init containers done,
+/// every container and sidecar running and ready; `Ready` per [`not_ready_reason`].
 pub fn running_status(pod: &Pod, ip: &str, host_ip: &str, now: &Time) -> PodStatus {
     let condition = |type_: &str| PodCondition {
         type_: type_.into(),
@@ -165,42 +130,77 @@ pub fn running_status(pod: &Pod, ip: &str, host_ip: &str, now: &Time) -> PodStat
         last_transition_time: Some(now.clone()),
         ..PodCondition::default()
     };
-    PodStatus {
+    let (init, main) = containers(pod);
+    let sidecars: Vec<&String> = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|c| c.restart_policy.as_deref() == Some("Always"))
+        .map(|c| &c.name)
+        .collect();
+    let mut status = PodStatus {
         phase: Some("Running".into()),
         pod_ip: Some(ip.into()),
         pod_ips: Some(vec![PodIP { ip: ip.into() }]),
         host_ip: Some(host_ip.into()),
         start_time: Some(now.clone()),
-        conditions: Some(
-            ["PodScheduled", "Initialized", "ContainersReady", "Ready"]
-                .into_iter()
-                .map(condition)
+        init_container_statuses: (!init.is_empty() || !sidecars.is_empty()).then(|| {
+            init.iter()
+                .map(|(name, image)| terminated(name, image, 0, Some(now.clone()), now))
+                .chain(
+                    main.iter()
+                        .filter(|(name, _)| sidecars.contains(&name))
+                        .map(|(name, image)| running(name, image, now)),
+                )
+                .collect()
+        }),
+        container_statuses: Some(
+            main.iter()
+                .filter(|(name, _)| !sidecars.contains(&name))
+                .map(|(name, image)| running(name, image, now))
                 .collect(),
         ),
-        container_statuses: Some(vec![ContainerStatus {
-            name: COMPUTE.into(),
-            image: LAUNCHER_IMAGE.into(),
-            image_id: LAUNCHER_IMAGE.into(),
-            ready: true,
-            started: Some(true),
-            restart_count: 0,
-            state: Some(ContainerState {
-                running: Some(ContainerStateRunning {
-                    started_at: Some(now.clone()),
-                }),
-                ..ContainerState::default()
-            }),
-            ..ContainerStatus::default()
-        }]),
         ..pod.status.clone().unwrap_or_default()
+    };
+    let mut conditions: Vec<PodCondition> = status
+        .conditions
+        .take()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| !["PodScheduled", "Initialized", "ContainersReady", "Ready"].contains(&c.type_.as_str()))
+        .collect();
+    conditions.extend(["PodScheduled", "Initialized", "ContainersReady"].map(condition));
+    status.conditions = Some(conditions);
+    let with_status = Pod {
+        status: Some(status.clone()),
+        ..pod.clone()
+    };
+    let ready = ready_condition(&with_status, now);
+    status.conditions.get_or_insert_default().push(ready);
+    status
+}
+
+/// The `Ready` condition the kubelet would write now for `pod`.
+fn ready_condition(pod: &Pod, now: &Time) -> PodCondition {
+    let reason = not_ready_reason(pod);
+    PodCondition {
+        type_: "Ready".into(),
+        status: if reason.is_none() { "True" } else { "False" }.into(),
+        reason: reason.map(String::from),
+        last_transition_time: Some(now.clone()),
+        ..PodCondition::default()
     }
 }
 
-/// Pod status once the VMI ended: the `compute` container exited (0 after a power-off).
+/// Pod status once the VMI ended: virt-launcher and its containers exited (0 after a
+/// power-off).
 pub fn ended_status(pod: &Pod, vmi_phase: VmiPhase, now: &Time) -> PodStatus {
     let succeeded = vmi_phase == VmiPhase::Succeeded;
     let previous = pod.status.clone().unwrap_or_default();
     let started_at = previous.start_time.clone();
+    let (_, main) = containers(pod);
     PodStatus {
         phase: Some(if succeeded { "Succeeded" } else { "Failed" }.into()),
         conditions: Some(
@@ -215,25 +215,14 @@ pub fn ended_status(pod: &Pod, vmi_phase: VmiPhase, now: &Time) -> PodStatus {
                 })
                 .collect(),
         ),
-        container_statuses: Some(vec![ContainerStatus {
-            name: COMPUTE.into(),
-            image: LAUNCHER_IMAGE.into(),
-            image_id: LAUNCHER_IMAGE.into(),
-            ready: false,
-            started: Some(false),
-            restart_count: 0,
-            state: Some(ContainerState {
-                terminated: Some(ContainerStateTerminated {
-                    exit_code: if succeeded { 0 } else { 1 },
-                    reason: Some(if succeeded { "Completed" } else { "Error" }.into()),
-                    started_at,
-                    finished_at: Some(now.clone()),
-                    ..ContainerStateTerminated::default()
-                }),
-                ..ContainerState::default()
-            }),
-            ..ContainerStatus::default()
-        }]),
+        container_statuses: Some(
+            main.iter()
+                .map(|(name, image)| {
+                    let code = if succeeded { 0 } else { 1 };
+                    terminated(name, image, code, started_at.clone(), now)
+                })
+                .collect(),
+        ),
         ..previous
     }
 }
@@ -306,9 +295,29 @@ async fn reconcile(pod: Arc<Pod>, shared: Arc<Shared>) -> Result<Action, Error> 
         api.patch_status(
             &pod.name_any(),
             &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({ "status": status })),
+            &Patch::Merge(serde_json::json!({
+                "metadata": {"resourceVersion": pod.resource_version()},
+                "status": status,
+            })),
         )
         .await?;
+    } else if has_ip && !ended {
+        // The kubelet's status manager: `Ready` follows the readiness gates others set.
+        let ready = ready_condition(&pod, &now());
+        let current = status
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
+        if current.map(|c| &c.status) != Some(&ready.status) {
+            api.patch_status(
+                &pod.name_any(),
+                &PatchParams::default(),
+                &Patch::Strategic(serde_json::json!({
+                    "metadata": {"resourceVersion": pod.resource_version()},
+                    "status": {"conditions": [ready]},
+                })),
+            )
+            .await?;
+        }
     }
     // Nothing else happens to a running launcher pod without an event; look again now and then
     // in case an event was missed.
@@ -318,73 +327,65 @@ async fn reconcile(pod: Arc<Pod>, shared: Arc<Shared>) -> Result<Action, Error> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use guestcluster::kubevirt::VirtualMachineInstanceSpec;
     use serde_json::json;
 
-    #[test]
-    fn launcher_pod_mounts_claims_and_records_placement() {
-        let spec: VirtualMachineInstanceSpec = serde_json::from_value(json!({
-            "domain": {"memory": {"guest": "2Gi"}},
-            "nodeSelector": {"disktype": "ssd"},
-            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "vms",
-                             "effect": "NoSchedule"}],
-            "volumes": [
-                {"name": "root", "dataVolume": {"name": "vm-root"}},
-                {"name": "iso", "persistentVolumeClaim": {"claimName": "iso", "readOnly": true}},
-                {"name": "ci", "cloudInitNoCloud": {"userData": "#cloud-config"}},
-            ],
+    fn launcher(gates: &[&str]) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "virt-launcher-vm-abcde"},
+            "spec": {
+                "containers": [{"name": "compute", "image": "quay.io/kubevirt/virt-launcher:v1.9.0"},
+                               {"name": "guest-console-log", "image": "quay.io/kubevirt/virt-launcher:v1.9.0"}],
+                "readinessGates": gates.iter().map(|g| json!({"conditionType": g})).collect::<Vec<_>>(),
+            },
         }))
-        .unwrap();
-        let mut vmi = VirtualMachineInstance::new("vm", spec);
-        vmi.metadata.namespace = Some("ns".into());
-        vmi.metadata.uid = Some("vmi-uid".into());
-        vmi.metadata.labels = Some(BTreeMap::from([
-            ("app".into(), "crc".into()),
-            (labels::VM_NAME.into(), "vm".into()),
-        ]));
-        let pod = launcher_pod(&vmi);
-        let value = serde_json::to_value(&pod).unwrap();
-        assert_eq!(value["metadata"]["generateName"], "virt-launcher-vm-");
+        .unwrap()
+    }
+
+    #[test]
+    fn a_pod_is_ready_only_once_every_readiness_gate_holds() {
+        let t = Time(k8s_openapi::jiff::Timestamp::from_second(0).unwrap());
+        let gate = "kubevirt.io/virtual-machine-unpaused";
+        let pod = launcher(&[gate]);
+        let mut running = Pod {
+            status: Some(running_status(&pod, "127.10.0.9", "127.0.0.1", &t)),
+            ..pod
+        };
         assert_eq!(
-            value["metadata"]["labels"],
-            json!({"app": "crc", "kubevirt.io": "virt-launcher",
-                   "kubevirt.io/created-by": "vmi-uid", "vm.kubevirt.io/name": "vm"})
+            running.status.as_ref().unwrap().container_statuses.as_ref().unwrap().len(),
+            2,
+            "every container runs"
         );
-        assert_eq!(
-            value["metadata"]["ownerReferences"],
-            json!([{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-                    "name": "vm", "uid": "vmi-uid", "controller": true,
-                    "blockOwnerDeletion": true}])
-        );
-        assert_eq!(
-            value["spec"]["volumes"],
-            json!([
-                {"name": "root", "persistentVolumeClaim": {"claimName": "vm-root"}},
-                {"name": "iso", "persistentVolumeClaim": {"claimName": "iso", "readOnly": true}},
-            ])
-        );
-        assert_eq!(
-            value["spec"]["nodeSelector"],
-            json!({"disktype": "ssd", "kubevirt.io/schedulable": "true"})
-        );
-        assert_eq!(value["spec"]["tolerations"][0]["key"], "dedicated");
-        assert_eq!(
-            value["spec"]["containers"][0]["resources"]["requests"]["memory"],
-            "2Gi"
-        );
-        assert_eq!(value["spec"]["restartPolicy"], "Never");
+        assert_eq!(not_ready_reason(&running), Some("ReadinessGatesNotReady"));
+        let ready = |pod: &Pod| {
+            pod.status.as_ref().unwrap().conditions.as_ref().unwrap().iter()
+                .find(|c| c.type_ == "Ready").unwrap().status.clone()
+        };
+        assert_eq!(ready(&running), "False");
+        running.status.as_mut().unwrap().conditions.as_mut().unwrap().push(PodCondition {
+            type_: gate.into(),
+            status: "True".into(),
+            ..PodCondition::default()
+        });
+        assert_eq!(not_ready_reason(&running), None);
+        assert_eq!(ready_condition(&running, &t).status, "True");
+        let ungated = launcher(&[]);
+        let ungated = Pod {
+            status: Some(running_status(&ungated, "127.10.0.9", "127.0.0.1", &t)),
+            ..ungated
+        };
+        assert_eq!(ready(&ungated), "True");
     }
 
     #[test]
     fn pod_statuses_run_then_end() {
-        let pod = Pod::default();
+        let pod = launcher(&[]);
         let t = Time(k8s_openapi::jiff::Timestamp::from_second(0).unwrap());
         let running = running_status(&pod, "127.10.0.9", "127.0.0.1", &t);
         assert_eq!(running.phase.as_deref(), Some("Running"));
         assert_eq!(running.pod_ip.as_deref(), Some("127.10.0.9"));
         let pod = Pod {
             status: Some(running),
-            ..Pod::default()
+            ..launcher(&[])
         };
         let ended = ended_status(&pod, VmiPhase::Succeeded, &t);
         assert_eq!(ended.phase.as_deref(), Some("Succeeded"));

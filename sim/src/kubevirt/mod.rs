@@ -1,14 +1,16 @@
-//! Simulated KubeVirt: VirtualMachines, VirtualMachineInstances and virt-launcher pods, against
-//! the real API server. See `docs/simulation.md` ("KubeVirt") for what is and is not modelled.
+//! KubeVirt's node side, against the real API server and upstream virt-controller and virt-api
+//! (`testenv::ControlPlane::kubevirt`), which own VirtualMachines, VMIs up to `Scheduled` and
+//! the virt-launcher pods they render. See `docs/simulation.md` ("KubeVirt") for what is and
+//! is not modelled.
 //!
-//! Three level-triggered controllers (kube-runtime `Controller`s), each re-reading the objects it
+//! Two level-triggered controllers (kube-runtime `Controller`s), each re-reading the objects it
 //! acts on and deciding with the pure functions of [`decide`]:
 //!
-//! - [`vm`]: run strategies → a VMI per start (new UID each time), VM status.
-//! - [`vmi`]: a VMI's phases, its virt-launcher pod, booting and stopping its guest through
-//!   [`guests`], the `foregroundDeleteVirtualMachine` finalizer held until the pod is gone.
+//! - [`handler`]: virt-handler: a VMI handed to this node is booted through [`guests`], reported
+//!   `Running`, and ended with its guest.
 //! - [`launcher`]: the kubelet's part for launcher pods (the kubelet simulation only binds them):
-//!   an IP from `ctx.network` and `Running`; on deletion, guest power-off, then the pod goes.
+//!   an IP from `ctx.network`, `Running`, `Ready` once every readiness gate holds; on deletion,
+//!   guest power-off, then the pod goes.
 //!
 //! What lives only in this process: which guests it booted and how they ended, and the IPs it
 //! handed out. After a restart of the simulation a Running VMI has no guest here and is treated
@@ -17,12 +19,10 @@
 //! is adopted so that its deletion releases it.
 
 pub mod decide;
-pub mod defaults;
 pub mod guests;
+pub mod handler;
 pub mod launcher;
 pub mod storage;
-pub mod vm;
-pub mod vmi;
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -32,34 +32,115 @@ use std::time::{Duration, Instant};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
-use serde::Serialize;
-use serde_json::{Map, Value, json};
+use serde_json::json;
 
 use self::decide::{Exit, GuestView};
 use self::guests::Guests;
 use super::{Error, SimContext};
 use guestcluster::kubevirt::{VirtualMachineInstance, VmiPhase};
 
-/// Runs the simulated KubeVirt until the task is aborted.
+/// Runs KubeVirt's simulated node side until the task is aborted.
 pub async fn run(ctx: Arc<SimContext>) -> Result<(), Error> {
-    let shared = Arc::new(Shared::new(ctx));
+    let handler = handler_client(&ctx).await?;
+    let shared = Arc::new(Shared::new(ctx, handler));
     // Subscribed before anything can boot, so no exit is missed.
     let exits = shared.guests.subscribe_exits();
     tokio::join!(
-        vm::run(shared.clone()),
-        vmi::run(shared.clone()),
+        handler::run(shared.clone()),
         launcher::run(shared.clone()),
-        vmi::watch_exits(shared.clone(), exits),
+        handler::watch_exits(shared.clone(), exits),
     );
     Err(Error::Other(
-        "the simulated KubeVirt controllers stopped".into(),
+        "the simulated KubeVirt node controllers stopped".into(),
     ))
+}
+
+/// virt-handler's ServiceAccount (virt-operator's install strategy makes it and its RBAC).
+pub const HANDLER_ACCOUNT: &str = "kubevirt-handler";
+
+/// A client acting as virt-handler on this node: virt-api's VMI mutator drops status changes
+/// from anyone but KubeVirt's own accounts, its VMI update validator takes them from
+/// virt-handler only for VMIs on the node its token names, and upstream's RBAC applies. The token
+/// is bound to [`handler_pod`], so the API server puts the pod's node in it, as for the
+/// DaemonSet's pod on a real node.
+async fn handler_client(ctx: &SimContext) -> Result<kube::Client, Error> {
+    use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let namespace = crate::platform::KUBEVIRT_NAMESPACE;
+    let pod = handler_pod(ctx).await?;
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(24 * 3600),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: pod.metadata.name.clone(),
+                uid: pod.metadata.uid.clone(),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let token = kube::Api::<ServiceAccount>::namespaced(ctx.client.clone(), namespace)
+        .create_token_request(HANDLER_ACCOUNT, &Default::default(), &request)
+        .await?
+        .status
+        .and_then(|s| s.token)
+        .ok_or_else(|| Error::Other(format!("no token for {namespace}/{HANDLER_ACCOUNT}")))?;
+    let error = |e: &dyn std::fmt::Display| {
+        Error::Other(format!("{}: {e}", ctx.options.kubeconfig.display()))
+    };
+    let kubeconfig =
+        kube::config::Kubeconfig::read_from(&ctx.options.kubeconfig).map_err(|e| error(&e))?;
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .map_err(|e| error(&e))?;
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(token.into()),
+        ..Default::default()
+    };
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// The virt-handler pod of this node (what virt-operator's DaemonSet would run here), created
+/// once and kept: bound to the node, labelled `kubevirt.io=virt-handler` (virt-controller's node
+/// controller looks for it), running as [`HANDLER_ACCOUNT`]. Its image is not ours, so the
+/// kubelet simulation leaves it alone; its status says Running, as the kubelet would.
+async fn handler_pod(ctx: &SimContext) -> Result<k8s_openapi::api::core::v1::Pod, Error> {
+    use k8s_openapi::api::core::v1::Pod;
+    let namespace = crate::platform::KUBEVIRT_NAMESPACE;
+    let name = format!("virt-handler-{}", ctx.options.node_name);
+    let pods: kube::Api<Pod> = kube::Api::namespaced(ctx.client.clone(), namespace);
+    let pod = match pods.get_opt(&name).await? {
+        Some(pod) => pod,
+        None => {
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": namespace,
+                             "labels": {"kubevirt.io": "virt-handler"}},
+                "spec": {
+                    "nodeName": ctx.options.node_name,
+                    "serviceAccountName": HANDLER_ACCOUNT,
+                    "containers": [{"name": "virt-handler",
+                                    "image": format!("quay.io/kubevirt/virt-handler:{}", testenv::KUBEVIRT_VERSION)}],
+                },
+            }))
+            .map_err(|e| Error::Other(format!("virt-handler pod: {e}")))?;
+            pods.create(&Default::default(), &pod).await?
+        }
+    };
+    let running = json!({"status": {"phase": "Running", "hostIP": crate::kubelet::NODE_IP.to_string(),
+        "conditions": [{"type": "Ready", "status": "True"}]}});
+    pods.patch_status(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(running))
+        .await?;
+    Ok(pod)
 }
 
 /// What the controllers share: the simulation context and what this process knows that the API
 /// server does not.
 pub(crate) struct Shared {
     ctx: Arc<SimContext>,
+    /// Acts as virt-handler ([`handler_client`]).
+    handler: kube::Client,
     guests: Guests,
     state: Mutex<State>,
 }
@@ -68,7 +149,7 @@ pub(crate) struct Shared {
 struct State {
     /// How guests ended, by VMI UID.
     exits: HashMap<String, Exit>,
-    /// When this process marked a VMI Scheduled, by VMI UID.
+    /// When this process first saw a VMI Scheduled, by VMI UID.
     scheduled_at: HashMap<String, Instant>,
     /// VMI UID → (namespace, name), for guest exits.
     vmi_names: HashMap<String, (String, String)>,
@@ -79,10 +160,11 @@ struct State {
 }
 
 impl Shared {
-    fn new(ctx: Arc<SimContext>) -> Self {
+    fn new(ctx: Arc<SimContext>, handler: kube::Client) -> Self {
         Self {
             guests: Guests::new(ctx.clone()),
             ctx,
+            handler,
             state: Mutex::default(),
         }
     }
@@ -204,31 +286,6 @@ pub(crate) fn now() -> Time {
     Time(Timestamp::from_second(now.as_second()).unwrap_or(now))
 }
 
-/// A JSON merge patch turning status `old` into `new`, guarded by `resource_version`; `None`
-/// when they serialize the same. Top-level status fields absent from `new` are removed.
-pub(crate) fn merge_status_patch<S: Serialize>(
-    old: &S,
-    new: &S,
-    resource_version: Option<String>,
-) -> Result<Option<Value>, Error> {
-    let to_value = |s: &S| {
-        serde_json::to_value(s).map_err(|err| Error::Other(format!("serializing a status: {err}")))
-    };
-    let (old, new) = (to_value(old)?, to_value(new)?);
-    if old == new {
-        return Ok(None);
-    }
-    let mut status: Map<String, Value> = new.as_object().cloned().unwrap_or_default();
-    for key in old.as_object().into_iter().flat_map(|o| o.keys()) {
-        status.entry(key.clone()).or_insert(Value::Null);
-    }
-    let mut patch = json!({ "status": status });
-    if let Some(rv) = resource_version {
-        patch["metadata"] = json!({ "resourceVersion": rv });
-    }
-    Ok(Some(patch))
-}
-
 pub(crate) fn is_not_found(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(status) if status.code == 404)
 }
@@ -245,25 +302,5 @@ pub(crate) fn error_policy<K>(_object: Arc<K>, err: &Error, _shared: Arc<Shared>
             tracing::debug!("simulated KubeVirt will retry: {err}");
             Action::requeue(Duration::from_millis(500))
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn merge_status_patch_removes_dropped_fields_and_carries_the_version() {
-        let old = json!({"phase": "Running", "reason": "x"});
-        let new = json!({"phase": "Failed"});
-        let patch = merge_status_patch(&old, &new, Some("42".into()))
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            patch,
-            json!({"status": {"phase": "Failed", "reason": null},
-                   "metadata": {"resourceVersion": "42"}})
-        );
-        assert_eq!(merge_status_patch(&new, &new, None).unwrap(), None);
     }
 }

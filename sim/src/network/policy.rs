@@ -73,7 +73,7 @@ pub fn admits(policies: &[NetworkPolicy], target: &PodView, source: &Source, por
 }
 
 /// A policy of the target's namespace that selects it for ingress.
-fn selects(policy: &NetworkPolicy, target: &PodView) -> bool {
+pub fn selects(policy: &NetworkPolicy, target: &PodView) -> bool {
     let Some(spec) = &policy.spec else {
         return false;
     };
