@@ -43,7 +43,7 @@ pub mod labels {
 pub mod finalizers {
     /// On every VMI: removed by virt-controller once the guest is stopped and the virt-launcher
     /// pod is gone, so a deleted VMI stays visible (and its disks held) until then.
-    pub const VMI_FOREGROUND_DELETE: &str = "foregroundDeleteVirtualMachine";
+    pub const VMI_FOREGROUND_DELETE: &str = "kubevirt.io/foregroundDeleteVirtualMachine";
     /// On every VirtualMachine: removed once its VMI is gone.
     pub const VM_CONTROLLER: &str = "kubevirt.io/virtualMachineControllerFinalize";
 }

@@ -53,6 +53,9 @@ struct Seen {
     offsets: std::collections::BTreeMap<String, i64>,
     steps: Vec<InstallStep>,
     last_message: String,
+    /// For each running build VMI looked at: its launcher pod, and whether the build's guest
+    /// NetworkPolicy selects it.
+    guarded: std::collections::BTreeMap<String, bool>,
 }
 
 async fn look(client: &kube::Client, bundle: &str, seen: &mut Seen) {
@@ -65,8 +68,11 @@ async fn look(client: &kube::Client, bundle: &str, seen: &mut Seen) {
             seen.ips.insert(ip.to_owned());
         }
         let offset = vmi.spec.domain.clock_offset_seconds();
-        seen.offsets
-            .insert(vmi.metadata.uid.clone().unwrap_or_default(), offset);
+        let uid = vmi.metadata.uid.clone().unwrap_or_default();
+        seen.offsets.insert(uid.clone(), offset);
+        if let Some(guarded) = policy_selects_launcher(client, bundle, &uid).await {
+            seen.guarded.extend([guarded]);
+        }
     }
     if let Ok(b) = Api::<CRCBundle>::all(client.clone()).get(bundle).await
         && let Some(step) = b.status.and_then(|s| s.build).and_then(|b| b.install_step)
@@ -74,6 +80,38 @@ async fn look(client: &kube::Client, bundle: &str, seen: &mut Seen) {
     {
         seen.steps.push(step);
     }
+}
+
+/// The running launcher pod of the build VMI `uid` (as upstream virt-controller rendered it),
+/// and whether the attempt's guest NetworkPolicy selects it.
+async fn policy_selects_launcher(
+    client: &kube::Client,
+    bundle: &str,
+    uid: &str,
+) -> Option<(String, bool)> {
+    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    let pods = Api::<Pod>::namespaced(client.clone(), OPERATOR_NS)
+        .list(&ListParams::default().labels(&format!(
+            "kubevirt.io=virt-launcher,kubevirt.io/created-by={uid}"
+        )))
+        .await
+        .ok()?;
+    let pod = pods.items.into_iter().find(|p| {
+        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+    })?;
+    let names = guestcluster::resources::build::Names::of(bundle, 1);
+    let policy = Api::<NetworkPolicy>::namespaced(client.clone(), OPERATOR_NS)
+        .get_opt(&names.guest_policy)
+        .await
+        .ok()??;
+    let view = sim::network::policy::PodView {
+        namespace: OPERATOR_NS.to_owned(),
+        name: pod.name_any(),
+        labels: pod.labels().clone(),
+        ..Default::default()
+    };
+    Some((pod.name_any(), sim::network::policy::selects(&policy, &view)))
 }
 
 #[tokio::test]
@@ -120,6 +158,11 @@ async fn a_built_bundle_goes_through_every_stage_to_ready_and_serves_a_pool_besi
     })
     .await;
     let seen = std::mem::take(&mut *seen.lock().unwrap());
+    assert!(
+        !seen.guarded.is_empty() && seen.guarded.values().all(|selected| *selected),
+        "the build's guest NetworkPolicy selects every launcher pod of the build VM: {:?}",
+        seen.guarded
+    );
     let status = b.status.clone().unwrap();
     let build = status.build.clone().unwrap();
     assert!(

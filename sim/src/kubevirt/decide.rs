@@ -36,6 +36,8 @@ impl PodView {
 pub enum Exit {
     PoweredOff,
     Crashed(String),
+    /// Its virt-launcher pod was deleted: virt-launcher shut the domain down on its way out.
+    PodDeleted,
 }
 
 /// The guest of a VMI, as far as this process knows.
@@ -100,6 +102,11 @@ fn finish_after_exit(exit: &Exit) -> VmiStep {
             "the guest powered off",
         ),
         Exit::Crashed(message) => finish(VmiPhase::Failed, "GuestCrashed", message),
+        Exit::PodDeleted => finish(
+            VmiPhase::Failed,
+            "LauncherPodGone",
+            "the virt-launcher pod was deleted",
+        ),
     }
 }
 

@@ -14,7 +14,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 
-use super::decide::{PodView, VmiObservation, VmiStep, device_targets, next_vmi_step};
+use super::decide::{Exit, PodView, VmiObservation, VmiStep, device_targets, next_vmi_step};
 use super::guests::{BootDisk, BootRequest, Exits};
 use super::launcher::{self, ended_status};
 use super::{Shared, now, storage};
@@ -134,7 +134,7 @@ pub(super) async fn converge(
         match step {
             VmiStep::Nothing => return Ok(Action::requeue(Duration::from_secs(60))),
             VmiStep::WaitStart(left) => return Ok(Action::requeue(left)),
-            VmiStep::ShutdownGuest => shared.shutdown_guest(&uid).await,
+            VmiStep::ShutdownGuest => shared.shutdown_guest(&uid, Exit::PoweredOff).await,
             VmiStep::Finish {
                 phase,
                 reason,
@@ -168,6 +168,10 @@ pub(super) async fn converge(
                     write_status(&api, &raw, |status, now| {
                         enter(status, VmiPhase::Failed, now);
                         status["reason"] = json!("BootFailed");
+                        set_condition(
+                            status,
+                            condition(SYNCHRONIZED, false, SYNC_FAILED_REASON, &message, now),
+                        );
                     })
                     .await?;
                 }

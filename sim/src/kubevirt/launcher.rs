@@ -18,6 +18,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 
+use super::decide::Exit;
 use super::{Shared, is_not_found, now};
 use crate::Error;
 use guestcluster::kubevirt::{VmiPhase, labels};
@@ -259,7 +260,7 @@ async fn reconcile(pod: Arc<Pod>, shared: Arc<Shared>) -> Result<Action, Error> 
         // Like the kubelet: stop the workload (a graceful guest power-off), then finish the
         // deletion. The pod object, and so the hold on its PVCs, lasts until then.
         if let Some(vmi_uid) = pod.labels().get(labels::CREATED_BY) {
-            shared.shutdown_guest(vmi_uid).await;
+            shared.shutdown_guest(vmi_uid, Exit::PodDeleted).await;
         }
         let params = DeleteParams {
             grace_period_seconds: Some(0),

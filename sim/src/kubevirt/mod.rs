@@ -215,10 +215,10 @@ impl Shared {
         state.scheduled_at.remove(uid);
     }
 
-    /// Powers the guest off (ACPI) and records that it did.
-    async fn shutdown_guest(&self, uid: &str) {
+    /// Powers the guest off (ACPI) and records that it did, as `exit`.
+    async fn shutdown_guest(&self, uid: &str, exit: Exit) {
         if self.guests.shutdown(uid).await {
-            self.record_exit(uid, Exit::PoweredOff);
+            self.record_exit(uid, exit);
         }
     }
 
