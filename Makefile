@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build test lint fmt crds external-crds controlplane helm deps demo dev-up clean-cache bench bench-disk bench-scale bench-observability
+.PHONY: all build test lint fmt crds external-crds controlplane kubevirt helm deps demo dev-up clean-cache bench bench-disk bench-scale bench-observability
 
 all: build
 
@@ -13,6 +13,12 @@ build:
 ## per machine from pinned Go modules into ~/.cache/guestcluster.
 controlplane:
 	tools/controlplane/build.sh
+
+## KubeVirt's control plane (virt-controller, virt-api) and the dump of virt-operator's install
+## strategy, built once per machine from the kubevirt.io/kubevirt release pinned in tools/kubevirt
+## into ~/.cache/guestcluster (the tests and the demo run them; docs/simulation.md).
+kubevirt:
+	tools/kubevirt/build.sh
 
 ## helm, built once per machine from the Go module pinned in tools/helm into ~/.cache/guestcluster
 ## (the tests lint, render and install the chart helm/guestcluster-operator with it).
@@ -46,7 +52,7 @@ lint:
 ## Everything CI runs, for the whole workspace (the product and its test crates `testenv` and
 ## `sim`): format and lint checks, generated-file drift checks, unit, control-plane and scenario
 ## tests. tools/test-lanes.sh runs the longest scenario binaries beside the rest.
-test: deps controlplane helm lint
+test: deps controlplane kubevirt helm lint
 	CARGO=$(CARGO) tools/test-lanes.sh
 
 ## Criterion benchmarks (benches/): per-reconcile decision cost at scale, with same-run baselines to
@@ -79,7 +85,7 @@ bench-observability:
 ## outcome is in the progress lines); set RUST_LOG to see them.
 ## The simulation's binary (`guestcluster-sim`) runs the flow; the Jobs' pods run the product
 ## binary, built first into the same target directory, where the simulation looks for it.
-demo: deps controlplane
+demo: deps controlplane kubevirt
 	$(CARGO) build --quiet -p guestcluster
 	RUST_LOG="$${RUST_LOG:-warn,kube_client::client::builder=off}" $(CARGO) run --quiet -p guestcluster-sim -- demo
 
