@@ -32,9 +32,6 @@ pub mod labels {
     pub const VIRT_LAUNCHER: &str = "virt-launcher";
     /// On a virt-launcher pod: the UID of the VMI it runs.
     pub const CREATED_BY: &str = "kubevirt.io/created-by";
-    /// On VMIs started from a VirtualMachine and their virt-launcher pods: the VM's name. A
-    /// Service selecting the VM's pod uses this label.
-    pub const VM_NAME: &str = "vm.kubevirt.io/name";
     /// Annotation on a virt-launcher pod: the name of the VMI (libvirt domain) it runs.
     pub const DOMAIN_ANNOTATION: &str = "kubevirt.io/domain";
 }

@@ -97,9 +97,10 @@ async fn policy_selects_launcher(
         )))
         .await
         .ok()?;
-    let pod = pods.items.into_iter().find(|p| {
-        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-    })?;
+    let pod = pods
+        .items
+        .into_iter()
+        .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))?;
     let names = guestcluster::resources::build::Names::of(bundle, 1);
     let policy = Api::<NetworkPolicy>::namespaced(client.clone(), OPERATOR_NS)
         .get_opt(&names.guest_policy)
@@ -111,7 +112,10 @@ async fn policy_selects_launcher(
         labels: pod.labels().clone(),
         ..Default::default()
     };
-    Some((pod.name_any(), sim::network::policy::selects(&policy, &view)))
+    Some((
+        pod.name_any(),
+        sim::network::policy::selects(&policy, &view),
+    ))
 }
 
 #[tokio::test]

@@ -16,7 +16,7 @@ use futures::StreamExt as _;
 use guestcluster::guest::api::{self, Credentials};
 use guestcluster::guest::ssh::{SshGuest, SshOptions};
 use guestcluster::guest::{Command, Guest, keys};
-use guestcluster::kubevirt::{VirtualMachineInstance, labels};
+use guestcluster::kubevirt::VirtualMachineInstance;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -191,7 +191,7 @@ async fn the_route_reaches_the_guest_api_with_its_named_certificate() {
     .unwrap();
     create(&client, &ns, &resource("kubevirt.io", "v1", "VirtualMachine", "virtualmachines"), json!({
         "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "metadata": {"name": VM},
-        "spec": {"runStrategy": "Always", "template": {"metadata": {"labels": {"app": "crc"}}, "spec": {
+        "spec": {"runStrategy": "Always", "template": {"metadata": {"labels": {"app": "crc", guestcluster::api::labels::VM: VM}}, "spec": {
             "domain": {"resources": {"requests": {"memory": "1Gi"}},
                        "devices": {"disks": [{"name": "root", "disk": {"bus": "virtio"}}]}},
             "volumes": [{"name": "root", "persistentVolumeClaim": {"claimName": "crc-root"}}]}}}}))
@@ -210,7 +210,7 @@ async fn the_route_reaches_the_guest_api_with_its_named_certificate() {
 
     // What a Service selecting the VM finds: one launcher pod, at the address the guest has.
     let launchers = Api::<Pod>::namespaced(client.clone(), &ns)
-        .list(&ListParams::default().labels(&format!("{}={VM}", labels::VM_NAME)))
+        .list(&ListParams::default().labels(&format!("{}={VM}", guestcluster::api::labels::VM)))
         .await
         .unwrap()
         .items;
@@ -340,7 +340,7 @@ async fn the_route_reaches_the_guest_api_with_its_named_certificate() {
     let service = format!("{VM}-crc-api");
     create(&client, &ns, &resource("", "v1", "Service", "services"), json!({
         "apiVersion": "v1", "kind": "Service", "metadata": {"name": service},
-        "spec": {"selector": {labels::VM_NAME: VM}, "ports": [{"name": "https", "port": 6443, "targetPort": 6443}]}}))
+        "spec": {"selector": {guestcluster::api::labels::VM: VM}, "ports": [{"name": "https", "port": 6443, "targetPort": 6443}]}}))
     .await;
     create(
         &client,

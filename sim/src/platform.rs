@@ -79,9 +79,10 @@ async fn cdi_config(client: &kube::Client) -> Result<(), Error> {
     let object = |extra: serde_json::Value| {
         let mut object = json!({"apiVersion": resource.api_version, "kind": resource.kind,
                                 "metadata": {"name": "config"}});
-        object.as_object_mut().expect("an object").extend(
-            extra.as_object().cloned().unwrap_or_default(),
-        );
+        object
+            .as_object_mut()
+            .expect("an object")
+            .extend(extra.as_object().cloned().unwrap_or_default());
         object
     };
     api.patch(

@@ -19,6 +19,11 @@ pub const COMPONENT_CRC_AGENT: &str = "crc-agent";
 pub const COMPONENT_BUILD_INSTALLER: &str = "build-installer";
 pub const COMPONENT_BUILD_HELPER: &str = "build-helper";
 pub const COMPONENT_BUILD_DISK: &str = "build-disk";
+/// On every VirtualMachine the operator makes and its template: the VM's name. KubeVirt copies a
+/// template's labels to each VMI and its virt-launcher pod, but labels the pod
+/// `vm.kubevirt.io/name=<the guest's hostname>` (every CRC guest is `crc`), so the operator's
+/// Services, NetworkPolicies and lookups find a VM's launcher pod by this label instead.
+pub const VM: &str = "guestcluster.opdev.io/vm";
 /// Name of the ClusterPool an instance belongs to.
 pub const POOL: &str = "opdev.io/pool";
 /// Name of the CRCBundle an object belongs to.

@@ -553,7 +553,7 @@ pub fn guest_policy(bundle: &CRCBundle, namespace: &str, names: &Names) -> Netwo
         spec: Some(NetworkPolicySpec {
             pod_selector: Some(LabelSelector {
                 match_expressions: Some(vec![LabelSelectorRequirement {
-                    key: crate::kubevirt::labels::VM_NAME.to_owned(),
+                    key: labels::VM.to_owned(),
                     operator: "In".to_owned(),
                     values: Some(vec![names.build_vm.clone(), names.validation_vm.clone()]),
                 }]),

@@ -27,7 +27,12 @@ pub(crate) struct BinarySet {
 pub(crate) const CONTROL_PLANE: BinarySet = BinarySet {
     what: "control plane",
     env: BIN_DIR_ENV,
-    required: &["etcd", "kube-apiserver", "kube-controller-manager", "kubectl"],
+    required: &[
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kubectl",
+    ],
     script: "tools/controlplane/build.sh",
     make_target: "controlplane",
 };
@@ -106,10 +111,10 @@ fn checked(set: &BinarySet, dir: PathBuf, source: &str) -> Result<PathBuf, Error
         Err(missing(
             set,
             format!(
-            "{} (from {source}) lacks {}",
-            dir.display(),
-            absent.join(", ")
-        ),
+                "{} (from {source}) lacks {}",
+                dir.display(),
+                absent.join(", ")
+            ),
         ))
     }
 }
@@ -137,8 +142,8 @@ mod tests {
     #[test]
     fn incomplete_dir_names_what_is_missing_and_how_to_build() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let err = checked(&CONTROL_PLANE, dir.path().to_path_buf(), BIN_DIR_ENV)
-            .expect_err("empty dir");
+        let err =
+            checked(&CONTROL_PLANE, dir.path().to_path_buf(), BIN_DIR_ENV).expect_err("empty dir");
         let text = err.to_string();
         assert!(text.contains("kube-apiserver"), "{text}");
         assert!(text.contains("make controlplane"), "{text}");
@@ -151,6 +156,9 @@ mod tests {
             .await
             .expect_err("no script");
         assert!(err.to_string().contains("make kubevirt"), "{err}");
-        assert!(err.to_string().contains("GUESTCLUSTER_KUBEVIRT_BIN"), "{err}");
+        assert!(
+            err.to_string().contains("GUESTCLUSTER_KUBEVIRT_BIN"),
+            "{err}"
+        );
     }
 }

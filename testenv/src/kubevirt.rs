@@ -17,6 +17,9 @@
 //!   virt-handler (the simulation plays the node), the export proxy, the synchronization
 //!   controller and virt-template are not run.
 
+// This plays virt-operator and writes as it does, not through the operator's write path.
+#![allow(clippy::disallowed_methods)]
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -122,7 +125,10 @@ impl ControlPlane {
                 _ => apply(&client, object).await?,
             }
         }
-        for crd in objects.iter().filter(|o| o["kind"] == "CustomResourceDefinition") {
+        for crd in objects
+            .iter()
+            .filter(|o| o["kind"] == "CustomResourceDefinition")
+        {
             let name = crd["metadata"]["name"].as_str().unwrap_or_default();
             wait_established(&client, name).await?;
         }
@@ -138,7 +144,9 @@ impl ControlPlane {
                 .iter()
                 .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == component)
                 .ok_or_else(|| {
-                    kubevirt_error(format!("the install strategy has no {component} Deployment"))
+                    kubevirt_error(format!(
+                        "the install strategy has no {component} Deployment"
+                    ))
                 })?;
             let pod = &deployment["spec"]["template"]["spec"];
             let account = pod["serviceAccountName"].as_str().unwrap_or("default");
@@ -290,8 +298,10 @@ async fn deployed_kubevirt(client: &kube::Client, kubevirt: &Value) -> Result<()
         "metadata": {"name": KUBEVIRT_NAMESPACE}});
     apply(client, &namespace).await?;
     apply(client, &kubevirt_object()).await?;
-    let condition = |t: &str, s: &str| json!({"type": t, "status": s,
-        "reason": "AllComponentsReady", "message": "All components are ready."});
+    let condition = |t: &str, s: &str| {
+        json!({"type": t, "status": s,
+        "reason": "AllComponentsReady", "message": "All components are ready."})
+    };
     let mut derived = kubevirt["status"].clone();
     let fields = derived
         .as_object_mut()
@@ -301,8 +311,11 @@ async fn deployed_kubevirt(client: &kube::Client, kubevirt: &Value) -> Result<()
     fields.insert("targetKubeVirtVersion".into(), json!(KUBEVIRT_VERSION));
     fields.insert(
         "conditions".into(),
-        json!([condition("Available", "True"), condition("Progressing", "False"),
-               condition("Degraded", "False")]),
+        json!([
+            condition("Available", "True"),
+            condition("Progressing", "False"),
+            condition("Degraded", "False")
+        ]),
     );
     let status = json!({
         "apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
@@ -357,7 +370,11 @@ async fn wait_established(client: &kube::Client, name: &str) -> Result<(), Error
 }
 
 /// The install strategy virt-operator would apply for `kubevirt`.
-async fn install_strategy(bin_dir: &Path, kubevirt: &Value, dir: &Path) -> Result<Vec<Value>, Error> {
+async fn install_strategy(
+    bin_dir: &Path,
+    kubevirt: &Value,
+    dir: &Path,
+) -> Result<Vec<Value>, Error> {
     use tokio::io::AsyncWriteExt;
     let program = bin_dir.join("kubevirt-install");
     let mut child = tokio::process::Command::new(&program)
@@ -450,7 +467,12 @@ fn environment(container: &Value) -> Vec<(String, String)> {
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(|e| Some((e["name"].as_str()?.to_owned(), e["value"].as_str()?.to_owned())))
+        .filter_map(|e| {
+            Some((
+                e["name"].as_str()?.to_owned(),
+                e["value"].as_str()?.to_owned(),
+            ))
+        })
         .collect()
 }
 
@@ -474,9 +496,8 @@ async fn spawn_in_pod(
     log: PathBuf,
 ) -> Result<ManagedProcess, Error> {
     // The mount point must exist on the host; it stays empty there.
-    std::fs::create_dir_all(SERVICE_ACCOUNT_DIR).map_err(fsutil::io_error(Path::new(
-        SERVICE_ACCOUNT_DIR,
-    )))?;
+    std::fs::create_dir_all(SERVICE_ACCOUNT_DIR)
+        .map_err(fsutil::io_error(Path::new(SERVICE_ACCOUNT_DIR)))?;
     let (host, port) = server_url
         .trim_start_matches("https://")
         .rsplit_once(':')
@@ -522,15 +543,20 @@ async fn apply(client: &kube::Client, object: &Value) -> Result<(), Error> {
     let (resource, capabilities) = kube::discovery::pinned_kind(client, &gvk)
         .await
         .map_err(|e| kubevirt_error(format!("discovering {api_version} {kind}: {e}")))?;
-    let api: Api<DynamicObject> = match (capabilities.scope, object["metadata"]["namespace"].as_str()) {
-        (Scope::Namespaced, Some(namespace)) => {
-            Api::namespaced_with(client.clone(), namespace, &resource)
-        }
-        _ => Api::all_with(client.clone(), &resource),
-    };
-    api.patch(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(object))
-        .await
-        .map_err(|e| kubevirt_error(format!("applying {kind} {name}: {e}")))?;
+    let api: Api<DynamicObject> =
+        match (capabilities.scope, object["metadata"]["namespace"].as_str()) {
+            (Scope::Namespaced, Some(namespace)) => {
+                Api::namespaced_with(client.clone(), namespace, &resource)
+            }
+            _ => Api::all_with(client.clone(), &resource),
+        };
+    api.patch(
+        name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(object),
+    )
+    .await
+    .map_err(|e| kubevirt_error(format!("applying {kind} {name}: {e}")))?;
     Ok(())
 }
 
@@ -576,9 +602,21 @@ impl Pki {
             ]
         };
         for (file, names, usage) in [
-            ("virt-api", services("virt-api"), ExtendedKeyUsagePurpose::ServerAuth),
-            ("virt-controller", services("virt-controller"), ExtendedKeyUsagePurpose::ServerAuth),
-            ("virt-handler-client", vec!["kubevirt.io:system:client:virt-handler".to_owned()], ExtendedKeyUsagePurpose::ClientAuth),
+            (
+                "virt-api",
+                services("virt-api"),
+                ExtendedKeyUsagePurpose::ServerAuth,
+            ),
+            (
+                "virt-controller",
+                services("virt-controller"),
+                ExtendedKeyUsagePurpose::ServerAuth,
+            ),
+            (
+                "virt-handler-client",
+                vec!["kubevirt.io:system:client:virt-handler".to_owned()],
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ),
         ] {
             let key = KeyPair::generate()?;
             let mut params = CertificateParams::new(names)?;

@@ -243,8 +243,7 @@ pub async fn assert_guest_exposed(client: &kube::Client, ns: &str, instance: &Cl
         .await
         .expect("the API Service");
     let selector = service.spec.and_then(|s| s.selector).unwrap_or_default();
-    let selected = !selector.is_empty()
-        && selector.iter().all(|(k, v)| labels.get(k) == Some(v));
+    let selected = !selector.is_empty() && selector.iter().all(|(k, v)| labels.get(k) == Some(v));
     assert!(
         selected && ready,
         "{name}: Service {} has no endpoint at the launcher pod {} (selector {selector:?}, \

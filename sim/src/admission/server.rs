@@ -23,19 +23,19 @@ use hyper::body::{Bytes, Incoming};
 use hyper_util::rt::TokioIo;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations,
-    ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
+    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ValidatingWebhook,
+    ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta,
 };
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use serde_json::json;
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose,
 };
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio_rustls::TlsAcceptor;
@@ -308,17 +308,15 @@ pub fn configurations(base_url: &str, ca_pem: &str) -> [ValidatingWebhookConfigu
         labels: Some([(MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned())].into()),
         ..Default::default()
     };
-    [
-        ValidatingWebhookConfiguration {
-            metadata: meta(CDI_CONFIGURATION),
-            webhooks: Some(vec![hook(
-                Webhook::DataVolume,
-                &["CREATE", "UPDATE"],
-                ("cdi.kubevirt.io", "v1beta1", "datavolumes"),
-                30,
-            )]),
-        },
-    ]
+    [ValidatingWebhookConfiguration {
+        metadata: meta(CDI_CONFIGURATION),
+        webhooks: Some(vec![hook(
+            Webhook::DataVolume,
+            &["CREATE", "UPDATE"],
+            ("cdi.kubevirt.io", "v1beta1", "datavolumes"),
+            30,
+        )]),
+    }]
 }
 
 /// How the API server calls `webhook`: our URL, our CA.
@@ -501,10 +499,7 @@ mod tests {
         );
         let hooks: Vec<&ValidatingWebhook> = cdi.webhooks.iter().flatten().collect();
         let names: Vec<&str> = hooks.iter().map(|h| h.name.as_str()).collect();
-        assert_eq!(
-            names,
-            ["datavolume-validate.cdi.kubevirt.io"]
-        );
+        assert_eq!(names, ["datavolume-validate.cdi.kubevirt.io"]);
         for hook in &hooks {
             assert_eq!(hook.failure_policy.as_deref(), Some("Fail"));
             assert_eq!(hook.side_effects, "None");

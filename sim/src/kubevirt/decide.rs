@@ -206,12 +206,7 @@ mod tests {
         }
     }
 
-    fn observe(
-        phase: VmiPhase,
-        pods: &[PodView],
-        guest: GuestView,
-        deleting: bool,
-    ) -> VmiStep {
+    fn observe(phase: VmiPhase, pods: &[PodView], guest: GuestView, deleting: bool) -> VmiStep {
         next_vmi_step(&VmiObservation {
             phase,
             deleting,
@@ -359,7 +354,12 @@ mod tests {
     #[test]
     fn device_targets_count_per_bus() {
         assert_eq!(
-            device_targets(&[DiskBus::Virtio, DiskBus::Sata, DiskBus::Virtio, DiskBus::Scsi]),
+            device_targets(&[
+                DiskBus::Virtio,
+                DiskBus::Sata,
+                DiskBus::Virtio,
+                DiskBus::Scsi
+            ]),
             ["vda", "sda", "vdb", "sdb"]
         );
     }

@@ -610,11 +610,23 @@ mod tests {
         let t0 = Time(k8s_openapi::jiff::Timestamp::from_second(0).unwrap());
         let t1 = Time(k8s_openapi::jiff::Timestamp::from_second(1).unwrap());
         let mut status = json!({});
-        set_condition(&mut status, condition("LiveMigratable", false, "R", "m", &t0));
-        set_condition(&mut status, condition("LiveMigratable", false, "R", "n", &t1));
-        assert_eq!(status["conditions"][0]["lastTransitionTime"], "1970-01-01T00:00:00Z");
+        set_condition(
+            &mut status,
+            condition("LiveMigratable", false, "R", "m", &t0),
+        );
+        set_condition(
+            &mut status,
+            condition("LiveMigratable", false, "R", "n", &t1),
+        );
+        assert_eq!(
+            status["conditions"][0]["lastTransitionTime"],
+            "1970-01-01T00:00:00Z"
+        );
         assert_eq!(status["conditions"][0]["message"], "n");
         set_condition(&mut status, condition("LiveMigratable", true, "", "", &t1));
-        assert_eq!(status["conditions"][0]["lastTransitionTime"], "1970-01-01T00:00:01Z");
+        assert_eq!(
+            status["conditions"][0]["lastTransitionTime"],
+            "1970-01-01T00:00:01Z"
+        );
     }
 }

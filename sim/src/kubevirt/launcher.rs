@@ -28,18 +28,23 @@ pub fn selector() -> String {
     format!("{}={}", labels::APP, labels::VIRT_LAUNCHER)
 }
 
+/// A container's name and image.
+type Named = (String, String);
+
 /// The containers of `pod` with their images: those that run to completion before the others
 /// (init containers), then those that keep running (sidecars — init containers with
 /// `restartPolicy: Always`, such as KubeVirt's `guest-console-log` — and the containers).
-fn containers(pod: &Pod) -> (Vec<(String, String)>, Vec<(String, String)>) {
+fn containers(pod: &Pod) -> (Vec<Named>, Vec<Named>) {
     let named = |c: &k8s_openapi::api::core::v1::Container| {
         (c.name.clone(), c.image.clone().unwrap_or_default())
     };
     let spec = pod.spec.as_ref();
-    let init = spec.and_then(|s| s.init_containers.as_ref()).into_iter().flatten();
-    let sidecar = |c: &&k8s_openapi::api::core::v1::Container| {
-        c.restart_policy.as_deref() == Some("Always")
-    };
+    let init = spec
+        .and_then(|s| s.init_containers.as_ref())
+        .into_iter()
+        .flatten();
+    let sidecar =
+        |c: &&k8s_openapi::api::core::v1::Container| c.restart_policy.as_deref() == Some("Always");
     let run_once = init.clone().filter(|c| !sidecar(c)).map(named).collect();
     let keep_running = init
         .filter(sidecar)
@@ -170,7 +175,9 @@ pub fn running_status(pod: &Pod, ip: &str, host_ip: &str, now: &Time) -> PodStat
         .take()
         .unwrap_or_default()
         .into_iter()
-        .filter(|c| !["PodScheduled", "Initialized", "ContainersReady", "Ready"].contains(&c.type_.as_str()))
+        .filter(|c| {
+            !["PodScheduled", "Initialized", "ContainersReady", "Ready"].contains(&c.type_.as_str())
+        })
         .collect();
     conditions.extend(["PodScheduled", "Initialized", "ContainersReady"].map(condition));
     status.conditions = Some(conditions);
@@ -352,21 +359,44 @@ mod tests {
             ..pod
         };
         assert_eq!(
-            running.status.as_ref().unwrap().container_statuses.as_ref().unwrap().len(),
+            running
+                .status
+                .as_ref()
+                .unwrap()
+                .container_statuses
+                .as_ref()
+                .unwrap()
+                .len(),
             2,
             "every container runs"
         );
         assert_eq!(not_ready_reason(&running), Some("ReadinessGatesNotReady"));
         let ready = |pod: &Pod| {
-            pod.status.as_ref().unwrap().conditions.as_ref().unwrap().iter()
-                .find(|c| c.type_ == "Ready").unwrap().status.clone()
+            pod.status
+                .as_ref()
+                .unwrap()
+                .conditions
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|c| c.type_ == "Ready")
+                .unwrap()
+                .status
+                .clone()
         };
         assert_eq!(ready(&running), "False");
-        running.status.as_mut().unwrap().conditions.as_mut().unwrap().push(PodCondition {
-            type_: gate.into(),
-            status: "True".into(),
-            ..PodCondition::default()
-        });
+        running
+            .status
+            .as_mut()
+            .unwrap()
+            .conditions
+            .as_mut()
+            .unwrap()
+            .push(PodCondition {
+                type_: gate.into(),
+                status: "True".into(),
+                ..PodCondition::default()
+            });
         assert_eq!(not_ready_reason(&running), None);
         assert_eq!(ready_condition(&running, &t).status, "True");
         let ungated = launcher(&[]);

@@ -64,7 +64,9 @@ pub const HANDLER_ACCOUNT: &str = "kubevirt-handler";
 /// is bound to [`handler_pod`], so the API server puts the pod's node in it, as for the
 /// DaemonSet's pod on a real node.
 async fn handler_client(ctx: &SimContext) -> Result<kube::Client, Error> {
-    use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::authentication::v1::{
+        BoundObjectReference, TokenRequest, TokenRequestSpec,
+    };
     use k8s_openapi::api::core::v1::ServiceAccount;
     let namespace = crate::platform::KUBEVIRT_NAMESPACE;
     let pod = handler_pod(ctx).await?;
@@ -130,8 +132,12 @@ async fn handler_pod(ctx: &SimContext) -> Result<k8s_openapi::api::core::v1::Pod
     };
     let running = json!({"status": {"phase": "Running", "hostIP": crate::kubelet::NODE_IP.to_string(),
         "conditions": [{"type": "Ready", "status": "True"}]}});
-    pods.patch_status(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(running))
-        .await?;
+    pods.patch_status(
+        &name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(running),
+    )
+    .await?;
     Ok(pod)
 }
 

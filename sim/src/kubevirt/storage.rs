@@ -25,4 +25,3 @@ pub async fn disk_image(
         .await?
         .ok_or_else(|| format!("PVC {namespace}/{claim} does not exist or is not bound")))
 }
-

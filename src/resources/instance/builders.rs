@@ -301,7 +301,7 @@ pub fn api_service(instance: &ClusterInstance, vm_name: &str) -> Service {
         spec: Some(ServiceSpec {
             type_: Some("ClusterIP".to_owned()),
             selector: Some(BTreeMap::from([(
-                kubevirt::labels::VM_NAME.to_owned(),
+                labels::VM.to_owned(),
                 vm_name.to_owned(),
             )])),
             ports: Some(vec![ServicePort {
@@ -345,7 +345,7 @@ pub fn guest_network_policy(instance: &ClusterInstance, vm_name: &str) -> Networ
         spec: Some(NetworkPolicySpec {
             pod_selector: Some(LabelSelector {
                 match_labels: Some(BTreeMap::from([(
-                    kubevirt::labels::VM_NAME.to_owned(),
+                    labels::VM.to_owned(),
                     vm_name.to_owned(),
                 )])),
                 ..Default::default()

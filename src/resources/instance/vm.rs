@@ -119,7 +119,7 @@ pub fn virtual_machine(
             running: None,
             template: VirtualMachineInstanceTemplateSpec {
                 metadata: Some(ObjectMeta {
-                    labels: Some(instance_labels(&name)),
+                    labels: Some(vm_template_labels(&name)),
                     ..Default::default()
                 }),
                 spec,
@@ -127,6 +127,14 @@ pub fn virtual_machine(
         },
         status: None,
     }
+}
+
+/// The labels of the instance VM's template (and so of its VMIs and launcher pods): the common
+/// ones and [`crate::api::labels::VM`], which the Service and NetworkPolicy select.
+fn vm_template_labels(instance: &str) -> BTreeMap<String, String> {
+    let mut template = instance_labels(instance);
+    template.insert(crate::api::labels::VM.to_owned(), vm_name(instance));
+    template
 }
 
 /// The root disk of every VM that boots a bundle's disk: virtio, named [`ROOT_DISK`], first in
@@ -238,6 +246,7 @@ mod tests {
                 "runStrategy": "Always",
                 "template": {
                     "metadata": {"labels": {
+                        "guestcluster.opdev.io/vm": "crc-1",
                         "opdev.io/cluster-instance": "crc-1",
                         "opdev.io/managed-by": "guestcluster-operator",
                     }},

@@ -296,7 +296,8 @@ fn build_side_vm(
         .as_ref()
         .ok_or_else(|| Error::NotABuild(bundle.name_any()))?;
     let placement = build.placement.clone().unwrap_or_default();
-    let labels = build_labels(bundle, names.attempt);
+    let mut labels = build_labels(bundle, names.attempt);
+    labels.insert(labels::VM.to_owned(), names.name.to_owned());
     let spec = vmi_spec(Shape {
         arch: bundle.spec.arch,
         cores: build.vm.cores,

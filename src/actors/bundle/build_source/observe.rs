@@ -273,8 +273,10 @@ pub async fn build_vm(
     let launcher_pod = if stopped {
         let pods = Api::<Pod>::namespaced(ctx.client.clone(), &ctx.namespace)
             .list_metadata(&ListParams::default().labels(&format!(
-                "{}={}",
-                crate::kubevirt::labels::VM_NAME,
+                "{}={},{}={}",
+                crate::kubevirt::labels::APP,
+                crate::kubevirt::labels::VIRT_LAUNCHER,
+                crate::api::labels::VM,
                 recorded.name
             )))
             .await

@@ -198,13 +198,14 @@ impl<'a> Teardown<'a> {
             .into_iter()
             .chain(crc.vmi_uid.clone())
             .collect();
+        // KubeVirt's own label, so launcher pods of VMs made before the VM's template carried
+        // `guestcluster.opdev.io/vm` are found too; the VMI UIDs below pick this VM's.
         let launcher_pods = self
             .api::<Pod>()
             .list(&ListParams::default().labels(&format!(
-                "{}={},{}={vm_name}",
+                "{}={}",
                 kubevirt::labels::APP,
                 kubevirt::labels::VIRT_LAUNCHER,
-                kubevirt::labels::VM_NAME
             )))
             .await
             .map_err(self.err(Doing::Read, "virt-launcher pods"))?
