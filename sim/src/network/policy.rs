@@ -193,7 +193,7 @@ mod tests {
         policy(
             "ops",
             json!({
-                "podSelector": {"matchLabels": {"vm.kubevirt.io/name": "build"}},
+                "podSelector": {"matchLabels": {"guestcluster.opdev.io/vm": "build"}},
                 "policyTypes": ["Ingress"],
                 "ingress": [{"ports": [{"protocol": "TCP", "port": 22}],
                              "from": [{"podSelector": {"matchLabels": {"role": "helper"}}}]}],
@@ -203,14 +203,14 @@ mod tests {
 
     #[test]
     fn an_unselected_pod_accepts_everything() {
-        let guest = pod("ops", "launcher", &[("vm.kubevirt.io/name", "other")]);
+        let guest = pod("ops", "launcher", &[("guestcluster.opdev.io/vm", "other")]);
         let stranger = Source::Pod(pod("ops", "x", &[]));
         assert!(admits(&[ssh_from_helpers()], &guest, &stranger, 22623));
     }
 
     #[test]
     fn a_selected_pod_accepts_only_what_a_rule_admits() {
-        let guest = pod("ops", "launcher", &[("vm.kubevirt.io/name", "build")]);
+        let guest = pod("ops", "launcher", &[("guestcluster.opdev.io/vm", "build")]);
         let helper = Source::Pod(pod("ops", "h", &[("role", "helper")]));
         let stranger = Source::Pod(pod("ops", "x", &[("role", "other")]));
         let policies = [ssh_from_helpers()];
@@ -225,7 +225,7 @@ mod tests {
 
     #[test]
     fn a_policy_of_another_namespace_or_for_egress_only_does_not_isolate() {
-        let guest = pod("ops", "launcher", &[("vm.kubevirt.io/name", "build")]);
+        let guest = pod("ops", "launcher", &[("guestcluster.opdev.io/vm", "build")]);
         let stranger = Source::Pod(pod("ops", "x", &[]));
         let mut other = ssh_from_helpers();
         other.metadata.namespace = Some("tenant".into());
@@ -239,7 +239,7 @@ mod tests {
 
     #[test]
     fn a_policy_without_rules_denies_and_policies_add_up() {
-        let guest = pod("ops", "launcher", &[("vm.kubevirt.io/name", "build")]);
+        let guest = pod("ops", "launcher", &[("guestcluster.opdev.io/vm", "build")]);
         let helper = Source::Pod(pod("ops", "h", &[("role", "helper")]));
         let deny_all = policy("ops", json!({"podSelector": {}}));
         assert!(!admits(
