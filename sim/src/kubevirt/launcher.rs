@@ -137,15 +137,7 @@ pub fn running_status(pod: &Pod, ip: &str, host_ip: &str, now: &Time) -> PodStat
         ..PodCondition::default()
     };
     let (init, main) = containers(pod);
-    let sidecars: Vec<&String> = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.init_containers.as_ref())
-        .into_iter()
-        .flatten()
-        .filter(|c| c.restart_policy.as_deref() == Some("Always"))
-        .map(|c| &c.name)
-        .collect();
+    let sidecars = sidecar_names(pod);
     let mut status = PodStatus {
         phase: Some("Running".into()),
         pod_ip: Some(ip.into()),
@@ -157,14 +149,14 @@ pub fn running_status(pod: &Pod, ip: &str, host_ip: &str, now: &Time) -> PodStat
                 .map(|(name, image)| terminated(name, image, 0, Some(now.clone()), now))
                 .chain(
                     main.iter()
-                        .filter(|(name, _)| sidecars.contains(&name))
+                        .filter(|(name, _)| sidecars.contains(name))
                         .map(|(name, image)| running(name, image, now)),
                 )
                 .collect()
         }),
         container_statuses: Some(
             main.iter()
-                .filter(|(name, _)| !sidecars.contains(&name))
+                .filter(|(name, _)| !sidecars.contains(name))
                 .map(|(name, image)| running(name, image, now))
                 .collect(),
         ),
@@ -208,31 +200,53 @@ pub fn ended_status(pod: &Pod, vmi_phase: VmiPhase, now: &Time) -> PodStatus {
     let succeeded = vmi_phase == VmiPhase::Succeeded;
     let previous = pod.status.clone().unwrap_or_default();
     let started_at = previous.start_time.clone();
-    let (_, main) = containers(pod);
+    let code = if succeeded { 0 } else { 1 };
+    let end = |(name, image): &Named| terminated(name, image, code, started_at.clone(), now);
+    let (init, main) = containers(pod);
+    let sidecars = sidecar_names(pod);
+    let mut conditions: Vec<PodCondition> = previous
+        .conditions
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| c.type_ != "ContainersReady" && c.type_ != "Ready")
+        .collect();
+    conditions.extend(["ContainersReady", "Ready"].map(|type_| PodCondition {
+        type_: type_.into(),
+        status: "False".into(),
+        reason: Some("PodCompleted".into()),
+        last_transition_time: Some(now.clone()),
+        ..PodCondition::default()
+    }));
     PodStatus {
         phase: Some(if succeeded { "Succeeded" } else { "Failed" }.into()),
-        conditions: Some(
-            ["ContainersReady", "Ready"]
-                .into_iter()
-                .map(|type_| PodCondition {
-                    type_: type_.into(),
-                    status: "False".into(),
-                    reason: Some("PodCompleted".into()),
-                    last_transition_time: Some(now.clone()),
-                    ..PodCondition::default()
-                })
-                .collect(),
-        ),
+        conditions: Some(conditions),
+        init_container_statuses: (!init.is_empty() || !sidecars.is_empty()).then(|| {
+            init.iter()
+                .map(|(name, image)| terminated(name, image, 0, started_at.clone(), now))
+                .chain(main.iter().filter(|(n, _)| sidecars.contains(n)).map(end))
+                .collect()
+        }),
         container_statuses: Some(
             main.iter()
-                .map(|(name, image)| {
-                    let code = if succeeded { 0 } else { 1 };
-                    terminated(name, image, code, started_at.clone(), now)
-                })
+                .filter(|(n, _)| !sidecars.contains(n))
+                .map(end)
                 .collect(),
         ),
         ..previous
     }
+}
+
+/// The names of `pod`'s sidecars (init containers with `restartPolicy: Always`).
+fn sidecar_names(pod: &Pod) -> Vec<String> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|c| c.restart_policy.as_deref() == Some("Always"))
+        .map(|c| c.name.clone())
+        .collect()
 }
 
 /// The kubelet's part for launcher pods.
@@ -341,8 +355,10 @@ mod tests {
         serde_json::from_value(json!({
             "metadata": {"name": "virt-launcher-vm-abcde"},
             "spec": {
-                "containers": [{"name": "compute", "image": "quay.io/kubevirt/virt-launcher:v1.9.0"},
-                               {"name": "guest-console-log", "image": "quay.io/kubevirt/virt-launcher:v1.9.0"}],
+                "containers": [{"name": "compute", "image": "quay.io/kubevirt/virt-launcher:v1.9.0"}],
+                // KubeVirt's serial console logger, a sidecar.
+                "initContainers": [{"name": "guest-console-log", "restartPolicy": "Always",
+                                    "image": "quay.io/kubevirt/virt-launcher:v1.9.0"}],
                 "readinessGates": gates.iter().map(|g| json!({"conditionType": g})).collect::<Vec<_>>(),
             },
         }))
@@ -358,18 +374,14 @@ mod tests {
             status: Some(running_status(&pod, "127.10.0.9", "127.0.0.1", &t)),
             ..pod
         };
+        let status = running.status.as_ref().unwrap();
         assert_eq!(
-            running
-                .status
-                .as_ref()
-                .unwrap()
-                .container_statuses
-                .as_ref()
-                .unwrap()
-                .len(),
-            2,
-            "every container runs"
+            status.container_statuses.as_ref().unwrap()[0].name,
+            "compute"
         );
+        let sidecar = &status.init_container_statuses.as_ref().unwrap()[0];
+        assert_eq!(sidecar.name, "guest-console-log");
+        assert!(sidecar.ready, "a sidecar keeps running");
         assert_eq!(not_ready_reason(&running), Some("ReadinessGatesNotReady"));
         let ready = |pod: &Pod| {
             pod.status
