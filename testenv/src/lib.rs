@@ -6,6 +6,8 @@
 //! pods stay `Pending`. Our CRDs and those of the external kinds we touch (KubeVirt, CDI,
 //! OpenShift, HCO; generated from the upstream API types by `tools/external-crds`, so unknown
 //! fields are pruned and schemas enforced) are installed before [`ControlPlane::start`] returns.
+//! [`ControlPlane::kubevirt`] installs KubeVirt's own control plane on it (upstream virt-api and
+//! virt-controller, from virt-operator's install strategy), once, on first use.
 //!
 //! Tests share one control plane per test binary through [`ControlPlane::shared`] and isolate
 //! themselves by namespace and object name:
@@ -18,7 +20,8 @@
 //! ```
 //!
 //! The binaries come from `tools/controlplane/build.sh` (`make controlplane`), or from
-//! `$GUESTCLUSTER_CONTROLPLANE_BIN`.
+//! `$GUESTCLUSTER_CONTROLPLANE_BIN`; KubeVirt's from `tools/kubevirt/build.sh` (`make kubevirt`),
+//! or from `$GUESTCLUSTER_KUBEVIRT_BIN`.
 
 mod binaries;
 mod certs;
