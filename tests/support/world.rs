@@ -124,6 +124,12 @@ fn launch(with_operator: bool, flavour: Flavour) -> World {
         std::thread::Builder::new()
             .name("world".into())
             .spawn(move || {
+                // As the shared simulation: RUST_LOG shows the simulation's side of a scenario.
+                if std::env::var_os("RUST_LOG").is_some() {
+                    let _ = tracing_subscriber::fmt()
+                        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+                        .try_init();
+                }
                 let runtime = tokio::runtime::Builder::new_multi_thread()
                     .worker_threads(2)
                     .enable_all()

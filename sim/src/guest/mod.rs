@@ -295,6 +295,12 @@ impl GuestHost {
         }
         tokio::time::sleep(self.inner.timings.shutdown).await;
         self.inner.forget(&guest);
+        if lock(&guest.os).is_some() {
+            tracing::warn!(
+                vmi_uid,
+                "simulated guest: its OS came up again during the host's shutdown and goes without a flush"
+            );
+        }
         self.inner.event(vmi_uid, GuestEventKind::Stopped);
         guest.off.send_replace(true);
     }
@@ -506,6 +512,13 @@ impl Inner {
             .map_err(|source| GuestError::Bind { addr, source })?;
         let bootstrap = install::is_bootstrap_in_place(&prepared.os.machine.state)
             .then_some(prepared.os.serial);
+        // A host shutdown that began while the listener was bound has taken no OS to flush:
+        // this one must not come up behind it (it would go without a flush, as if killed).
+        if !self.is_current(guest) {
+            return Err(GuestError::Stopped {
+                vmi_uid: guest.spec.vmi_uid.clone(),
+            });
+        }
         *lock(&guest.os) = Some(prepared.os);
         let server = sshd::start(listener, prepared.host_key, guest.clone(), self.clone());
         *lock(&guest.sshd) = Some(server);

@@ -6,7 +6,13 @@
 //! - `nodeip-configuration.service` runs the `baremetal-runtimecfg` image before the kubelet, and
 //!   no pod uses that image. `crictl rmi --prune` drops every image no container uses, so the
 //!   image survives only pinned by a podman container. A sealed disk (pull secret `{}`) cannot
-//!   pull it back, and its kubelet then does not start ([`node_ip_check`]).
+//!   pull it back, and its kubelet then does not start ([`node_ip_pull`]).
+//! - What is missing from the cache is pulled back where a real node would pull it, with the
+//!   kubelet's credentials (`/var/lib/kubelet/config.json`, non-empty `auths`):
+//!   nodeip-configuration's `podman run` (podman's default `--pull=missing`) at its start, and
+//!   CRI-O for every pod the kubelet starts (the kubelet's `IfNotPresent` pulls through CRI-O's
+//!   `PullImage`). So an image store CRI-O wiped before the seal refills, as on a real node; the
+//!   simulated `podman create|run` never pulls (a step that relies on it fails loudly).
 //! - Pods keep running when the kubelet stops (conmon holds them) until `crictl rmp`; while they
 //!   run, etcd's static pod holds 127.0.0.1:2379 and a throwaway etcd cannot start.
 //! - A throwaway etcd (`podman run -d --rm --name N --network host --privileged --entrypoint etcd
@@ -261,22 +267,28 @@ fn has_pull_credentials(state: &GuestState) -> bool {
 }
 
 /// nodeip-configuration, which the kubelet waits for: its image must be cached, or pullable,
-/// which needs credentials (a sealed disk's pull secret is `{}`). `Err` is the image it lacks.
-pub fn node_ip_check(state: &GuestState) -> Result<(), String> {
-    let Some(unit) = state.file(NODE_IP_UNIT_FILE) else {
-        return Ok(());
-    };
-    let unit = String::from_utf8_lossy(unit);
-    let Some(image) = unit
-        .split(|c: char| c.is_whitespace() || c == '"')
-        .find(|word| word.contains("@sha256:"))
-    else {
-        return Ok(());
-    };
-    if state.image_cache.iter().any(|i| i == image) || has_pull_credentials(state) {
-        return Ok(());
+/// which needs credentials (a sealed disk's pull secret is `{}`); a pullable one is pulled into
+/// the cache. `Err` is the image it lacks.
+pub fn node_ip_pull(state: &mut GuestState) -> Result<(), String> {
+    let image = node_ip_image(state);
+    match image {
+        Some(image) if !state.image_cache.contains(&image) => {
+            if !has_pull_credentials(state) {
+                return Err(image);
+            }
+            state.image_cache.push(image);
+            Ok(())
+        }
+        _ => Ok(()),
     }
-    Err(image.to_owned())
+}
+
+/// The image nodeip-configuration runs, if the node has the unit.
+fn node_ip_image(state: &GuestState) -> Option<String> {
+    let unit = String::from_utf8_lossy(state.file(NODE_IP_UNIT_FILE)?);
+    unit.split(|c: char| c.is_whitespace() || c == '"')
+        .find(|word| word.contains("@sha256:"))
+        .map(str::to_owned)
 }
 
 /// Records nodeip-configuration failing for want of `image` (unit failed, journal) and returns
@@ -312,7 +324,7 @@ pub fn boot(machine: &mut Machine) {
         container.running = false;
     }
     if machine.unit_active(KUBELET)
-        && let Err(image) = node_ip_check(&machine.state)
+        && let Err(image) = node_ip_pull(&mut machine.state)
     {
         let now = machine.guest_time(time::host_now()).0;
         node_ip_failed(&mut machine.state, now, &image);
@@ -324,10 +336,21 @@ pub fn boot(machine: &mut Machine) {
     kubelet_started(machine);
 }
 
-/// The kubelet runs the pods of an installed node; they then outlive it.
+/// The kubelet runs the pods of an installed node; they then outlive it. CRI-O pulls the
+/// images of theirs that are missing when the kubelet has credentials.
 pub fn kubelet_started(machine: &mut Machine) {
-    if machine.unit_active(KUBELET) && !pods(&machine.state).is_empty() {
-        machine.runtime.pods_running = true;
+    let pods = pods(&machine.state);
+    if !machine.unit_active(KUBELET) || pods.is_empty() {
+        return;
+    }
+    machine.runtime.pods_running = true;
+    if has_pull_credentials(&machine.state) {
+        let cache = &mut machine.state.image_cache;
+        for image in pods.into_iter().flat_map(|(_, images)| images) {
+            if !cache.contains(&image) {
+                cache.push(image);
+            }
+        }
     }
 }
 

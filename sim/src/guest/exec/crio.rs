@@ -45,6 +45,9 @@ pub fn boot(machine: &mut Machine) {
     let unclean = machine.state.files.contains_key(CLEAN_SHUTDOWN_SUPPORTED)
         && !machine.state.files.contains_key(CLEAN_SHUTDOWN);
     if machine.unit_active(WIPE_UNIT) && wipes(machine) && unclean {
+        tracing::warn!(
+            "simulated CRI-O wipe: no {CLEAN_SHUTDOWN} after the last stop; the image store goes"
+        );
         let state = &mut machine.state;
         state.image_cache.clear();
         state.containers.clear();

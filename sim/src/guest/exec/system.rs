@@ -304,7 +304,7 @@ fn start_check(ctx: &mut Ctx<'_>, unit: &str) -> Result<(), String> {
     match unit {
         "dnsmasq.service" => net::check_dnsmasq_config(ctx.machine()),
         // The kubelet waits for nodeip-configuration.
-        "kubelet.service" => containers::node_ip_check(ctx.state()).map_err(|image| {
+        "kubelet.service" => containers::node_ip_pull(ctx.state_mut()).map_err(|image| {
             let now = ctx.now.0;
             containers::node_ip_failed(ctx.state_mut(), now, &image)
         }),

@@ -1,8 +1,8 @@
 //! The seal's image-cache preparation and etcd scrub on an installed node, done right and wrong.
 
 use super::{
-    ETCD_MANIFEST, INSTALL_ONLY, LEASES, NODE_IP_UNIT, NODE_IP_UNIT_FILE, OTHER_KEYS, PODS,
-    payload_image, sha256_hex,
+    ETCD_MANIFEST, INSTALL_ONLY, KUBELET, LEASES, NODE_IP_UNIT, NODE_IP_UNIT_FILE, OTHER_KEYS,
+    PODS, payload_image, sha256_hex,
 };
 use crate::guest::exec::testing::*;
 use crate::guest::exec::{Machine, Runtime};
@@ -293,8 +293,11 @@ fn a_prune_without_the_pin_leaves_a_sealed_disk_without_a_node_ip() {
         run(&mut m, &format!("sudo podman image exists {runtimecfg}")).code,
         1
     );
-    // With the install's pull secret nodeip-configuration could still pull it.
+    // With the install's pull secret nodeip-configuration pulls it back when it runs again.
     ok(&mut m, "sudo systemctl restart kubelet");
+    ok(&mut m, &format!("sudo podman image exists {runtimecfg}"));
+    let pruned = ok(&mut m, "sudo crictl rmi --prune");
+    assert_eq!(pruned, format!("Deleted: {runtimecfg}\n"));
     ok(&mut m, SEAL_PULL_SECRET);
     let out = run(
         &mut m,
@@ -578,10 +581,31 @@ fn crio_wipe_empties_the_image_store_after_an_unclean_stop_unless_overridden() {
     assert!(stopped.state.files.contains_key(CLEAN_SHUTDOWN));
     assert_eq!(boot(stopped.state).state.image_cache.len(), cached);
 
-    // Killed (no clean stop): the next boot's crio-wipe removes the storage.
-    let wiped = boot(m.state.clone());
-    assert!(wiped.state.image_cache.is_empty());
+    // Killed (no clean stop): the next boot's crio-wipe removes the storage. With the
+    // kubelet's credentials, nodeip-configuration's podman and CRI-O (for the pods) pull back
+    // what the node runs; the install's leftovers stay gone.
+    let mut wiped = boot(m.state.clone());
     assert!(wiped.state.journal["crio-wipe.service"][0].contains("unclean shutdown"));
+    let runtimecfg = runtimecfg_image(&mut wiped);
+    assert!(wiped.state.image_cache.contains(&runtimecfg));
+    let etcd = etcd_image(&mut wiped);
+    assert!(wiped.state.image_cache.contains(&etcd));
+    for leftover in INSTALL_ONLY {
+        assert!(
+            !wiped
+                .state
+                .image_cache
+                .contains(&payload_image(leftover, VERSION))
+        );
+    }
+    assert!(wiped.unit_active(KUBELET));
+    // With the pull secret sealed to `{}`, nothing comes back and the kubelet does not start.
+    let mut sealed = m.clone();
+    ok(&mut sealed, SEAL_PULL_SECRET);
+    let sealed = boot(sealed.state);
+    assert!(sealed.state.image_cache.is_empty());
+    assert!(!sealed.unit_active(KUBELET));
+    assert!(sealed.state.units[NODE_IP_UNIT].failed);
 
     // SNC's no-op unit in its place keeps it.
     let mut m = m;
@@ -592,6 +616,7 @@ fn crio_wipe_empties_the_image_store_after_an_unclean_stop_unless_overridden() {
         WIPE_OVERRIDE.to_owned(),
         crate::guest::state::File::root("[Service]\nExecStart=/usr/bin/crio \\\n  wipe\n", 0o644),
     );
+    ok(&mut m, SEAL_PULL_SECRET);
     assert!(boot(m.state).state.image_cache.is_empty());
 }
 
