@@ -185,10 +185,11 @@ pub struct VirtualMachineStatus {
     /// Consecutive VMIs that failed before running; drives the restart back-off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_failure: Option<StartFailure>,
-    /// The `metadata.generation` the current VMI was created from.
+    /// The VM's `metadata.generation` when KubeVirt last synced it with a VMI.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub desired_generation: Option<i64>,
-    /// The `metadata.generation` this status describes.
+    /// The `metadata.generation` the current VMI was created from (its
+    /// `kubevirt.io/vm-generation` annotation; kubevirt v1.9.0 `vm.go` `syncGenerationInfo`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 }
@@ -322,6 +323,21 @@ impl VirtualMachine {
     /// `status.runStrategy`: the strategy KubeVirt last acted on.
     pub fn observed_run_strategy(&self) -> Option<RunStrategy> {
         self.status.as_ref().and_then(|s| s.run_strategy)
+    }
+
+    /// Whether KubeVirt has nothing left to stop: it acted on `Halted`, or the VM never had a
+    /// VMI. KubeVirt records `status.runStrategy` only once a VMI was created ("so that we can
+    /// tell if the VM got started at least once", kubevirt v1.9.0
+    /// `pkg/virt-controller/watch/vm/vm.go` `updateStatus`), so a VM halted before its first
+    /// start (still waiting for its DataVolumes) never shows `Halted` there.
+    pub fn halt_acted_on(&self) -> bool {
+        match &self.status {
+            Some(status) => match status.run_strategy {
+                Some(strategy) => strategy == RunStrategy::Halted,
+                None => !status.created,
+            },
+            None => true,
+        }
     }
 }
 

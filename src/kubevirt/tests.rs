@@ -325,3 +325,28 @@ fn what_keeps_a_vmi_or_vm_from_starting_is_named_as_kubevirt_reports_it() {
         Some("FailedCreate: Failure while starting VMI: denied")
     );
 }
+
+#[test]
+fn a_halt_is_acted_on_once_kubevirt_records_it_or_when_the_vm_never_had_a_vmi() {
+    let vm = |status: serde_json::Value| -> VirtualMachine {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+            "metadata": {"name": "b"},
+            "spec": {"runStrategy": "Halted", "template": {"spec": {"domain": {"devices": {}}}}},
+            "status": status,
+        }))
+        .unwrap()
+    };
+    // Halted before its first start, waiting for its DataVolumes: what virt-controller v1.9.0
+    // writes (no runStrategy until a VMI was created).
+    assert!(vm(serde_json::json!({"printableStatus": "Provisioning"})).halt_acted_on());
+    assert!(vm(serde_json::json!(null)).halt_acted_on());
+    // It ran: the halt counts once KubeVirt acted on it.
+    assert!(
+        !vm(serde_json::json!({"created": true, "runStrategy": "RerunOnFailure"})).halt_acted_on()
+    );
+    assert!(!vm(serde_json::json!({"runStrategy": "Always"})).halt_acted_on());
+    assert!(vm(serde_json::json!({"runStrategy": "Halted"})).halt_acted_on());
+    // A VMI exists but the strategy is not recorded yet: not acted on.
+    assert!(!vm(serde_json::json!({"created": true})).halt_acted_on());
+}

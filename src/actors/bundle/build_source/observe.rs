@@ -318,7 +318,7 @@ fn vm_seen(
     VmSeen {
         boot,
         halted: halted(vm.spec.run_strategy.as_ref()),
-        halt_observed: halted(vm.status.as_ref().and_then(|s| s.run_strategy.as_ref())),
+        halt_observed: vm.halt_acted_on(),
         vmi: vmi.map(|vmi| VmiSeen {
             uid: vmi.metadata.uid.clone().unwrap_or_default(),
             phase: vmi.phase().as_str().to_owned(),
