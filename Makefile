@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build test lint fmt crds external-crds controlplane kubevirt helm deps demo dev-up clean-cache bench bench-disk bench-scale bench-observability
+.PHONY: all build test lint fmt crds external-crds controlplane kubevirt cdi helm deps demo dev-up clean-cache bench bench-disk bench-scale bench-observability
 
 all: build
 
@@ -19,6 +19,12 @@ controlplane:
 ## into ~/.cache/guestcluster (the tests and the demo run them; docs/simulation.md).
 kubevirt:
 	tools/kubevirt/build.sh
+
+## CDI's control plane (cdi-controller, cdi-apiserver) and the dump of what cdi-operator installs,
+## built once per machine from the release pinned in tools/cdi into ~/.cache/guestcluster. Not yet
+## run by the tests (tools/cdi/README.md says what running them takes).
+cdi:
+	tools/cdi/build.sh
 
 ## helm, built once per machine from the Go module pinned in tools/helm into ~/.cache/guestcluster
 ## (the tests lint, render and install the chart helm/guestcluster-operator with it).
