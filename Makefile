@@ -20,9 +20,9 @@ controlplane:
 kubevirt:
 	tools/kubevirt/build.sh
 
-## CDI's control plane (cdi-controller, cdi-apiserver) and the dump of what cdi-operator installs,
-## built once per machine from the release pinned in tools/cdi into ~/.cache/guestcluster. Not yet
-## run by the tests (tools/cdi/README.md says what running them takes).
+## CDI's API server (cdi-apiserver: its admission webhooks) and the dump of what cdi-operator
+## installs, built once per machine from the release pinned in tools/cdi into
+## ~/.cache/guestcluster (the tests and the demo run it; tools/cdi/README.md).
 cdi:
 	tools/cdi/build.sh
 
@@ -58,7 +58,7 @@ lint:
 ## Everything CI runs, for the whole workspace (the product and its test crates `testenv` and
 ## `sim`): format and lint checks, generated-file drift checks, unit, control-plane and scenario
 ## tests. tools/test-lanes.sh runs the longest scenario binaries beside the rest.
-test: deps controlplane kubevirt helm lint
+test: deps controlplane kubevirt cdi helm lint
 	CARGO=$(CARGO) tools/test-lanes.sh
 
 ## Criterion benchmarks (benches/): per-reconcile decision cost at scale, with same-run baselines to
@@ -91,7 +91,7 @@ bench-observability:
 ## outcome is in the progress lines); set RUST_LOG to see them.
 ## The simulation's binary (`guestcluster-sim`) runs the flow; the Jobs' pods run the product
 ## binary, built first into the same target directory, where the simulation looks for it.
-demo: deps controlplane kubevirt
+demo: deps controlplane kubevirt cdi
 	$(CARGO) build --quiet -p guestcluster
 	RUST_LOG="$${RUST_LOG:-warn,kube_client::client::builder=off}" $(CARGO) run --quiet -p guestcluster-sim -- demo
 

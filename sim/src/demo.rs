@@ -181,6 +181,7 @@ async fn drive(
         sim_root.display()
     ));
     cp.kubevirt().await?;
+    cp.cdi().await?;
     let mut sim = crate::Sim::start(
         client.clone(),
         crate::Options {

@@ -1,7 +1,7 @@
 //! The operator objects a cluster with OpenShift Virtualization has: the `KubeVirt` (installed,
 //! with upstream virt-api and virt-controller, by `testenv::ControlPlane::kubevirt`) configured
 //! as HCO configures it, and a `CDI` reporting itself deployed and available, as cdi-operator
-//! would.
+//! would (upstream cdi-apiserver answers CDI's admission, `testenv::ControlPlane::cdi`).
 //!
 //! HCO writes into the `KubeVirt`, on a cluster of more than one worker,
 //! `evictionStrategy: LiveMigrate` for every VMI that sets none
@@ -30,9 +30,20 @@ pub fn kubevirt_resource() -> ApiResource {
     )
 }
 
+/// cdi-operator's registration of cdi-apiserver's DataVolume validation.
+const CDI_DATAVOLUME_WEBHOOK: &str = "cdi-api-datavolume-validate";
+
 /// Writes HCO's configuration into the installed `KubeVirt` and creates (or refreshes) `CDI
-/// cdi`, Deployed. Fails when KubeVirt is not installed.
+/// cdi`, Deployed. Fails when KubeVirt or CDI's API server is not installed.
 pub async fn ensure(client: &kube::Client) -> Result<(), Error> {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    let webhooks: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    if webhooks.get_opt(CDI_DATAVOLUME_WEBHOOK).await?.is_none() {
+        return Err(Error::Other(format!(
+            "CDI's API server is not installed ({CDI_DATAVOLUME_WEBHOOK} is missing): start it \
+             with testenv::ControlPlane::cdi before the simulation"
+        )));
+    }
     let kubevirt = kubevirt_resource();
     let api: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), KUBEVIRT_NAMESPACE, &kubevirt);

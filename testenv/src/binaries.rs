@@ -1,5 +1,6 @@
 //! Locating the binaries built from pinned upstream Go modules: the control plane's
-//! (`tools/controlplane/build.sh`) and KubeVirt's (`tools/kubevirt/build.sh`).
+//! (`tools/controlplane/build.sh`), KubeVirt's (`tools/kubevirt/build.sh`) and CDI's
+//! (`tools/cdi/build.sh`).
 
 use std::path::{Path, PathBuf};
 
@@ -43,6 +44,14 @@ pub(crate) const KUBEVIRT: BinarySet = BinarySet {
     required: &["virt-controller", "virt-api", "kubevirt-install"],
     script: "tools/kubevirt/build.sh",
     make_target: "kubevirt",
+};
+
+pub(crate) const CDI: BinarySet = BinarySet {
+    what: "CDI API server",
+    env: "GUESTCLUSTER_CDI_BIN",
+    required: &["cdi-apiserver", "cdi-install"],
+    script: "tools/cdi/build.sh",
+    make_target: "cdi",
 };
 
 /// Resolves the control plane's binary directory: an explicit one, else

@@ -23,28 +23,22 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
-use kube::discovery::{ApiResource, Scope};
-use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose,
-};
+use kube::discovery::ApiResource;
+use rcgen::ExtendedKeyUsagePurpose;
 use serde_json::{Value, json};
 
 use super::binaries::{self, KUBEVIRT};
-use super::process::ManagedProcess;
+use super::in_pod::{
+    self, CertificateAuthority, environment, free_port, served_at, served_by, service_names,
+    wait_established,
+};
 use super::{ControlPlane, Error, fsutil};
 
 /// The field manager of what is installed here (virt-operator's own is `virt-operator`).
 const MANAGER: &str = "guestcluster-testenv-kubevirt";
-/// Where client-go's in-cluster config and KubeVirt's namespace lookup read a pod's credentials.
-const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
-/// ServiceAccount tokens last as long as a test run could (a day); nothing rotates them.
-const TOKEN_SECONDS: i64 = 24 * 3600;
 /// How long the processes get to become ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(180);
 
@@ -119,7 +113,7 @@ impl ControlPlane {
                     // Only virt-api's: virt-operator's own and virt-template's are served by
                     // components that do not run here.
                     if served_by(object) == Some("virt-api") {
-                        apply(&client, &served_at(object, api_port, &pki.ca_pem)).await?
+                        apply(&client, &served_at(object, api_port, &pki.ca.ca_pem)).await?
                     }
                 }
                 _ => apply(&client, object).await?,
@@ -135,7 +129,7 @@ impl ControlPlane {
         let ca_configmap = json!({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "kubevirt-ca", "namespace": namespace},
-            "data": {"ca-bundle": pki.ca_pem},
+            "data": {"ca-bundle": pki.ca.ca_pem},
         });
         apply(&client, &ca_configmap).await?;
 
@@ -151,21 +145,22 @@ impl ControlPlane {
             let pod = &deployment["spec"]["template"]["spec"];
             let account = pod["serviceAccountName"].as_str().unwrap_or("default");
             let credentials = dir.join(format!("{component}.serviceaccount"));
-            self.write_credentials(&client, &namespace, account, &credentials)
+            self.write_credentials(&client, &namespace, account, &credentials, Error::KubeVirt)
                 .await?;
             let container = &pod["containers"][0];
             let mut args = command_line(container, port);
             args.extend(pki.flags(component));
-            let process = spawn_in_pod(
-                component_name(component),
-                &bin_dir.join(component),
-                &args,
-                &environment(container),
-                &credentials,
-                self.server_url(),
-                dir.join(format!("{component}.log")),
-            )
-            .await?;
+            let program = bin_dir.join(component);
+            let env = environment(container);
+            let container = in_pod::Container {
+                name: component_name(component),
+                program: &program,
+                args: &args,
+                env: &env,
+                credentials: &credentials,
+                log: dir.join(format!("{component}.log")),
+            };
+            let process = in_pod::spawn(container, self.server_url(), Error::KubeVirt).await?;
             self.lock_processes().push(process);
         }
         let install = KubeVirtInstall {
@@ -181,37 +176,6 @@ impl ControlPlane {
             "KubeVirt's control plane is ready"
         );
         Ok(install)
-    }
-
-    /// Writes what a pod of `account` mounts at [`SERVICE_ACCOUNT_DIR`]: a bound token, the
-    /// cluster CA and the namespace.
-    async fn write_credentials(
-        &self,
-        client: &kube::Client,
-        namespace: &str,
-        account: &str,
-        dir: &Path,
-    ) -> Result<(), Error> {
-        fsutil::create_dir(dir)?;
-        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
-        let request = TokenRequest {
-            spec: Some(TokenRequestSpec {
-                audiences: None,
-                expiration_seconds: Some(TOKEN_SECONDS),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let token = accounts
-            .create_token_request(account, &PostParams::default(), &request)
-            .await
-            .map_err(|e| kubevirt_error(format!("a token for {namespace}/{account}: {e}")))?
-            .status
-            .and_then(|s| s.token)
-            .ok_or_else(|| kubevirt_error(format!("no token for {namespace}/{account}")))?;
-        fsutil::write_private(&dir.join("token"), &token)?;
-        fsutil::write_public(&dir.join("ca.crt"), self.ca_pem())?;
-        fsutil::write_public(&dir.join("namespace"), namespace)
     }
 
     /// Waits until virt-api's validating webhook answers through the API server and
@@ -344,31 +308,6 @@ fn kubevirt_resource() -> ApiResource {
     )
 }
 
-async fn wait_established(client: &kube::Client, name: &str) -> Result<(), Error> {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let deadline = Instant::now() + READY_TIMEOUT;
-    loop {
-        let established = api.get_opt(name).await.ok().flatten().is_some_and(|crd| {
-            crd.status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-        });
-        if established {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(Error::CrdNotEstablished {
-                name: name.to_owned(),
-                detail: format!("not Established after {READY_TIMEOUT:?}"),
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// The install strategy virt-operator would apply for `kubevirt`.
 async fn install_strategy(
     bin_dir: &Path,
@@ -412,37 +351,6 @@ async fn install_strategy(
         .map_err(|e| kubevirt_error(format!("kubevirt-install printed no object list: {e}")))
 }
 
-/// The Service every webhook of a configuration calls, if they all call one.
-fn served_by(configuration: &Value) -> Option<&str> {
-    let mut services = configuration["webhooks"]
-        .as_array()?
-        .iter()
-        .map(|w| w["clientConfig"]["service"]["name"].as_str());
-    let first = services.next()??;
-    services.all(|s| s == Some(first)).then_some(first)
-}
-
-/// A webhook configuration with each webhook's Service reference turned into a loopback URL of
-/// the same path, and `caBundle` set to the CA of virt-api's serving certificate.
-fn served_at(configuration: &Value, port: u16, ca_pem: &str) -> Value {
-    use base64::Engine as _;
-    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
-    let mut configuration = configuration.clone();
-    if let Some(webhooks) = configuration["webhooks"].as_array_mut() {
-        for webhook in webhooks {
-            let path = webhook["clientConfig"]["service"]["path"]
-                .as_str()
-                .unwrap_or("/")
-                .to_owned();
-            webhook["clientConfig"] = json!({
-                "url": format!("https://127.0.0.1:{port}{path}"),
-                "caBundle": ca,
-            });
-        }
-    }
-    configuration
-}
-
 /// The container's command and arguments as virt-operator writes them, without the program
 /// name, with `--port` set to `port`.
 fn command_line(container: &Value, port: u16) -> Vec<String> {
@@ -461,65 +369,11 @@ fn command_line(container: &Value, port: u16) -> Vec<String> {
     args
 }
 
-/// The container's literal environment (values from fields or resources are a pod's own).
-fn environment(container: &Value) -> Vec<(String, String)> {
-    container["env"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|e| {
-            Some((
-                e["name"].as_str()?.to_owned(),
-                e["value"].as_str()?.to_owned(),
-            ))
-        })
-        .collect()
-}
-
 fn component_name(component: &str) -> &'static str {
     match component {
         "virt-api" => "virt-api",
         _ => "virt-controller",
     }
-}
-
-/// Starts `program` as a pod of `credentials`' account would run: in a mount namespace of its
-/// own with `credentials` at [`SERVICE_ACCOUNT_DIR`], and the API server in
-/// `KUBERNETES_SERVICE_HOST`/`_PORT`.
-async fn spawn_in_pod(
-    name: &'static str,
-    program: &Path,
-    args: &[String],
-    env: &[(String, String)],
-    credentials: &Path,
-    server_url: &str,
-    log: PathBuf,
-) -> Result<ManagedProcess, Error> {
-    // The mount point must exist on the host; it stays empty there.
-    std::fs::create_dir_all(SERVICE_ACCOUNT_DIR)
-        .map_err(fsutil::io_error(Path::new(SERVICE_ACCOUNT_DIR)))?;
-    let (host, port) = server_url
-        .trim_start_matches("https://")
-        .rsplit_once(':')
-        .ok_or_else(|| kubevirt_error(format!("API server URL {server_url} has no port")))?;
-    let mut words = vec![
-        "--mount".to_owned(),
-        "--propagation".to_owned(),
-        "private".to_owned(),
-        "--".to_owned(),
-        "/bin/sh".to_owned(),
-        "-c".to_owned(),
-        r#"mount --bind "$1" "$2" && shift 2 && exec env "$@""#.to_owned(),
-        "sh".to_owned(),
-        credentials.display().to_string(),
-        SERVICE_ACCOUNT_DIR.to_owned(),
-        format!("KUBERNETES_SERVICE_HOST={host}"),
-        format!("KUBERNETES_SERVICE_PORT={port}"),
-    ];
-    words.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
-    words.push(program.display().to_string());
-    words.extend(args.iter().cloned());
-    ManagedProcess::spawn(name, Path::new("unshare"), &words, log).await
 }
 
 fn not_ready(name: &'static str, install: &KubeVirtInstall, last: &str) -> Error {
@@ -533,39 +387,9 @@ fn not_ready(name: &'static str, install: &KubeVirtInstall, last: &str) -> Error
     }
 }
 
-/// Server-side apply of one object of any kind, found through discovery.
+/// Server-side apply as virt-operator's stand-in.
 async fn apply(client: &kube::Client, object: &Value) -> Result<(), Error> {
-    let api_version = object["apiVersion"].as_str().unwrap_or_default();
-    let kind = object["kind"].as_str().unwrap_or_default();
-    let name = object["metadata"]["name"].as_str().unwrap_or_default();
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    let gvk = GroupVersionKind::gvk(group, version, kind);
-    let (resource, capabilities) = kube::discovery::pinned_kind(client, &gvk)
-        .await
-        .map_err(|e| kubevirt_error(format!("discovering {api_version} {kind}: {e}")))?;
-    let api: Api<DynamicObject> =
-        match (capabilities.scope, object["metadata"]["namespace"].as_str()) {
-            (Scope::Namespaced, Some(namespace)) => {
-                Api::namespaced_with(client.clone(), namespace, &resource)
-            }
-            _ => Api::all_with(client.clone(), &resource),
-        };
-    api.patch(
-        name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(object),
-    )
-    .await
-    .map_err(|e| kubevirt_error(format!("applying {kind} {name}: {e}")))?;
-    Ok(())
-}
-
-fn free_port() -> Result<u16, Error> {
-    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).map_err(Error::NoFreePort)?;
-    listener
-        .local_addr()
-        .map(|a| a.port())
-        .map_err(Error::NoFreePort)
+    in_pod::apply(client, object, MANAGER, Error::KubeVirt).await
 }
 
 fn kubevirt_error(message: impl Into<String>) -> Error {
@@ -576,63 +400,31 @@ fn kubevirt_error(message: impl Into<String>) -> Error {
 /// client certificate virt-api presents to virt-handler and virt-controller's metrics
 /// certificate, all from one CA (`kubevirt-ca`).
 struct Pki {
-    ca_pem: String,
-    dir: PathBuf,
+    ca: CertificateAuthority,
 }
 
 impl Pki {
     fn generate(dir: &Path, namespace: &str) -> Result<Self, Error> {
-        let dir = dir.join("pki");
-        fsutil::create_dir(&dir)?;
-        let ca_key = KeyPair::generate()?;
-        let mut ca_params = CertificateParams::default();
-        ca_params.distinguished_name = common_name(&format!("kubevirt.io@{namespace}"));
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let ca_pem = ca_params.self_signed(&ca_key)?.pem();
-        let issuer = Issuer::new(ca_params, ca_key);
-        let services = |name: &str| {
-            vec![
-                "127.0.0.1".to_owned(),
-                format!("{name}.{namespace}.svc"),
-                format!("{name}.{namespace}.pod.cluster.local"),
-            ]
-        };
-        for (file, names, usage) in [
-            (
-                "virt-api",
-                services("virt-api"),
+        let ca =
+            CertificateAuthority::generate(&dir.join("pki"), &format!("kubevirt.io@{namespace}"))?;
+        for component in ["virt-api", "virt-controller"] {
+            ca.sign(
+                component,
+                service_names(component, namespace),
                 ExtendedKeyUsagePurpose::ServerAuth,
-            ),
-            (
-                "virt-controller",
-                services("virt-controller"),
-                ExtendedKeyUsagePurpose::ServerAuth,
-            ),
-            (
-                "virt-handler-client",
-                vec!["kubevirt.io:system:client:virt-handler".to_owned()],
-                ExtendedKeyUsagePurpose::ClientAuth,
-            ),
-        ] {
-            let key = KeyPair::generate()?;
-            let mut params = CertificateParams::new(names)?;
-            params.distinguished_name = common_name(file);
-            params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-            params.extended_key_usages = vec![usage];
-            let cert = params.signed_by(&key, &issuer)?;
-            fsutil::write_public(&dir.join(format!("{file}.crt")), &cert.pem())?;
-            fsutil::write_private(&dir.join(format!("{file}.key")), &key.serialize_pem())?;
+            )?;
         }
-        Ok(Self { ca_pem, dir })
+        ca.sign(
+            "virt-handler-client",
+            vec!["kubevirt.io:system:client:virt-handler".to_owned()],
+            ExtendedKeyUsagePurpose::ClientAuth,
+        )?;
+        Ok(Self { ca })
     }
 
     /// The flags that point `component` at its certificate files.
     fn flags(&self, component: &str) -> Vec<String> {
-        let file = |name: &str| self.dir.join(name).display().to_string();
+        let file = |name: &str| self.ca.path(name).display().to_string();
         match component {
             "virt-api" => vec![
                 format!("--tls-cert-file={}", file("virt-api.crt")),
@@ -648,28 +440,9 @@ impl Pki {
     }
 }
 
-fn common_name(cn: &str) -> DistinguishedName {
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, cn);
-    dn
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn webhooks_are_called_at_loopback_with_upstreams_paths() {
-        let configuration = json!({"webhooks": [
-            {"name": "virtualmachine-validator.kubevirt.io",
-             "clientConfig": {"service": {"namespace": "kubevirt", "name": "virt-api", "path": "/virtualmachines-validate"}}},
-        ]});
-        let served = served_at(&configuration, 4443, "PEM");
-        assert_eq!(
-            served["webhooks"][0]["clientConfig"],
-            json!({"url": "https://127.0.0.1:4443/virtualmachines-validate", "caBundle": "UEVN"})
-        );
-    }
 
     #[test]
     fn the_port_flag_is_replaced_and_the_program_name_dropped() {

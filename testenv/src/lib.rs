@@ -7,7 +7,8 @@
 //! OpenShift, HCO; generated from the upstream API types by `tools/external-crds`, so unknown
 //! fields are pruned and schemas enforced) are installed before [`ControlPlane::start`] returns.
 //! [`ControlPlane::kubevirt`] installs KubeVirt's own control plane on it (upstream virt-api and
-//! virt-controller, from virt-operator's install strategy), once, on first use.
+//! virt-controller, from virt-operator's install strategy), and [`ControlPlane::cdi`] CDI's API
+//! server (upstream cdi-apiserver, as cdi-operator installs it), each once, on first use.
 //!
 //! Tests share one control plane per test binary through [`ControlPlane::shared`] and isolate
 //! themselves by namespace and object name:
@@ -21,14 +22,17 @@
 //!
 //! The binaries come from `tools/controlplane/build.sh` (`make controlplane`), or from
 //! `$GUESTCLUSTER_CONTROLPLANE_BIN`; KubeVirt's from `tools/kubevirt/build.sh` (`make kubevirt`),
-//! or from `$GUESTCLUSTER_KUBEVIRT_BIN`.
+//! or from `$GUESTCLUSTER_KUBEVIRT_BIN`; CDI's from `tools/cdi/build.sh` (`make cdi`), or from
+//! `$GUESTCLUSTER_CDI_BIN`.
 
 mod binaries;
+mod cdi;
 mod certs;
 mod components;
 mod crds;
 mod extra_apiserver;
 mod fsutil;
+mod in_pod;
 mod kubeconfig;
 mod kubevirt;
 mod process;
@@ -45,6 +49,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::{Api, Client};
 
 pub use binaries::BIN_DIR_ENV;
+pub use cdi::{CDI_VERSION, CdiInstall};
 pub use crds::FIELD_MANAGER;
 pub use extra_apiserver::{ApiServerLauncher, ExtraApiServer, ExtraApiServerSpec};
 pub use kubeconfig::CONTEXT;
@@ -171,6 +176,9 @@ pub enum Error {
 
     #[error("KubeVirt's control plane: {0}")]
     KubeVirt(String),
+
+    #[error("CDI's API server: {0}")]
+    Cdi(String),
 }
 
 impl Error {
@@ -254,6 +262,8 @@ pub struct ControlPlane {
     processes: Mutex<Vec<ManagedProcess>>,
     /// KubeVirt's control plane, installed on first use ([`ControlPlane::kubevirt`]).
     kubevirt: tokio::sync::OnceCell<Result<KubeVirtInstall, String>>,
+    /// CDI's API server, installed on first use ([`ControlPlane::cdi`]).
+    cdi: tokio::sync::OnceCell<Result<CdiInstall, String>>,
 }
 
 /// What one successful boot produced, before it is owned by a [`ControlPlane`].
@@ -299,6 +309,7 @@ impl ControlPlane {
             launcher: booted.launcher,
             processes: Mutex::new(booted.processes),
             kubevirt: tokio::sync::OnceCell::new(),
+            cdi: tokio::sync::OnceCell::new(),
         })
     }
 

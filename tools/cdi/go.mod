@@ -10,9 +10,12 @@ go 1.26.0
 
 require (
 	github.com/go-logr/logr v1.4.2
+	github.com/kubernetes-csi/external-snapshotter/client/v6 v6.0.1
+	k8s.io/api v0.31.5
 	k8s.io/apiextensions-apiserver v0.31.5
 	k8s.io/apimachinery v0.31.5
 	k8s.io/client-go v8.0.0+incompatible
+	k8s.io/klog/v2 v2.130.1
 	k8s.io/kube-aggregator v0.31.5
 	kubevirt.io/containerized-data-importer v1.65.0
 	kubevirt.io/containerized-data-importer-api v1.65.0
@@ -48,7 +51,6 @@ require (
 	github.com/josharian/intern v1.0.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/kelseyhightower/envconfig v1.4.0 // indirect
-	github.com/kubernetes-csi/external-snapshotter/client/v6 v6.0.1 // indirect
 	github.com/mailru/easyjson v0.7.7 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.2 // indirect
@@ -84,10 +86,8 @@ require (
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/yaml.v2 v2.4.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
-	k8s.io/api v0.31.5 // indirect
 	k8s.io/apiserver v0.31.5 // indirect
 	k8s.io/component-helpers v0.31.5 // indirect
-	k8s.io/klog/v2 v2.130.1 // indirect
 	k8s.io/kube-openapi v0.0.0-20240228011516-70dd3763d340 // indirect
 	k8s.io/utils v0.0.0-20240921022957-49e7df575cb6 // indirect
 	kubevirt.io/controller-lifecycle-operator-sdk v0.2.7 // indirect

@@ -5,26 +5,22 @@ use serde_json::{Value, json};
 
 use base64::Engine;
 
-use super::{Denial, Verdict, cdi};
 use crate::scc::{self, Namespaces};
 
 /// The webhooks served, by their upstream names and paths.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Webhook {
-    /// CDI's API server: DataVolumes, on create and update.
-    DataVolume,
     /// OpenShift's SCC admission (a plugin of the API server upstream, a mutating webhook
     /// here): new pods, under `restricted-v2`.
     SecurityContextConstraints,
 }
 
 impl Webhook {
-    pub const ALL: [Webhook; 2] = [Webhook::DataVolume, Webhook::SecurityContextConstraints];
+    pub const ALL: [Webhook; 1] = [Webhook::SecurityContextConstraints];
 
     /// The webhook's name: the API server's denial says `admission webhook "<name>"`.
     pub fn name(self) -> &'static str {
         match self {
-            Webhook::DataVolume => "datavolume-validate.cdi.kubevirt.io",
             Webhook::SecurityContextConstraints => "security.openshift.io.sim",
         }
     }
@@ -32,7 +28,6 @@ impl Webhook {
     /// The URL path upstream serves it at.
     pub fn path(self) -> &'static str {
         match self {
-            Webhook::DataVolume => "/datavolume-validate",
             Webhook::SecurityContextConstraints => "/scc-admission",
         }
     }
@@ -61,35 +56,28 @@ pub fn answer(
     let review = parse(body)?;
     let request = &review["request"];
     let object = &request["object"];
-    let old = match request["operation"].as_str() {
-        Some("UPDATE") => Some(&request["oldObject"]),
-        _ => None,
-    };
-    if webhook == Webhook::SecurityContextConstraints {
-        let namespace = request["namespace"].as_str().unwrap_or_default();
-        let ranges = namespaces.get(namespace);
-        let mut response = json!({"uid": request["uid"], "allowed": true});
-        match scc::restricted_v2::admit(namespace, object, ranges.as_ref()) {
-            Ok(patch) => {
-                let patch = serde_json::to_vec(&patch)?;
-                response["patchType"] = json!("JSONPatch");
-                response["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(patch));
+    match webhook {
+        Webhook::SecurityContextConstraints => {
+            let namespace = request["namespace"].as_str().unwrap_or_default();
+            let ranges = namespaces.get(namespace);
+            let mut response = json!({"uid": request["uid"], "allowed": true});
+            match scc::restricted_v2::admit(namespace, object, ranges.as_ref()) {
+                Ok(patch) => {
+                    let patch = serde_json::to_vec(&patch)?;
+                    response["patchType"] = json!("JSONPatch");
+                    response["patch"] =
+                        json!(base64::engine::general_purpose::STANDARD.encode(patch));
+                }
+                // The plugin's answer upstream: `Forbidden`, one message.
+                Err(message) => {
+                    response["allowed"] = json!(false);
+                    response["status"] =
+                        json!({"message": message, "reason": "Forbidden", "code": 403});
+                }
             }
-            // The plugin's answer upstream: `Forbidden`, one message.
-            Err(message) => {
-                response["allowed"] = json!(false);
-                response["status"] =
-                    json!({"message": message, "reason": "Forbidden", "code": 403});
-            }
+            Ok(review_of(response))
         }
-        return Ok(review_of(response));
     }
-    let verdict: Verdict = cdi::validate(object, old);
-    let mut response = json!({"uid": request["uid"], "allowed": verdict.is_ok()});
-    if let Err(denials) = verdict {
-        response["status"] = status(denials);
-    }
-    Ok(review_of(response))
 }
 
 /// The `AdmissionReview` in `body`, checked to be an admission.k8s.io/v1 one with a request.
@@ -110,34 +98,12 @@ pub fn review_of(response: Value) -> Value {
     })
 }
 
-/// The `metav1.Status` of a denial as CDI words it: every message after a space (so the text
-/// starts with one), no reason. The API server puts `admission webhook "<name>" denied the
-/// request: ` before its message.
-fn status(denials: Vec<Denial>) -> Value {
-    let message: String = denials.iter().map(|d| format!(" {}", d.message)).collect();
-    json!({"message": message, "code": 422, "details": {"causes": denials}})
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn answer_(webhook: Webhook, body: &[u8]) -> Result<Value, ReviewError> {
         answer(webhook, body, &Namespaces::default())
-    }
-
-    fn review(operation: &str, object: Value, old: Option<Value>) -> Vec<u8> {
-        serde_json::to_vec(&json!({
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": "7d3f",
-                "operation": operation,
-                "object": object,
-                "oldObject": old,
-            },
-        }))
-        .unwrap()
     }
 
     #[test]
@@ -149,55 +115,42 @@ mod tests {
     }
 
     #[test]
-    fn an_admitted_object_is_allowed_with_the_request_uid() {
-        let dv = json!({"metadata": {"name": "d"}, "spec": {
-            "source": {"blank": {}},
-            "storage": {"resources": {"requests": {"storage": "1Gi"}}},
-        }});
-        let answer = answer_(Webhook::DataVolume, &review("CREATE", dv, None)).unwrap();
+    fn a_pod_is_admitted_with_the_request_uid_and_a_patch() {
+        let namespaces = Namespaces::default();
+        namespaces.set(
+            "ns",
+            crate::scc::NamespaceRanges {
+                uids: Some("1000000000/10000".into()),
+                groups: None,
+                mcs: Some("s0:c1,c0".into()),
+            },
+        );
+        let body = serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {"uid": "7d3f", "operation": "CREATE", "namespace": "ns",
+                        "object": {"metadata": {"name": "p"},
+                                   "spec": {"containers": [{"name": "c", "image": "i"}]}}},
+        }))
+        .unwrap();
+        let answer = answer(Webhook::SecurityContextConstraints, &body, &namespaces).unwrap();
         assert_eq!(answer["kind"], "AdmissionReview");
-        assert_eq!(answer["response"], json!({"uid": "7d3f", "allowed": true}));
-    }
-
-    #[test]
-    fn cdi_puts_a_space_before_each_message() {
-        let dv = json!({"metadata": {"name": "d"}, "spec": {"source": {"blank": {}}}});
-        let answer = answer_(Webhook::DataVolume, &review("CREATE", dv, None)).unwrap();
-        let status = &answer["response"]["status"];
-        assert_eq!(status["message"], " Missing Data volume PVC");
-        assert_eq!(status["code"], 422);
-        assert!(status.get("reason").is_none());
-    }
-
-    #[test]
-    fn an_update_is_checked_against_the_old_object() {
-        let dv = |size: &str| {
-            json!({"metadata": {"name": "d"}, "spec": {
-                "source": {"blank": {}},
-                "storage": {"resources": {"requests": {"storage": size}}},
-            }})
-        };
-        let same = review("UPDATE", dv("1Gi"), Some(dv("1Gi")));
-        assert_eq!(
-            answer_(Webhook::DataVolume, &same).unwrap()["response"]["allowed"],
-            true
-        );
-        let grown = review("UPDATE", dv("2Gi"), Some(dv("1Gi")));
-        let answer = answer_(Webhook::DataVolume, &grown).unwrap();
-        assert_eq!(
-            answer["response"]["status"]["message"],
-            " Cannot update DataVolume Spec"
-        );
+        assert_eq!(answer["response"]["uid"], "7d3f");
+        assert_eq!(answer["response"]["allowed"], true, "{answer}");
+        assert_eq!(answer["response"]["patchType"], "JSONPatch");
     }
 
     #[test]
     fn bodies_that_are_not_reviews_are_refused() {
         assert!(matches!(
-            answer_(Webhook::DataVolume, b"{"),
+            answer_(Webhook::SecurityContextConstraints, b"{"),
             Err(ReviewError::Json(_))
         ));
         assert!(matches!(
-            answer_(Webhook::DataVolume, br#"{"apiVersion": "v1"}"#),
+            answer_(
+                Webhook::SecurityContextConstraints,
+                br#"{"apiVersion": "v1"}"#
+            ),
             Err(ReviewError::NotARequest)
         ));
     }

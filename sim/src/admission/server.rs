@@ -1,15 +1,15 @@
-//! The webhooks served over HTTPS on loopback and registered with the API server, the way
-//! cdi-operator registers CDI's: `failurePolicy: Fail`,
-//! `sideEffects: None`, the upstream webhook names, a URL instead of a Service (the API server
-//! runs on this host) and a CA of our own in `caBundle`.
+//! SCC admission served over HTTPS on loopback and registered with the API server as a mutating
+//! webhook: `failurePolicy: Fail`, `sideEffects: None`, a URL instead of a Service (the API
+//! server runs on this host) and a CA of our own in `caBundle`.
 //!
 //! The server has a thread and runtime of its own, so a busy simulation (disk copies, guests)
 //! never delays the API server's calls. [`install`] returns once the API server calls every
 //! webhook (a dry-run create of a bad object is refused by it), so an object created after the
 //! simulation started is always checked. [`uninstall`] removes the registrations, so a control
 //! plane without a simulation accepts everything again; while registered and not served
-//! (between a simulation's stop and its restart), creates fail as on a cluster whose CDI API
-//! server is down. KubeVirt's webhooks are virt-api's own (`testenv::ControlPlane::kubevirt`).
+//! (between a simulation's stop and its restart), pod creates fail as on a cluster whose API
+//! server lost the plugin. KubeVirt's and CDI's webhooks are their own
+//! (`testenv::ControlPlane::kubevirt`, `testenv::ControlPlane::cdi`).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -23,8 +23,7 @@ use hyper::body::{Bytes, Incoming};
 use hyper_util::rt::TokioIo;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ValidatingWebhook,
-    ValidatingWebhookConfiguration, WebhookClientConfig,
+    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, WebhookClientConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta,
@@ -45,8 +44,6 @@ use crate::scc::Namespaces;
 
 /// Field manager of the registrations.
 pub const FIELD_MANAGER: &str = "guestcluster-sim";
-/// cdi-operator's configuration of the DataVolume webhook.
-pub const CDI_CONFIGURATION: &str = "cdi-api-datavolume-validate";
 /// SCC admission's registration (OpenShift flavour only).
 pub const SCC_CONFIGURATION: &str = "sim-security-context-constraints";
 /// Label marking the registrations as the simulation's.
@@ -281,44 +278,6 @@ fn plain(status: StatusCode, text: String) -> Response<Full<Bytes>> {
     response
 }
 
-/// The validating registrations, pointing at `base_url` and trusting `ca_pem`.
-pub fn configurations(base_url: &str, ca_pem: &str) -> [ValidatingWebhookConfiguration; 1] {
-    let hook = |webhook: Webhook, operations: &[&str], rule: (&str, &str, &str), timeout| {
-        let (group, version, resource) = rule;
-        let strings = |list: &[&str]| Some(list.iter().map(|s| s.to_string()).collect());
-        ValidatingWebhook {
-            name: webhook.name().to_owned(),
-            admission_review_versions: vec!["v1".to_owned()],
-            client_config: client_config(webhook, base_url, ca_pem),
-            failure_policy: Some("Fail".to_owned()),
-            side_effects: "None".to_owned(),
-            timeout_seconds: Some(timeout),
-            rules: Some(vec![RuleWithOperations {
-                operations: strings(operations),
-                api_groups: strings(&[group]),
-                api_versions: strings(&[version]),
-                resources: strings(&[resource]),
-                scope: None,
-            }]),
-            ..Default::default()
-        }
-    };
-    let meta = |name: &str| ObjectMeta {
-        name: Some(name.to_owned()),
-        labels: Some([(MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned())].into()),
-        ..Default::default()
-    };
-    [ValidatingWebhookConfiguration {
-        metadata: meta(CDI_CONFIGURATION),
-        webhooks: Some(vec![hook(
-            Webhook::DataVolume,
-            &["CREATE", "UPDATE"],
-            ("cdi.kubevirt.io", "v1beta1", "datavolumes"),
-            30,
-        )]),
-    }]
-}
-
 /// How the API server calls `webhook`: our URL, our CA.
 fn client_config(webhook: Webhook, base_url: &str, ca_pem: &str) -> WebhookClientConfig {
     WebhookClientConfig {
@@ -375,16 +334,6 @@ pub async fn install(
     server: &AdmissionServer,
     scc: bool,
 ) -> Result<(), Error> {
-    let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    for config in configurations(&server.base_url(), server.ca_pem()) {
-        let name = config.metadata.name.clone().unwrap_or_default();
-        api.patch(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&config),
-        )
-        .await?;
-    }
     let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     if scc {
         mutating
@@ -408,8 +357,6 @@ pub async fn install(
 
 /// Removes the registrations (those already gone are fine).
 pub async fn uninstall(client: &kube::Client) -> Result<(), Error> {
-    let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    delete(&api, CDI_CONFIGURATION).await?;
     delete(
         &Api::<MutatingWebhookConfiguration>::all(client.clone()),
         SCC_CONFIGURATION,
@@ -470,11 +417,6 @@ async fn wait_effective(client: &kube::Client, webhook: Webhook) -> Result<(), E
 /// An object `webhook` refuses (and the schema accepts).
 fn probe(webhook: Webhook) -> Option<(ApiResource, DynamicObject)> {
     let (resource, body) = match webhook {
-        Webhook::DataVolume => (
-            ApiResource::erase::<guestcluster::cdi::DataVolume>(&()),
-            // Neither `pvc` nor `storage`.
-            json!({"spec": {"source": {"blank": {}}}}),
-        ),
         Webhook::SecurityContextConstraints => (
             ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()),
             // The host's network.
@@ -491,16 +433,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn registrations_are_upstreams_pointing_here() {
-        let [cdi] = configurations("https://127.0.0.1:4443", "PEM");
-        assert_eq!(
-            cdi.metadata.name.as_deref(),
-            Some("cdi-api-datavolume-validate")
-        );
-        let hooks: Vec<&ValidatingWebhook> = cdi.webhooks.iter().flatten().collect();
-        let names: Vec<&str> = hooks.iter().map(|h| h.name.as_str()).collect();
-        assert_eq!(names, ["datavolume-validate.cdi.kubevirt.io"]);
-        for hook in &hooks {
+    fn the_registration_points_here() {
+        let config = scc_configuration("https://127.0.0.1:4443", "PEM");
+        for hook in config.webhooks.iter().flatten() {
             assert_eq!(hook.failure_policy.as_deref(), Some("Fail"));
             assert_eq!(hook.side_effects, "None");
             assert_eq!(
@@ -514,15 +449,6 @@ mod tests {
                 Some(hook.name.as_str())
             );
         }
-        let rule = |h: &ValidatingWebhook| h.rules.as_ref().unwrap()[0].clone();
-        assert_eq!(
-            rule(hooks[0]).operations,
-            Some(vec!["CREATE".to_owned(), "UPDATE".to_owned()])
-        );
-        assert_eq!(
-            rule(hooks[0]).api_versions,
-            Some(vec!["v1beta1".to_owned()])
-        );
     }
 
     #[test]
