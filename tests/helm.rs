@@ -371,10 +371,11 @@ fn account(namespace: &str, name: &str) -> String {
     format!("system:serviceaccount:{namespace}:{name}")
 }
 
-/// A free loopback port: the operator pod's process binds it on the simulated node.
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    listener.local_addr().expect("addr").port()
+/// `N` distinct free loopback ports, outside the range client connections are given: the
+/// operator pod's process binds them on the simulated node.
+fn free_ports<const N: usize>() -> [u16; N] {
+    let held = [(); N].map(|()| testenv::ports::reserve().expect("a free port"));
+    held.map(|l| l.local_addr().expect("addr").port())
 }
 
 /// A plain HTTP/1.0 GET on loopback (no client library needed for the operator's endpoints).
@@ -515,9 +516,7 @@ async fn installed_with_helm_the_operator_runs_as_its_pod_under_least_privilege(
         .await
         .expect("control plane");
     let kubeconfig = cp.kubeconfig_path().display().to_string();
-    let metrics_port = free_port();
-    let health_port = free_port();
-    let dashboard_port = free_port();
+    let [metrics_port, health_port, dashboard_port] = free_ports();
     let router = format!("http://{}", world.router);
     let sets = [
         "image.tag=scenario".to_owned(),

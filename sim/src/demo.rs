@@ -512,14 +512,13 @@ impl RunningOperator {
 
     /// `bin operator` as a process, with the same settings as [`RunningOperator::start`].
     fn spawn(bin: &Path, cp: &ControlPlane, router: &str) -> Result<RunningOperator, Error> {
-        let free = || -> Result<SocketAddr, Error> {
-            let listener = std::net::TcpListener::bind(("127.0.0.1", 0))
-                .map_err(|e| Error::Operator(format!("finding a free port: {e}")))?;
-            listener
-                .local_addr()
-                .map_err(|e| Error::Operator(format!("finding a free port: {e}")))
-        };
-        let (health, metrics, dashboard) = (free()?, free()?, free()?);
+        // Held together so the three differ; outside the range client connections are given.
+        let held = (0..3)
+            .map(|_| testenv::ports::reserve().and_then(|l| Ok((l.local_addr()?, l))))
+            .collect::<Result<Vec<(SocketAddr, _)>, _>>()
+            .map_err(|e| Error::Operator(format!("finding a free port: {e}")))?;
+        let (health, metrics, dashboard) = (held[0].0, held[1].0, held[2].0);
+        drop(held);
         let mut command = std::process::Command::new(bin);
         // Dies with this process, so an interrupted run leaves no operator behind.
         // SAFETY: prctl is async-signal-safe and touches only the child being started.

@@ -1,7 +1,6 @@
 //! Command lines of etcd, kube-apiserver and kube-controller-manager, kept as pure functions so
 //! the flags can be read (and tested) in one place.
 
-use std::net::TcpListener;
 use std::path::Path;
 
 use super::Error;
@@ -22,12 +21,12 @@ pub(crate) struct Ports {
 }
 
 impl Ports {
-    /// Asks the kernel for free ports. All listeners are held until every port is chosen so the
-    /// three are distinct; another process can still take one before our component binds it,
-    /// which the caller handles by retrying the start.
+    /// Free ports outside the kernel's ephemeral range ([`crate::ports`]). All listeners are held
+    /// until every port is chosen so the three are distinct; another process can still take one
+    /// before our component binds it, which the caller handles by retrying the start.
     pub(crate) fn pick() -> Result<Self, Error> {
         let listeners = (0..3)
-            .map(|_| TcpListener::bind(("127.0.0.1", 0)))
+            .map(|_| crate::ports::reserve())
             .collect::<Result<Vec<_>, _>>()
             .map_err(Error::NoFreePort)?;
         let ports = listeners

@@ -187,11 +187,7 @@ pub(crate) async fn spawn(
 }
 
 pub(crate) fn free_port() -> Result<u16, Error> {
-    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).map_err(Error::NoFreePort)?;
-    listener
-        .local_addr()
-        .map(|a| a.port())
-        .map_err(Error::NoFreePort)
+    crate::ports::pick().map_err(Error::NoFreePort)
 }
 
 /// A CA made for one install, and certificates it signs into `dir` (`<file>.crt`, `<file>.key`).

@@ -35,6 +35,7 @@ mod fsutil;
 mod in_pod;
 mod kubeconfig;
 mod kubevirt;
+pub mod ports;
 mod process;
 mod statedir;
 

@@ -12,7 +12,7 @@ pub mod world;
 
 use std::future::Future;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -250,9 +250,20 @@ pub async fn kubectl(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn free_addr() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("local addr")
+/// Where the operator's newest process says its `listener` is bound (its `listening` log line,
+/// text or JSON). The harness passes port 0: a port picked ahead and freed is one any client
+/// connection may take before the process (or its restart) binds it.
+fn bound_addr(log: &str, listener: &str) -> Option<SocketAddr> {
+    let line = log.lines().rev().find(|l| l.contains("listening"))?;
+    [
+        format!("{listener}=Some("),
+        format!("\"{listener}\":\"Some("),
+    ]
+    .iter()
+    .find_map(|key| {
+        let rest = &line[line.find(key.as_str())? + key.len()..];
+        rest[..rest.find(')')?].parse().ok()
+    })
 }
 
 /// The `guestcluster operator` binary running as a child process against the shared control plane.
@@ -260,8 +271,6 @@ pub struct Operator {
     child: Arc<Mutex<Child>>,
     /// Set by [`Operator::restarting`]: brings the process back when it ends by itself.
     keeper: Option<Keeper>,
-    health: SocketAddr,
-    metrics: SocketAddr,
     log: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -314,8 +323,6 @@ impl Operator {
         let cp = control_plane().await;
         let dir = tempfile::tempdir().expect("temp dir");
         let log = dir.path().join("operator.log");
-        let health = free_addr();
-        let metrics = free_addr();
         let kubeconfig = cp.kubeconfig_path().to_path_buf();
         let (name, namespace, log_file) = (name.to_owned(), namespace.to_owned(), log.clone());
         let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
@@ -331,8 +338,8 @@ impl Operator {
                 .expect("log file");
             Command::new(env!("CARGO_BIN_EXE_guestcluster"))
                 .args(["operator", "--namespace", &namespace])
-                .arg(format!("--health-probe-bind-address={health}"))
-                .arg(format!("--metrics-bind-address={metrics}"))
+                .arg("--health-probe-bind-address=127.0.0.1:0")
+                .arg("--metrics-bind-address=127.0.0.1:0")
                 // No dashboard: two processes of one test (leader and standby) would fight over its
                 // default port, and every port picked ahead is one a client's connection may take
                 // before the process binds it. `tests/helm.rs` serves it.
@@ -389,8 +396,6 @@ impl Operator {
         Self {
             child,
             keeper,
-            health,
-            metrics,
             log,
             _dir: dir,
         }
@@ -398,11 +403,18 @@ impl Operator {
 
     /// `(status, body)` of a GET on the probe listener; `(0, error)` when it does not answer.
     pub async fn get(&self, path: &str) -> (u16, String) {
-        http_get(self.health, path).await
+        self.get_from("health", path).await
     }
 
     pub async fn get_metrics(&self) -> (u16, String) {
-        http_get(self.metrics, "/metrics").await
+        self.get_from("metrics", "/metrics").await
+    }
+
+    async fn get_from(&self, listener: &str, path: &str) -> (u16, String) {
+        match bound_addr(&self.log(), listener) {
+            Some(addr) => http_get(addr, path).await,
+            None => (0, format!("no {listener} listener logged yet")),
+        }
     }
 
     pub fn log(&self) -> String {
