@@ -89,7 +89,7 @@ async fn boot_sealed(uid: &'static str, ip: Ipv4Addr, timings: Timings) -> Boote
     let cp = ControlPlane::shared().await.expect("control plane");
     let root = tempfile::tempdir().unwrap();
     cp.kubevirt().await.expect("KubeVirt");
-    cp.cdi().await.expect("CDI's API server");
+    cp.cdi_controller().await.expect("CDI's control plane");
     let mut sim = Sim::start(
         cp.client().unwrap(),
         Options {

@@ -200,7 +200,7 @@ async fn objects_clients_wrote_travel_with_copies_of_the_disk() {
     let cp = ControlPlane::shared().await.expect("control plane");
     let root = tempfile::tempdir().unwrap();
     cp.kubevirt().await.expect("KubeVirt");
-    cp.cdi().await.expect("CDI's API server");
+    cp.cdi_controller().await.expect("CDI's control plane");
     let mut sim = Sim::start(
         cp.client().unwrap(),
         Options {

@@ -966,7 +966,7 @@ async fn certificates_rotate_by_guest_time_and_only_snc_steps_pass_the_25_day_ch
         .expect("control plane");
     let dir = tempfile::tempdir().unwrap();
     cp.kubevirt().await.expect("KubeVirt");
-    cp.cdi().await.expect("CDI's API server");
+    cp.cdi_controller().await.expect("CDI's control plane");
     let mut sim = sim::Sim::start(
         cp.client().unwrap(),
         sim::Options {

@@ -159,7 +159,7 @@ async fn the_route_reaches_the_guest_api_with_its_named_certificate() {
         flavour: Default::default(),
     };
     cp.kubevirt().await.expect("KubeVirt");
-    cp.cdi().await.expect("CDI's API server");
+    cp.cdi_controller().await.expect("CDI's control plane");
     let mut sim = Sim::start(client.clone(), options.clone()).await.unwrap();
     sim.serve_guest_apis(cp.apiserver_launcher());
     let ns = support::namespace(&client, "named-certs").await;

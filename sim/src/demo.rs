@@ -181,7 +181,7 @@ async fn drive(
         sim_root.display()
     ));
     cp.kubevirt().await?;
-    cp.cdi().await?;
+    cp.cdi_controller().await?;
     let mut sim = crate::Sim::start(
         client.clone(),
         crate::Options {

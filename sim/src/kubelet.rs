@@ -22,7 +22,7 @@ mod node;
 mod plan;
 mod pods;
 mod process;
-mod status;
+pub(crate) mod status;
 mod worker;
 
 use std::sync::Arc;
@@ -31,6 +31,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 pub use node::{LEASE_NAMESPACE, NODE_IP, SIM_NODE_LABEL};
 pub use plan::{OUR_BINARY_NAME, is_our_binary, sandbox_dir};
+pub(crate) use pods::patch_status;
 
 use super::{Error, Options, SimContext};
 

@@ -202,7 +202,6 @@ impl Sim {
         tasks.extend([
             spawn("volumes", volumes::run(ctx.clone())),
             spawn("cdi", cdi::run(ctx.clone())),
-            spawn("storage-profiles", storage::run(ctx.clone())),
             spawn("kubelet", kubelet::run(ctx.clone())),
             spawn("kubevirt", kubevirt::run(ctx.clone())),
         ]);

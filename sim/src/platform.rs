@@ -1,7 +1,8 @@
 //! The operator objects a cluster with OpenShift Virtualization has: the `KubeVirt` (installed,
 //! with upstream virt-api and virt-controller, by `testenv::ControlPlane::kubevirt`) configured
-//! as HCO configures it, and a `CDI` reporting itself deployed and available, as cdi-operator
-//! would (upstream cdi-apiserver answers CDI's admission, `testenv::ControlPlane::cdi`).
+//! as HCO configures it. `CDI` and `CDIConfig` are upstream's (cdi-apiserver and cdi-controller,
+//! installed by `testenv::ControlPlane::cdi_controller`, which reports `CDI cdi` Deployed as
+//! cdi-operator does).
 //!
 //! HCO writes into the `KubeVirt`, on a cluster of more than one worker,
 //! `evictionStrategy: LiveMigrate` for every VMI that sets none
@@ -30,19 +31,24 @@ pub fn kubevirt_resource() -> ApiResource {
     )
 }
 
-/// cdi-operator's registration of cdi-apiserver's DataVolume validation.
-const CDI_DATAVOLUME_WEBHOOK: &str = "cdi-api-datavolume-validate";
-
-/// Writes HCO's configuration into the installed `KubeVirt` and creates (or refreshes) `CDI
-/// cdi`, Deployed. Fails when KubeVirt or CDI's API server is not installed.
+/// Writes HCO's configuration into the installed `KubeVirt`. Fails when KubeVirt or CDI's
+/// controller is not running: the simulation plays their node side only.
 pub async fn ensure(client: &kube::Client) -> Result<(), Error> {
-    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-    let webhooks: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    if webhooks.get_opt(CDI_DATAVOLUME_WEBHOOK).await?.is_none() {
-        return Err(Error::Other(format!(
-            "CDI's API server is not installed ({CDI_DATAVOLUME_WEBHOOK} is missing): start it \
-             with testenv::ControlPlane::cdi before the simulation"
-        )));
+    let cdi_config = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("cdi.kubevirt.io", "v1beta1", "CDIConfig"),
+        "cdiconfigs",
+    );
+    let configs: Api<DynamicObject> = Api::all_with(client.clone(), &cdi_config);
+    let filled = configs
+        .get_opt("config")
+        .await?
+        .is_some_and(|c| !c.data["status"]["filesystemOverhead"].is_null());
+    if !filled {
+        return Err(Error::Other(
+            "CDI's controller is not running (CDIConfig config has no status): start it with \
+             testenv::ControlPlane::cdi_controller before the simulation"
+                .into(),
+        ));
     }
     let kubevirt = kubevirt_resource();
     let api: Api<DynamicObject> =
@@ -63,78 +69,6 @@ pub async fn ensure(client: &kube::Client) -> Result<(), Error> {
         testenv::KUBEVIRT_NAME,
         &PatchParams::apply(MANAGER).force(),
         &Patch::Apply(configuration),
-    )
-    .await?;
-    let cdi = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("cdi.kubevirt.io", "v1beta1", "CDI"),
-        "cdis",
-    );
-    deployed(Api::all_with(client.clone(), &cdi), &cdi, "cdi", json!({})).await?;
-    cdi_config(client).await
-}
-
-/// CDI's default filesystem overhead (containerized-data-importer v1.65
-/// `pkg/controller/config-controller.go`, `defaultFilesystemOverhead`).
-pub const DEFAULT_FILESYSTEM_OVERHEAD: &str = "0.055";
-
-/// `CDIConfig config` as CDI's config controller keeps it: the filesystem overhead in its
-/// status (virt-controller reads it to size a VMI's Filesystem-mode disks, and refuses to go
-/// on without it once a `CDI` exists). Per-class overheads are not filled in (every class gets
-/// the global one).
-async fn cdi_config(client: &kube::Client) -> Result<(), Error> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("cdi.kubevirt.io", "v1beta1", "CDIConfig"),
-        "cdiconfigs",
-    );
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-    let object = |extra: serde_json::Value| {
-        let mut object = json!({"apiVersion": resource.api_version, "kind": resource.kind,
-                                "metadata": {"name": "config"}});
-        object
-            .as_object_mut()
-            .expect("an object")
-            .extend(extra.as_object().cloned().unwrap_or_default());
-        object
-    };
-    api.patch(
-        "config",
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(object(json!({"spec": {}}))),
-    )
-    .await?;
-    api.patch_status(
-        "config",
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(object(json!({"status": {
-            "filesystemOverhead": {"global": DEFAULT_FILESYSTEM_OVERHEAD},
-        }}))),
-    )
-    .await?;
-    Ok(())
-}
-
-async fn deployed(
-    api: Api<DynamicObject>,
-    resource: &ApiResource,
-    name: &str,
-    spec: serde_json::Value,
-) -> Result<(), Error> {
-    let object = json!({"apiVersion": resource.api_version, "kind": resource.kind, "metadata": {"name": name}, "spec": spec});
-    api.patch(
-        name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(object),
-    )
-    .await?;
-    let condition = |t: &str, s: &str| json!({"type": t, "status": s, "reason": "AllComponentsReady", "message": "simulated"});
-    let status = json!({
-        "apiVersion": resource.api_version, "kind": resource.kind, "metadata": {"name": name},
-        "status": {"phase": "Deployed", "conditions": [condition("Available", "True"), condition("Progressing", "False"), condition("Degraded", "False")]}
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(status),
     )
     .await?;
     Ok(())

@@ -244,7 +244,7 @@ fn requested_bytes(pvc: &PersistentVolumeClaim) -> Option<u64> {
 }
 
 /// The claim's UID when it is bound (its directory exists from then on).
-fn bound_uid(pvc: &PersistentVolumeClaim) -> Option<String> {
+pub(crate) fn bound_uid(pvc: &PersistentVolumeClaim) -> Option<String> {
     let bound = pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
     if bound { pvc.uid() } else { None }
 }

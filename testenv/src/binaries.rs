@@ -47,9 +47,9 @@ pub(crate) const KUBEVIRT: BinarySet = BinarySet {
 };
 
 pub(crate) const CDI: BinarySet = BinarySet {
-    what: "CDI API server",
+    what: "CDI control plane",
     env: "GUESTCLUSTER_CDI_BIN",
-    required: &["cdi-apiserver", "cdi-install"],
+    required: &["cdi-controller", "cdi-apiserver", "cdi-install"],
     script: "tools/cdi/build.sh",
     make_target: "cdi",
 };

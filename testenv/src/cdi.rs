@@ -8,10 +8,9 @@
 //! - its main is ours around upstream's `apiserver.NewCdiAPIServer`, so it can listen on a free
 //!   loopback port (upstream's binds `0.0.0.0:8443`), and webhooks are called at
 //!   `https://127.0.0.1:<port>` with a CA made at each start in `caBundle`;
-//! - CDI's CRDs are the external ones the control plane installs (`crds.rs`); the CDI and
-//!   CDIConfig objects are the simulation's (`sim::platform`);
-//! - cdi-controller, the upload proxy and the aggregated `upload.cdi.kubevirt.io` API do not run:
-//!   the simulation still plays CDI's controller (`docs/simulation.md`).
+//! - CDI's CRDs stay the external ones the control plane installs (`crds.rs`) until
+//!   [`ControlPlane::cdi_controller`] installs upstream's with the controller (`controller.rs`);
+//! - the upload proxy and the aggregated `upload.cdi.kubevirt.io` API do not run.
 
 // This plays cdi-operator and writes as it does, not through the operator's write path.
 #![allow(clippy::disallowed_methods)]
@@ -30,6 +29,10 @@ use super::in_pod::{self, CertificateAuthority, environment, free_port, served_a
 use super::kubevirt::KUBEVIRT_NAMESPACE;
 use super::{ControlPlane, Error, fsutil};
 
+mod controller;
+
+pub use controller::CdiController;
+
 /// The field manager of what is installed here (cdi-operator's own is `cdi-operator`).
 const MANAGER: &str = "guestcluster-testenv-cdi";
 /// How long cdi-apiserver gets to answer webhook calls.
@@ -44,6 +47,9 @@ pub const CDI_VERSION: &str = "v1.65.0";
 pub struct CdiInstall {
     dir: PathBuf,
     port: u16,
+    bin_dir: PathBuf,
+    /// What cdi-install printed (`installed.json`).
+    objects: Vec<Value>,
 }
 
 impl CdiInstall {
@@ -111,22 +117,13 @@ impl ControlPlane {
             }
         }
 
-        let deployment = objects
-            .iter()
-            .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "cdi-apiserver")
-            .ok_or_else(|| cdi_error("cdi-install printed no cdi-apiserver Deployment"))?;
-        let pod = &deployment["spec"]["template"]["spec"];
+        let pod = pod_spec(&objects, "cdi-apiserver")?;
         let account = pod["serviceAccountName"].as_str().unwrap_or("default");
         let credentials = dir.join("cdi-apiserver.serviceaccount");
         self.write_credentials(&client, namespace, account, &credentials, Error::Cdi)
             .await?;
         let container = &pod["containers"][0];
-        let mut args: Vec<String> = container["args"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|a| a.as_str().map(str::to_owned))
-            .collect();
+        let mut args = controller::arguments(container);
         args.extend([
             "-host".to_owned(),
             "127.0.0.1".to_owned(),
@@ -153,7 +150,12 @@ impl ControlPlane {
         };
         let process = in_pod::spawn(container, self.server_url(), Error::Cdi).await?;
         self.lock_processes().push(process);
-        let install = CdiInstall { dir, port };
+        let install = CdiInstall {
+            dir,
+            port,
+            bin_dir,
+            objects,
+        };
         self.wait_cdi_ready(&client, &install).await?;
         tracing::info!(port, elapsed = ?started.elapsed(), "CDI's API server is ready");
         Ok(install)
@@ -214,9 +216,19 @@ async fn what_cdi_operator_creates(
     namespace: &str,
     dir: &Path,
 ) -> Result<Vec<Value>, Error> {
+    let stdout =
+        run_cdi_install(bin_dir, &["-namespace", namespace, "-version", CDI_VERSION]).await?;
+    let path = dir.join("installed.json");
+    std::fs::write(&path, &stdout).map_err(fsutil::io_error(&path))?;
+    serde_json::from_slice(&stdout)
+        .map_err(|e| cdi_error(format!("cdi-install printed no object list: {e}")))
+}
+
+/// Runs `cdi-install` with `args`; its standard output.
+async fn run_cdi_install(bin_dir: &Path, args: &[&str]) -> Result<Vec<u8>, Error> {
     let program = bin_dir.join("cdi-install");
     let output = tokio::process::Command::new(&program)
-        .args(["-namespace", namespace, "-version", CDI_VERSION])
+        .args(args)
         .kill_on_drop(true)
         .output()
         .await
@@ -227,15 +239,22 @@ async fn what_cdi_operator_creates(
         })?;
     if !output.status.success() {
         return Err(cdi_error(format!(
-            "cdi-install failed ({}): {}",
+            "cdi-install {} failed ({}): {}",
+            args.join(" "),
             output.status,
             String::from_utf8_lossy(&output.stderr).trim_end()
         )));
     }
-    let path = dir.join("installed.json");
-    std::fs::write(&path, &output.stdout).map_err(fsutil::io_error(&path))?;
-    serde_json::from_slice(&output.stdout)
-        .map_err(|e| cdi_error(format!("cdi-install printed no object list: {e}")))
+    Ok(output.stdout)
+}
+
+/// The pod template of the Deployment `name` cdi-install printed.
+fn pod_spec<'a>(objects: &'a [Value], name: &str) -> Result<&'a Value, Error> {
+    objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == name)
+        .map(|deployment| &deployment["spec"]["template"]["spec"])
+        .ok_or_else(|| cdi_error(format!("cdi-install printed no {name} Deployment")))
 }
 
 async fn apply(client: &kube::Client, object: &Value) -> Result<(), Error> {

@@ -7,8 +7,9 @@
 //! OpenShift, HCO; generated from the upstream API types by `tools/external-crds`, so unknown
 //! fields are pruned and schemas enforced) are installed before [`ControlPlane::start`] returns.
 //! [`ControlPlane::kubevirt`] installs KubeVirt's own control plane on it (upstream virt-api and
-//! virt-controller, from virt-operator's install strategy), and [`ControlPlane::cdi`] CDI's API
-//! server (upstream cdi-apiserver, as cdi-operator installs it), each once, on first use.
+//! virt-controller, from virt-operator's install strategy), [`ControlPlane::cdi`] CDI's API
+//! server and [`ControlPlane::cdi_controller`] its controller (upstream cdi-apiserver and
+//! cdi-controller, as cdi-operator installs them), each once, on first use.
 //!
 //! Tests share one control plane per test binary through [`ControlPlane::shared`] and isolate
 //! themselves by namespace and object name:
@@ -50,7 +51,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::{Api, Client};
 
 pub use binaries::BIN_DIR_ENV;
-pub use cdi::{CDI_VERSION, CdiInstall};
+pub use cdi::{CDI_VERSION, CdiController, CdiInstall};
 pub use crds::FIELD_MANAGER;
 pub use extra_apiserver::{ApiServerLauncher, ExtraApiServer, ExtraApiServerSpec};
 pub use kubeconfig::CONTEXT;
@@ -178,7 +179,7 @@ pub enum Error {
     #[error("KubeVirt's control plane: {0}")]
     KubeVirt(String),
 
-    #[error("CDI's API server: {0}")]
+    #[error("CDI: {0}")]
     Cdi(String),
 }
 
@@ -265,6 +266,8 @@ pub struct ControlPlane {
     kubevirt: tokio::sync::OnceCell<Result<KubeVirtInstall, String>>,
     /// CDI's API server, installed on first use ([`ControlPlane::cdi`]).
     cdi: tokio::sync::OnceCell<Result<CdiInstall, String>>,
+    /// CDI's controller, installed on first use ([`ControlPlane::cdi_controller`]).
+    cdi_controller: tokio::sync::OnceCell<Result<CdiController, String>>,
 }
 
 /// What one successful boot produced, before it is owned by a [`ControlPlane`].
@@ -311,6 +314,7 @@ impl ControlPlane {
             processes: Mutex::new(booted.processes),
             kubevirt: tokio::sync::OnceCell::new(),
             cdi: tokio::sync::OnceCell::new(),
+            cdi_controller: tokio::sync::OnceCell::new(),
         })
     }
 

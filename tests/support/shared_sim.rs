@@ -156,6 +156,6 @@ async fn start_sim(setup: &Setup) -> Result<Sim, String> {
         flavour: setup.flavour,
     };
     cp.kubevirt().await.map_err(|e| e.to_string())?;
-    cp.cdi().await.map_err(|e| e.to_string())?;
+    cp.cdi_controller().await.map_err(|e| e.to_string())?;
     Sim::start(client, options).await.map_err(|e| e.to_string())
 }

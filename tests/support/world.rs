@@ -173,7 +173,7 @@ async fn start(
         .map_err(|e| e.to_string())?
         .keep();
     cp.kubevirt().await.map_err(|e| e.to_string())?;
-    cp.cdi().await.map_err(|e| e.to_string())?;
+    cp.cdi_controller().await.map_err(|e| e.to_string())?;
     let mut sim = Sim::start(
         client.clone(),
         Options {

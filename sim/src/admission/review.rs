@@ -61,7 +61,8 @@ pub fn answer(
             let namespace = request["namespace"].as_str().unwrap_or_default();
             let ranges = namespaces.get(namespace);
             let mut response = json!({"uid": request["uid"], "allowed": true});
-            match scc::restricted_v2::admit(namespace, object, ranges.as_ref()) {
+            let user = request["userInfo"]["username"].as_str().unwrap_or_default();
+            match scc::restricted_v2::admit(namespace, object, ranges.as_ref(), user) {
                 Ok(patch) => {
                     let patch = serde_json::to_vec(&patch)?;
                     response["patchType"] = json!("JSONPatch");

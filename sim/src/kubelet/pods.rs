@@ -342,7 +342,7 @@ pub(super) async fn record_event(
 }
 
 /// Writes a status patch, retrying server errors until it lands or the pod is gone.
-pub(super) async fn patch_status(client: &Client, pod: &Pod, patch: Value) {
+pub(crate) async fn patch_status(client: &Client, pod: &Pod, patch: Value) {
     let api = pods_api(client, pod);
     let mut delay = Duration::from_millis(100);
     loop {

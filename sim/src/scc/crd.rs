@@ -1,5 +1,6 @@
 //! The `SecurityContextConstraints` kind, served as OpenShift serves it (a cluster-scoped CRD of
-//! `security.openshift.io/v1`, so discovery lists the group), with the `restricted-v2` object.
+//! `security.openshift.io/v1`, so discovery lists the group), with the `restricted-v2` object and
+//! CDI's `containerized-data-importer`.
 //! The schema is not modelled (unknown fields are kept): nothing reads these objects, admission
 //! is [`super::restricted_v2`]'s. It is what a client sees to tell OpenShift from Kubernetes.
 
@@ -68,21 +69,46 @@ pub async fn ensure(client: &kube::Client) -> Result<(), Error> {
         "volumes": ["configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
                     "persistentVolumeClaim", "projected", "secret"],
     });
-    // A fresh CRD may refuse writes for a moment after discovery lists it.
-    let mut last = None;
-    for _ in 0..50 {
-        match sccs
-            .patch(
-                super::restricted_v2::NAME,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&restricted),
-            )
-            .await
-        {
-            Ok(_) => return Ok(()),
-            Err(err) => last = Some(err),
+    // cdi-operator's (containerized-data-importer v1.65.0 `pkg/operator/controller/scc.go`).
+    let namespace = testenv::KUBEVIRT_NAMESPACE;
+    let cdi = json!({
+        "apiVersion": "security.openshift.io/v1", "kind": "SecurityContextConstraints",
+        "metadata": {"name": super::restricted_v2::CDI_SCC, "labels": {"cdi.kubevirt.io": ""}},
+        "allowPrivilegeEscalation": false, "requiredDropCapabilities": ["ALL"],
+        "runAsUser": {"type": "MustRunAsNonRoot"}, "seLinuxContext": {"type": "MustRunAs"},
+        "supplementalGroups": {"type": "MustRunAs"}, "seccompProfiles": ["runtime/default"],
+        "priority": null,
+        "users": [format!("system:serviceaccount:{namespace}:cdi-sa"),
+                  format!("system:serviceaccount:{namespace}:cdi-cronjob")],
+        "volumes": ["configMap", "downwardAPI", "emptyDir", "persistentVolumeClaim",
+                    "projected", "secret", "csi", "ephemeral"],
+    });
+    for (name, scc) in [
+        (super::restricted_v2::NAME, &restricted),
+        (super::restricted_v2::CDI_SCC, &cdi),
+    ] {
+        // A fresh CRD may refuse writes for a moment after discovery lists it.
+        let mut last = None;
+        for _ in 0..50 {
+            match sccs
+                .patch(
+                    name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(scc),
+                )
+                .await
+            {
+                Ok(_) => {
+                    last = None;
+                    break;
+                }
+                Err(err) => last = Some(err),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Some(err) = last {
+            return Err(Error::Kube(err));
+        }
     }
-    Err(last.map_or_else(|| Error::Other("restricted-v2".into()), Error::Kube))
+    Ok(())
 }

@@ -55,35 +55,85 @@ const ALLOWED_VOLUMES: [&str; 8] = [
 /// A JSON patch (RFC 6902) operation.
 pub type PatchOp = Value;
 
-/// The outcome of admitting `pod` in a namespace with `ranges`: the patch that fills in its
-/// settings, or the message it is refused with.
+/// CDI's SCC (containerized-data-importer v1.65.0 `pkg/operator/controller/scc.go`, `setSCC`):
+/// created by cdi-operator on OpenShift for its controller's and cron job's service accounts,
+/// so the worker pods they create (user 107, fsGroup 107) are admitted.
+pub const CDI_SCC: &str = "containerized-data-importer";
+/// The users of [`CDI_SCC`] (`ensureSCCExists`): `cdi-sa` and `cdi-cronjob` of CDI's namespace.
+fn cdi_scc_users() -> [String; 2] {
+    let namespace = testenv::KUBEVIRT_NAMESPACE;
+    ["cdi-sa", "cdi-cronjob"].map(|a| format!("system:serviceaccount:{namespace}:{a}"))
+}
+
+/// What tells two SCCs apart here: their user, fsGroup and supplemental-group strategies and the
+/// capability a container may add.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Strategies {
+    name: &'static str,
+    /// `MustRunAsRange` (the namespace's UIDs) or `MustRunAsNonRoot`.
+    user_in_range: bool,
+    /// `MustRunAs` the namespace's first group, or `RunAsAny` (unset in the SCC).
+    fs_group_must_run_as: bool,
+    /// `MustRunAs` the namespace's groups, or `RunAsAny`.
+    supplemental_must_run_as: bool,
+    allowed_capability: Option<&'static str>,
+}
+
+const RESTRICTED_V2: Strategies = Strategies {
+    name: NAME,
+    user_in_range: true,
+    fs_group_must_run_as: true,
+    supplemental_must_run_as: false,
+    allowed_capability: Some(ALLOWED_CAPABILITY),
+};
+
+const CONTAINERIZED_DATA_IMPORTER: Strategies = Strategies {
+    name: CDI_SCC,
+    user_in_range: false,
+    fs_group_must_run_as: false,
+    supplemental_must_run_as: true,
+    allowed_capability: None,
+};
+
+/// The outcome of admitting `pod`, created by `user`, in a namespace with `ranges`: the patch
+/// that fills in its settings, or the message it is refused with. The SCCs `user` may use are
+/// tried in order (`restricted-v2`, then CDI's for CDI's accounts); the first that validates
+/// admits the pod.
 /// A namespace without ranges refuses every pod, naming the annotation (upstream waits up to
 /// 10 s for it first; the webhook does that, see `admission::server`).
 pub fn admit(
     namespace: &str,
     pod: &Value,
     ranges: Option<&NamespaceRanges>,
+    user: &str,
 ) -> Result<Vec<PatchOp>, String> {
-    let provider = Provider::new(ranges.cloned().unwrap_or_default())
-        .map_err(|error| format!("error fetching namespace {namespace:?}: {error}"))?;
-    let mut pod = pod.clone();
-    let patch = provider.default(&mut pod);
-    let errors = provider.validate(&pod);
-    if errors.is_empty() {
-        Ok(patch)
-    } else {
-        Err(refusal(errors))
+    let mut usable = vec![RESTRICTED_V2];
+    if cdi_scc_users().iter().any(|u| u == user) {
+        usable.push(CONTAINERIZED_DATA_IMPORTER);
     }
+    let mut errors = Vec::new();
+    for strategies in usable {
+        let provider = Provider::new(ranges.cloned().unwrap_or_default(), strategies)
+            .map_err(|error| format!("error fetching namespace {namespace:?}: {error}"))?;
+        let mut pod = pod.clone();
+        let patch = provider.default(&mut pod);
+        let refused = provider.validate(&pod);
+        if refused.is_empty() {
+            return Ok(patch);
+        }
+        errors.extend(refused);
+    }
+    Err(refusal(errors))
 }
 
 /// The plugin's message: each SCC's errors, the unusable ones forbidden.
-fn refusal(restricted_v2: Vec<String>) -> String {
+fn refusal(usable: Vec<String>) -> String {
     let forbidden =
         |name: &&str| format!("provider {name:?}: Forbidden: not usable by user or serviceaccount");
     let all: Vec<String> = NOT_USABLE
         .iter()
         .map(forbidden)
-        .chain(restricted_v2)
+        .chain(usable)
         .chain(NOT_USABLE_AFTER.iter().map(forbidden))
         .collect();
     format!(
@@ -92,15 +142,16 @@ fn refusal(restricted_v2: Vec<String>) -> String {
     )
 }
 
-/// `restricted-v2` with a namespace's ranges.
+/// An SCC with a namespace's ranges.
 struct Provider {
+    strategies: Strategies,
     uids: Block,
     groups: Block,
     level: String,
 }
 
 impl Provider {
-    fn new(ranges: NamespaceRanges) -> Result<Self, String> {
+    fn new(ranges: NamespaceRanges, strategies: Strategies) -> Result<Self, String> {
         let uid_text = ranges
             .uids
             .ok_or_else(|| format!("unable to find annotation {}", super::UID_RANGE))?;
@@ -117,6 +168,7 @@ impl Provider {
             .mcs
             .ok_or_else(|| format!("unable to find annotation {}", super::MCS))?;
         Ok(Self {
+            strategies,
             uids,
             groups,
             level,
@@ -129,9 +181,16 @@ impl Provider {
         let spec = &mut pod["spec"];
         let mut context = object(&spec["securityContext"]);
         let pod_user = context.get("runAsUser").cloned();
-        context
-            .entry("fsGroup")
-            .or_insert_with(|| json!(self.groups.first));
+        if self.strategies.fs_group_must_run_as {
+            context
+                .entry("fsGroup")
+                .or_insert_with(|| json!(self.groups.first));
+        }
+        if self.strategies.supplemental_must_run_as {
+            context
+                .entry("supplementalGroups")
+                .or_insert_with(|| json!([self.groups.first]));
+        }
         let selinux = context.entry("seLinuxOptions").or_insert_with(|| json!({}));
         if selinux.get("level").is_none() {
             selinux["level"] = json!(self.level);
@@ -147,11 +206,17 @@ impl Provider {
             };
             for (i, container) in containers.iter_mut().enumerate() {
                 let mut own = object(&container["securityContext"]);
-                if own.get("runAsUser").is_none() && pod_user.is_none() {
+                if own.get("runAsUser").is_none()
+                    && pod_user.is_none()
+                    && self.strategies.user_in_range
+                {
                     own.insert("runAsUser".into(), json!(self.uids.first));
                 }
                 let user = own.get("runAsUser").or(pod_user.as_ref());
-                if user.and_then(Value::as_i64).is_some_and(|u| u > 0) {
+                // `MustRunAsNonRoot` generates no user but requires the flag.
+                if user.and_then(Value::as_i64).is_some_and(|u| u > 0)
+                    || !self.strategies.user_in_range
+                {
                     own.entry("runAsNonRoot").or_insert(json!(true));
                 }
                 own.entry("allowPrivilegeEscalation")
@@ -177,17 +242,18 @@ impl Provider {
             }
         }
         let annotations = &mut pod["metadata"]["annotations"];
+        let name = self.strategies.name;
         if annotations.is_object() {
-            annotations[POD_SCC] = json!(NAME);
+            annotations[POD_SCC] = json!(name);
             patch.push(json!({
                 "op": "add",
                 "path": format!("/metadata/annotations/{}", POD_SCC.replace('/', "~1")),
-                "value": NAME,
+                "value": name,
             }));
         } else {
-            *annotations = json!({POD_SCC: NAME});
+            *annotations = json!({POD_SCC: name});
             patch.push(
-                json!({"op": "add", "path": "/metadata/annotations", "value": {POD_SCC: NAME}}),
+                json!({"op": "add", "path": "/metadata/annotations", "value": {POD_SCC: name}}),
             );
         }
         patch
@@ -198,14 +264,30 @@ impl Provider {
         let mut errors = Vec::new();
         let spec = &pod["spec"];
         let context = &spec["securityContext"];
-        let pod_path = format!("provider {NAME}: .spec.securityContext");
+        let name = self.strategies.name;
+        let pod_path = format!("provider {name}: .spec.securityContext");
         // `MustRunAs` with the namespace's block: exactly its first ID.
         if let Some(group) = context["fsGroup"].as_i64()
+            && self.strategies.fs_group_must_run_as
             && group != i64::from(self.groups.first)
         {
             errors.push(format!(
                 "{pod_path}.fsGroup: Invalid value: []int64{{{group}}}: {group} is not an allowed group"
             ));
+        }
+        if self.strategies.supplemental_must_run_as {
+            for group in context["supplementalGroups"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                let group = group.as_i64().unwrap_or_default();
+                if !self.groups.contains(group) {
+                    errors.push(format!(
+                        "{pod_path}.supplementalGroups: Invalid value: []int64{{{group}}}: {group} is not an allowed group"
+                    ));
+                }
+            }
         }
         self.check_user(&pod_path, context, &mut errors);
         if let Some(level) = context["seLinuxOptions"]["level"].as_str()
@@ -233,7 +315,7 @@ impl Provider {
         }
         for list in ["initContainers", "containers"] {
             for (i, container) in spec[list].as_array().into_iter().flatten().enumerate() {
-                let path = format!("provider {NAME}: .{list}[{i}]");
+                let path = format!("provider {name}: .{list}[{i}]");
                 self.validate_container(&path, spec, container, &mut errors);
             }
         }
@@ -243,8 +325,17 @@ impl Provider {
         errors
     }
 
-    /// `MustRunAsRange`: a `runAsUser` set in `context` lies in the namespace's range.
+    /// `MustRunAsRange`: a `runAsUser` set in `context` lies in the namespace's range;
+    /// `MustRunAsNonRoot`: it is not root.
     fn check_user(&self, path: &str, context: &Value, errors: &mut Vec<String>) {
+        if !self.strategies.user_in_range {
+            if context["runAsUser"].as_i64() == Some(0) {
+                errors.push(format!(
+                    "{path}.runAsUser: Invalid value: 0: running with the root UID is forbidden"
+                ));
+            }
+            return;
+        }
         if let Some(user) = context["runAsUser"].as_i64()
             && !self.uids.contains(user)
         {
@@ -281,7 +372,7 @@ impl Provider {
         }
         for cap in own["capabilities"]["add"].as_array().into_iter().flatten() {
             let name = cap.as_str().unwrap_or_default();
-            if name != ALLOWED_CAPABILITY {
+            if Some(name) != self.strategies.allowed_capability {
                 errors.push(format!(
                     "{context}.capabilities.add: Invalid value: {name:?}: capability may not be added"
                 ));
@@ -316,6 +407,41 @@ fn object(value: &Value) -> Map<String, Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const USER: &str = "system:serviceaccount:team:default";
+
+    #[test]
+    fn cdis_accounts_get_cdis_scc_for_worker_pods_of_user_107_others_do_not() {
+        // An importer pod as cdi-controller makes it: user and fsGroup 107, non-root.
+        let importer = pod(
+            json!({"runAsUser": 107, "fsGroup": 107, "runAsNonRoot": true}),
+            json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}),
+        );
+        let cdi = format!(
+            "system:serviceaccount:{}:cdi-sa",
+            testenv::KUBEVIRT_NAMESPACE
+        );
+        let patch = admit("team", &importer, Some(&ranges()), &cdi).expect("CDI's SCC admits");
+        let admitted = patched(importer.clone(), &patch);
+        assert_eq!(admitted["metadata"]["annotations"][POD_SCC], CDI_SCC);
+        // MustRunAs supplemental groups: the namespace's first group; fsGroup stays 107.
+        assert_eq!(
+            admitted["spec"]["securityContext"]["supplementalGroups"],
+            json!([1000650000])
+        );
+        assert_eq!(admitted["spec"]["securityContext"]["fsGroup"], 107);
+        let refused = admit("team", &importer, Some(&ranges()), USER).unwrap_err();
+        assert!(
+            refused.contains("runAsUser: Invalid value: 107"),
+            "{refused}"
+        );
+        let root = pod(json!({"runAsUser": 0}), json!({}));
+        let refused = admit("team", &root, Some(&ranges()), &cdi).unwrap_err();
+        assert!(
+            refused.contains("provider containerized-data-importer: .spec.securityContext.runAsUser: Invalid value: 0: running with the root UID is forbidden"),
+            "{refused}"
+        );
+    }
 
     fn ranges() -> NamespaceRanges {
         NamespaceRanges {
@@ -361,7 +487,7 @@ mod tests {
     #[test]
     fn unset_settings_are_filled_in_from_the_namespace() {
         let original = pod(json!({"runAsNonRoot": true}), json!({}));
-        let patch = admit("team", &original, Some(&ranges())).expect("admitted");
+        let patch = admit("team", &original, Some(&ranges()), USER).expect("admitted");
         let pod = patched(original, &patch);
         let context = &pod["spec"]["securityContext"];
         assert_eq!(context["fsGroup"], 1000650000);
@@ -380,6 +506,7 @@ mod tests {
             "team",
             &pod(json!({"runAsUser": 1001, "fsGroup": 1001}), json!({})),
             Some(&ranges()),
+            USER,
         )
         .unwrap_err();
         assert!(
@@ -409,7 +536,7 @@ mod tests {
         );
         bad["spec"]["hostNetwork"] = json!(true);
         bad["spec"]["volumes"] = json!([{"name": "h", "hostPath": {"path": "/"}}]);
-        let refused = admit("team", &bad, Some(&ranges())).unwrap_err();
+        let refused = admit("team", &bad, Some(&ranges()), USER).unwrap_err();
         for expected in [
             "provider restricted-v2: .containers[0].privileged: Invalid value: true: Privileged containers are not allowed",
             "provider restricted-v2: .containers[0].capabilities.add: Invalid value: \"NET_ADMIN\": capability may not be added",
@@ -424,7 +551,7 @@ mod tests {
 
     #[test]
     fn a_namespace_without_ranges_refuses_every_pod() {
-        let refused = admit("team", &pod(json!({}), json!({})), None).unwrap_err();
+        let refused = admit("team", &pod(json!({}), json!({})), None, USER).unwrap_err();
         assert_eq!(
             refused,
             "error fetching namespace \"team\": unable to find annotation openshift.io/sa.scc.uid-range"
@@ -439,7 +566,7 @@ mod tests {
         );
         let pod = patched(
             original.clone(),
-            &admit("team", &original, Some(&ranges())).unwrap(),
+            &admit("team", &original, Some(&ranges()), USER).unwrap(),
         );
         assert_eq!(pod["spec"]["securityContext"]["fsGroup"], 1000650000);
         assert_eq!(

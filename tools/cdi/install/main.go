@@ -20,6 +20,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/openshift/library-go/pkg/crypto"
 
 	"github.com/go-logr/logr"
 
@@ -54,11 +58,49 @@ func main() {
 	registry := flag.String("registry", "quay.io/kubevirt", "registry the images are named in")
 	verbosity := flag.String("verbosity", "1", "-v of cdi-controller and cdi-apiserver")
 	pullPolicy := flag.String("pull-policy", "IfNotPresent", "image pull policy")
+	signers := flag.String("signers", "", "instead of printing objects, write the upload server signers (<dir>/<signer>/tls.{crt,key}) as cdi-operator's cert manager makes them")
 	flag.Parse()
+	if *signers != "" {
+		if err := writeSigners(*signers, *namespace); err != nil {
+			fmt.Fprintln(os.Stderr, "cdi-install:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(os.Stdout, *namespace, *version, *registry, *verbosity, *pullPolicy); err != nil {
 		fmt.Fprintln(os.Stderr, "cdi-install:", err)
 		os.Exit(1)
 	}
+}
+
+// The signers cdi-controller signs upload server and clone client certificates with. cdi-operator's
+// cert manager makes them through library-go's certrotation (pkg/operator/controller/certrotation.go,
+// ensureSigner), which makes RSA CAs named <namespace>_<secret>@<unix time>
+// (crypto.MakeSelfSignedCAConfigForDuration), valid for CDI's default signer lifetime
+// (cert.SignerLifetime).
+func writeSigners(dir, namespace string) error {
+	for _, name := range []string{"cdi-uploadserver-signer", "cdi-uploadserver-client-signer"} {
+		signer := fmt.Sprintf("%s_%s@%d", namespace, name, time.Now().Unix())
+		config, err := crypto.MakeSelfSignedCAConfigForDuration(signer, cert.SignerLifetime)
+		if err != nil {
+			return err
+		}
+		certPEM, keyPEM, err := config.GetPEMBytes()
+		if err != nil {
+			return err
+		}
+		out := filepath.Join(dir, name)
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(out, "tls.crt"), certPEM, 0o644); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(out, "tls.key"), keyPEM, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func run(out io.Writer, namespace, version, registry, verbosity, pullPolicy string) error {
