@@ -9,14 +9,14 @@
 //! | module | plays |
 //! |---|---|
 //! | [`volumes`] | the storage provisioner: binds PVCs, one directory (with `disk.img`) per PVC |
-//! | [`cdi`] | CDI: DataVolumes (blank, pvc clone, http import) |
+//! | [`cdi`] | CDI's worker pods (importer, upload server, clone source) under upstream cdi-controller |
 //! | [`kubelet`] | the scheduler + kubelet of one Node: runs our Job pods as local processes |
 //! | [`installer`] | what the fake `openshift-install` makes (shell and guest-native), defined once |
 //! | [`tools`] | fake `oc`, `openshift-install`, `coreos-installer` put first on Job pods' `PATH` |
 //! | [`network`] | pod IPs: one loopback address (127.0.0.0/8) per pod |
 //! | [`kubevirt`] | KubeVirt's node side: virt-handler, the kubelet's part for virt-launcher pods |
-//! | [`platform`] | HCO's configuration of the `KubeVirt`, the `CDI` operator object |
-//! | [`admission`] | CDI's validating webhook and SCC admission, served to the real API server |
+//! | [`platform`] | HCO's configuration of the `KubeVirt`; checks KubeVirt's and CDI's control planes |
+//! | [`admission`] | SCC admission, served to the real API server |
 //! | [`guest`] | CRC guests: a state model stored in the disk image, an SSH server per running VMI |
 //! | [`openshift`] | each running guest's OpenShift API: a kube-apiserver plus simulated operators |
 //! | [`route_proxy`] | the router for passthrough Routes, as an HTTP `CONNECT` proxy |
@@ -126,12 +126,13 @@ pub struct SimContext {
 }
 
 /// A running simulation; dropping it (or [`Sim::shutdown`]) stops every simulated controller,
-/// Job process and guest. Dropping it leaves the admission webhooks registered but no longer
-/// served, so creates of DataVolumes fail until a new simulation starts (a real cluster with
-/// CDI's API server down does the same); [`Sim::shutdown`] unregisters them.
+/// Job process and guest. Dropping it leaves the SCC webhook (OpenShift flavour) registered but no
+/// longer served, so pod creates fail until a new simulation starts; [`Sim::shutdown`]
+/// unregisters it.
 ///
-/// KubeVirt's control plane (upstream virt-api and virt-controller) is the control plane's, not
-/// the simulation's: start it with `testenv::ControlPlane::kubevirt` first.
+/// KubeVirt's and CDI's control planes (upstream virt-api, virt-controller, cdi-apiserver and
+/// cdi-controller) are the control plane's, not the simulation's: start them with
+/// `testenv::ControlPlane::kubevirt` and `cdi_controller` first.
 pub struct Sim {
     pub ctx: Arc<SimContext>,
     tasks: Vec<tokio::task::JoinHandle<()>>,

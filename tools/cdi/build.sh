@@ -8,7 +8,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cache=${GUESTCLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/guestcluster}
-key=$( (cat "$here"/build.sh "$here"/go.mod "$here"/go.sum "$here"/install/*.go "$here"/apiserver/*.go "$here"/controller/*.go; find "$here" -path "$here/unserved/*" -type f | sort | xargs -r cat) \
+key=$( (cat "$here"/build.sh "$here"/go.mod "$here"/go.sum "$here"/install/*.go "$here"/apiserver/*.go "$here"/controller/*.go "$here"/internal/*/*.go; find "$here" -path "$here/unserved/*" -type f | sort | xargs -r cat) \
   | sha256sum | cut -c1-16)
 out="$cache/cdi/$key"
 bins=(cdi-controller cdi-apiserver cdi-install)

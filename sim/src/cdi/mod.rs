@@ -47,13 +47,19 @@ pub enum Worker {
 
 impl Worker {
     /// CDI names its images `cdi-importer`, `cdi-uploadserver` and `cdi-cloner` (upstream,
-    /// `quay.io/kubevirt/cdi-*`) or `virt-cdi-*` (OpenShift Virtualization): the repository's
-    /// last path segment, without tag or digest, ends with the name.
+    /// `quay.io/kubevirt/cdi-*`) or `virt-cdi-*-rhel9` (OpenShift Virtualization): the
+    /// repository's last path segment, without tag, digest or RHEL suffix, ends with the name.
     pub fn of(pod: &Pod) -> Option<Self> {
         let image = pod.spec.as_ref()?.containers.first()?.image.as_deref()?;
         let repository = image.split(['@']).next()?;
         let last = repository.rsplit('/').next()?;
-        let name = last.split(':').next()?;
+        let mut name = last.split(':').next()?;
+        if let Some((base, release)) = name.rsplit_once("-rhel")
+            && !release.is_empty()
+            && release.chars().all(|c| c.is_ascii_digit())
+        {
+            name = base;
+        }
         if name.ends_with("cdi-importer") {
             Some(Self::Importer)
         } else if name.ends_with("cdi-uploadserver") {
@@ -137,5 +143,48 @@ impl Players {
             }
             keep
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(image: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": image}]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn workers_are_known_by_upstreams_and_openshift_virtualizations_images() {
+        for (image, worker) in [
+            (
+                "quay.io/kubevirt/cdi-importer:v1.65.0",
+                Some(Worker::Importer),
+            ),
+            (
+                "quay.io/kubevirt/cdi-uploadserver:v1.65.0",
+                Some(Worker::UploadServer),
+            ),
+            (
+                "quay.io/kubevirt/cdi-cloner:v1.65.0",
+                Some(Worker::CloneSource),
+            ),
+            (
+                "registry.redhat.io/container-native-virtualization/virt-cdi-importer-rhel9@sha256:00",
+                Some(Worker::Importer),
+            ),
+            (
+                "registry.redhat.io/container-native-virtualization/virt-cdi-cloner-rhel9:v4.19",
+                Some(Worker::CloneSource),
+            ),
+            ("quay.io/kubevirt/cdi-controller:v1.65.0", None),
+            ("registry.invalid/guestcluster:dev", None),
+        ] {
+            assert_eq!(Worker::of(&pod(image)), worker, "{image}");
+        }
     }
 }

@@ -40,13 +40,15 @@ pub struct Uploads {
     waiting: Mutex<HashMap<String, Waiting>>,
 }
 
-/// The host of an upload server's Service: its pod's name (CDI names the Service after it).
+/// The host of an upload server's Service, named in the pod's `service` label (CDI derives it
+/// from the pod's name, shortened to a DNS label: `naming.GetServiceNameFromResourceName`).
 fn service_host(pod: &Pod) -> String {
-    format!(
-        "{}.{}.svc",
-        pod.name_any(),
-        pod.namespace().unwrap_or_default()
-    )
+    let service = pod
+        .labels()
+        .get("service")
+        .cloned()
+        .unwrap_or_else(|| pod.name_any());
+    format!("{service}.{}.svc", pod.namespace().unwrap_or_default())
 }
 
 /// The upload server: ready at once, ends when its clone source has copied the data in.

@@ -24,10 +24,11 @@ import (
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager/signals"
 
+	"guestcluster.dev/tools/cdi/internal/installer"
+
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"kubevirt.io/containerized-data-importer/pkg/apiserver"
 	cdiclient "kubevirt.io/containerized-data-importer/pkg/client/clientset/versioned"
-	"kubevirt.io/containerized-data-importer/pkg/common"
 	dvc "kubevirt.io/containerized-data-importer/pkg/controller/datavolume"
 	certwatcher "kubevirt.io/containerized-data-importer/pkg/util/cert/watcher"
 	cryptowatch "kubevirt.io/containerized-data-importer/pkg/util/tls-crypto-watch"
@@ -79,7 +80,7 @@ func main() {
 	fatal("the certificate watcher", err)
 	app, err := apiserver.NewCdiAPIServer(*host, *port, client,
 		aggregatorclient.NewForConfigOrDie(cfg), cdi, snapclient.NewForConfigOrDie(cfg),
-		&cachedReads{Client: direct, cache: informers}, authorizer, auth, tls, certs, installerLabels())
+		&cachedReads{Client: direct, cache: informers}, authorizer, auth, tls, certs, installer.Labels())
 	fatal("the CDI API server", err)
 
 	go func() { fatal("the informer cache", informers.Start(ctx)) }()
@@ -114,18 +115,6 @@ func (c *cachedReads) List(ctx context.Context, list crclient.ObjectList, opts .
 		return c.cache.List(ctx, list, opts...)
 	}
 	return c.Client.List(ctx, list, opts...)
-}
-
-// The labels cdi-operator passes down (INSTALLER_PART_OF_LABEL, INSTALLER_VERSION_LABEL).
-func installerLabels() map[string]string {
-	labels := map[string]string{}
-	if v := os.Getenv(common.InstallerPartOfLabel); v != "" {
-		labels[common.AppKubernetesPartOfLabel] = v
-	}
-	if v := os.Getenv(common.InstallerVersionLabel); v != "" {
-		labels[common.AppKubernetesVersionLabel] = v
-	}
-	return labels
 }
 
 func env(name, fallback string) string {

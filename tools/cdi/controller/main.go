@@ -41,6 +41,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager/signals"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"guestcluster.dev/tools/cdi/internal/installer"
+
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	forklift "kubevirt.io/containerized-data-importer-api/pkg/apis/forklift/v1beta1"
 	cdiclient "kubevirt.io/containerized-data-importer/pkg/client/clientset/versioned"
@@ -98,7 +100,7 @@ func main() {
 	if v := os.Getenv(common.PullPolicy); v != "" {
 		pullPolicy = v
 	}
-	labels := installerLabels()
+	labels := installer.Labels()
 	var certs uploadCerts
 	fatal("the environment", envconfig.Process("", &certs))
 	fatal("metrics", metrics.SetupMetrics())
@@ -233,18 +235,6 @@ func tokenKeys(dir string) (*rsa.PublicKey, *rsa.PrivateKey) {
 		klog.Fatal("the token private key is not an RSA key")
 	}
 	return public, private
-}
-
-// The labels cdi-operator passes down (INSTALLER_PART_OF_LABEL, INSTALLER_VERSION_LABEL).
-func installerLabels() map[string]string {
-	labels := map[string]string{}
-	if v := os.Getenv(common.InstallerPartOfLabel); v != "" {
-		labels[common.AppKubernetesPartOfLabel] = v
-	}
-	if v := os.Getenv(common.InstallerVersionLabel); v != "" {
-		labels[common.AppKubernetesVersionLabel] = v
-	}
-	return labels
 }
 
 func required(name string) string {
