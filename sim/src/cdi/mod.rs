@@ -21,6 +21,7 @@
 //! leaves these pods alone but deletes them at once when asked); the volumes are
 //! `sim::volumes`'.
 
+mod container;
 pub mod data;
 mod importer;
 mod pod;

@@ -9,13 +9,14 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::{Api, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use super::container::{Target, data_claim};
 use super::data::Failure;
 use super::{Shared, Worker, importer, transfer};
 use crate::kubelet::{self, NODE_IP, status};
 use crate::quantity::parse_quantity;
-use crate::volumes::{self, ClaimVolume, VolumeMode};
+use crate::volumes::{self, VolumeMode};
 
 /// The kubelet's first restart delay and its cap (`backOffPeriod`, `MaxContainerBackOff`).
 const FIRST_BACKOFF: Duration = Duration::from_secs(10);
@@ -25,46 +26,9 @@ const SHOWN_TERMINATED: Duration = Duration::from_secs(1);
 /// How often a container that waits for its volume looks again.
 const VOLUME_POLL: Duration = Duration::from_millis(500);
 
-/// How a container's run ended well: its termination message.
-pub type Outcome = Result<String, Failure>;
-
 /// Whether the pod reached `Succeeded` or `Failed`.
 pub fn is_terminal(pod: &Pod) -> bool {
     status::is_terminal(pod)
-}
-
-/// The value of the first container's literal environment variable `name`.
-pub fn env<'a>(pod: &'a Pod, name: &str) -> Option<&'a str> {
-    pod.spec
-        .as_ref()?
-        .containers
-        .first()?
-        .env
-        .as_ref()?
-        .iter()
-        .find(|e| e.name == name)?
-        .value
-        .as_deref()
-}
-
-/// The claim of the pod's data volume (CDI's `cdi-data-vol`).
-pub fn data_claim(pod: &Pod) -> Option<&str> {
-    pod.spec
-        .as_ref()?
-        .volumes
-        .as_ref()?
-        .iter()
-        .find(|v| v.name == "cdi-data-vol")?
-        .persistent_volume_claim
-        .as_ref()
-        .map(|c| c.claim_name.as_str())
-}
-
-/// A bound claim's volume and the bytes it offers (its capacity, else its request).
-#[derive(Clone, Debug)]
-pub struct Target {
-    pub volume: ClaimVolume,
-    pub capacity: u64,
 }
 
 /// The data volume of `pod` once its claim is bound and provisioned; a real container does not
@@ -211,13 +175,4 @@ fn crash_loop(pod: &Pod, backoff: Duration) -> Value {
     let mut waiting = status::waiting(pod, "CrashLoopBackOff", Some(&message), Timestamp::now());
     waiting["status"]["phase"] = "Running".into();
     waiting
-}
-
-/// The termination message of a container that wrote JSON (CDI's `TerminationMessage`).
-pub fn json_message(message: &str, extra: Value) -> String {
-    let mut value = json!({"message": message});
-    if let (Some(object), Some(extra)) = (value.as_object_mut(), extra.as_object()) {
-        object.extend(extra.clone());
-    }
-    value.to_string()
 }

@@ -19,9 +19,10 @@ use serde_json::json;
 use tokio::sync::oneshot;
 
 use super::Shared;
+use super::container::{
+    self, Outcome, PARTIAL_FILE, Target, into_place, overhead, transfer_time, usable_space,
+};
 use super::data::{self, Failure};
-use super::importer::{PARTIAL_FILE, into_place, overhead, transfer_time, usable_space};
-use super::pod::{self, Outcome, Target};
 use crate::volumes::VolumeMode;
 
 /// An upload server waiting for its clone source.
@@ -57,7 +58,8 @@ pub async fn serve(shared: &Shared, pod: &Pod, target: &Target) -> Outcome {
     let host = service_host(pod);
     let waiting = Waiting {
         target: target.clone(),
-        requested: pod::env(pod, "UPLOAD_IMAGE_SIZE").and_then(crate::quantity::parse_quantity),
+        requested: container::env(pod, "UPLOAD_IMAGE_SIZE")
+            .and_then(crate::quantity::parse_quantity),
         overhead: overhead(pod),
         done,
     };
@@ -75,7 +77,7 @@ pub async fn serve(shared: &Shared, pod: &Pod, target: &Target) -> Outcome {
     };
     // The source hears back (its POST returns) as the upload server ends.
     let _ = ended.send(());
-    Ok(pod::json_message(
+    Ok(container::json_message(
         "Clone Complete",
         json!({"preallocationApplied": false}),
     ))
@@ -96,7 +98,9 @@ impl Drop for Unregister<'_> {
 
 /// The clone source: copies its volume into the upload server's of `UPLOAD_URL`.
 pub async fn send(shared: &Shared, pod: &Pod, source: &Target) -> Outcome {
-    let url = pod::env(pod, "UPLOAD_URL").unwrap_or_default().to_owned();
+    let url = container::env(pod, "UPLOAD_URL")
+        .unwrap_or_default()
+        .to_owned();
     let host = url
         .strip_prefix("https://")
         .and_then(|rest| rest.split(['/', ':']).next())
