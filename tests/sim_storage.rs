@@ -404,6 +404,14 @@ async fn a_clone_waits_while_its_source_is_in_use() {
 
 /// A tiny HTTP/1.1 server: `files` by path, 404 otherwise. Returns its base URL.
 async fn serve(files: BTreeMap<String, Vec<u8>>) -> String {
+    serve_gated(files, tokio::sync::watch::channel(true).1).await
+}
+
+/// [`serve`], sending each body only once `gate` is open (the headers go at once).
+async fn serve_gated(
+    files: BTreeMap<String, Vec<u8>>,
+    gate: tokio::sync::watch::Receiver<bool>,
+) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind the test HTTP server");
@@ -412,6 +420,7 @@ async fn serve(files: BTreeMap<String, Vec<u8>>) -> String {
     tokio::spawn(async move {
         while let Ok((mut stream, _)) = listener.accept().await {
             let files = files.clone();
+            let mut gate = gate.clone();
             tokio::spawn(async move {
                 let mut request = Vec::new();
                 let mut buf = [0u8; 1024];
@@ -432,6 +441,7 @@ async fn serve(files: BTreeMap<String, Vec<u8>>) -> String {
                     body.len()
                 );
                 let _ = stream.write_all(head.as_bytes()).await;
+                let _ = gate.wait_for(|open| *open).await;
                 let _ = stream.write_all(&body).await;
             });
         }
@@ -506,7 +516,14 @@ async fn an_http_import_converts_qcow2_to_raw() {
     let ns = namespace(&client, "sim-http").await;
     let qcow2 = qcow2_image();
     assert_eq!(&qcow2[..4], b"QFI\xfb");
-    let base = serve(BTreeMap::from([("/images/disk.qcow2".to_owned(), qcow2)])).await;
+    // The body waits until CDI shows the import in progress: upstream's controller sees the
+    // importer pod Running only if it runs long enough, so the test holds it there.
+    let (open, gate) = tokio::sync::watch::channel(false);
+    let base = serve_gated(
+        BTreeMap::from([("/images/disk.qcow2".to_owned(), qcow2)]),
+        gate,
+    )
+    .await;
     let name = unique("import");
     let spec = json!({
         "source": {"http": {"url": format!("{base}/images/disk.qcow2")}},
@@ -517,7 +534,20 @@ async fn an_http_import_converts_qcow2_to_raw() {
         watching.await.expect("the watch is established");
         create_data_volume(&client, &ns, &name, spec).await;
     };
-    let (phases, ()) = tokio::join!(phases_until_done(&client, &ns, &name, listed), create);
+    let release = async {
+        let api = data_volumes(&client, &ns);
+        wait_for("the import in progress", || async {
+            let dv = api.get_opt(&name).await.ok().flatten()?;
+            (phase_of(&dv) == "ImportInProgress").then_some(())
+        })
+        .await;
+        open.send_replace(true);
+    };
+    let (phases, (), ()) = tokio::join!(
+        phases_until_done(&client, &ns, &name, listed),
+        create,
+        release
+    );
 
     assert_eq!(
         phases.last().map(String::as_str),
