@@ -83,15 +83,17 @@ pub async fn play(shared: Arc<Shared>, pod: Pod, worker: Worker) {
     let mut restarts = restart_count(&pod);
     let mut backoff = FIRST_BACKOFF;
     loop {
+        // A container starts once its volume is mounted; an upload server listens as it starts.
+        let on_volume = data_volume(&shared, &pod)
+            .await
+            .map(|target| Container::start(&shared, &pod, worker, target));
         let started = Timestamp::now();
         let running = status::running(&pod, ip, started, Timestamp::now());
         kubelet::patch_status(&client, &pod, with_restarts(running, restarts, None)).await;
-        let outcome = match data_volume(&shared, &pod).await {
-            Ok(target) => match worker {
-                Worker::Importer => importer::run(&shared, &pod, &target).await,
-                Worker::UploadServer => transfer::serve(&shared, &pod, &target).await,
-                Worker::CloneSource => transfer::send(&shared, &pod, &target).await,
-            },
+        let outcome = match on_volume {
+            Ok(Container::Importer(target)) => importer::run(&shared, &pod, &target).await,
+            Ok(Container::UploadServer(listening)) => transfer::serve(listening).await,
+            Ok(Container::CloneSource(target)) => transfer::send(&shared, &pod, &target).await,
             Err(failure) => Err(failure),
         };
         let (code, message) = match &outcome {
@@ -121,6 +123,23 @@ pub async fn play(shared: Arc<Shared>, pod: Pod, worker: Worker) {
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(MAX_BACKOFF);
         restarts += 1;
+    }
+}
+
+/// A worker's container, started on its volume.
+enum Container<'a> {
+    Importer(Target),
+    UploadServer(transfer::Listening<'a>),
+    CloneSource(Target),
+}
+
+impl<'a> Container<'a> {
+    fn start(shared: &'a Shared, pod: &Pod, worker: Worker, target: Target) -> Self {
+        match worker {
+            Worker::Importer => Self::Importer(target),
+            Worker::UploadServer => Self::UploadServer(transfer::listen(shared, pod, &target)),
+            Worker::CloneSource => Self::CloneSource(target),
+        }
     }
 }
 

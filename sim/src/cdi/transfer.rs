@@ -52,8 +52,15 @@ fn service_host(pod: &Pod) -> String {
     format!("{service}.{}.svc", pod.namespace().unwrap_or_default())
 }
 
-/// The upload server: ready at once, ends when its clone source has copied the data in.
-pub async fn serve(shared: &Shared, pod: &Pod, target: &Target) -> Outcome {
+/// An upload server that listens: registered for its clone source before it reports Running
+/// (its readiness is what the clone controller waits for before creating the source).
+pub struct Listening<'a> {
+    received: oneshot::Receiver<oneshot::Sender<()>>,
+    _unregister: Unregister<'a>,
+}
+
+/// Starts listening as `pod`'s upload server for `target`.
+pub fn listen<'a>(shared: &'a Shared, pod: &Pod, target: &Target) -> Listening<'a> {
     let (done, received) = oneshot::channel();
     let host = service_host(pod);
     let waiting = Waiting {
@@ -69,8 +76,15 @@ pub async fn serve(shared: &Shared, pod: &Pod, target: &Target) -> Outcome {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .insert(host.clone(), waiting);
-    let _unregister = Unregister(shared, host);
-    let Ok(ended) = received.await else {
+    Listening {
+        received,
+        _unregister: Unregister(shared, host),
+    }
+}
+
+/// The upload server: ends when its clone source has copied the data in.
+pub async fn serve(listening: Listening<'_>) -> Outcome {
+    let Ok(ended) = listening.received.await else {
         return Err(Failure {
             message: "the clone source went away before the data was in".into(),
         });
