@@ -151,6 +151,62 @@ async fn wait_gone(what: &str, path: &Path) {
 }
 
 #[tokio::test]
+async fn a_claim_of_a_provisioner_nobody_runs_stays_pending() {
+    use k8s_openapi::api::storage::v1::StorageClass;
+
+    let (_volumes, client) = setup().await;
+    let ns = namespace(&client, "sim-unserved").await;
+    let class = unique("unserved");
+    let unserved: StorageClass = serde_json::from_value(json!({
+        "metadata": {"name": class},
+        "provisioner": "example.com/not-deployed",
+    }))
+    .expect("StorageClass");
+    let classes = Api::<StorageClass>::all(client.clone());
+    classes
+        .create(&PostParams::default(), &unserved)
+        .await
+        .expect("create StorageClass");
+    let pvcs = Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns);
+    let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "waiting"},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}},
+            "storageClassName": class,
+        },
+    }))
+    .expect("PVC");
+    pvcs.create(&PostParams::default(), &pvc)
+        .await
+        .expect("create PVC");
+    // kube-controller-manager hands the claim to the class's provisioner by annotation; the
+    // sim, which plays other provisioners, leaves it alone past a resync of its own.
+    wait_for("the claim handed to its provisioner", || async {
+        let annotations = claim(&client, &ns, "waiting").await?.metadata.annotations?;
+        (annotations.get("volume.kubernetes.io/storage-provisioner")? == "example.com/not-deployed")
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    let waiting = claim(&client, &ns, "waiting").await.expect("claim");
+    assert_eq!(
+        waiting.status.and_then(|s| s.phase).as_deref(),
+        Some("Pending")
+    );
+    let uid = waiting.metadata.uid.expect("uid");
+    let pv = Api::<PersistentVolume>::all(client.clone())
+        .get_opt(&format!("pvc-{uid}"))
+        .await
+        .expect("read PV");
+    assert!(pv.is_none(), "no volume for a class nobody provisions");
+    classes
+        .delete(&class, &DeleteParams::default())
+        .await
+        .expect("delete StorageClass");
+}
+
+#[tokio::test]
 async fn a_plain_claim_is_bound_and_its_directory_follows_it() {
     let (volumes, client) = setup().await;
     let ns = namespace(&client, "sim-pvc").await;
@@ -160,7 +216,7 @@ async fn a_plain_claim_is_bound_and_its_directory_follows_it() {
         "spec": {
             "accessModes": ["ReadWriteOnce"],
             "resources": {"requests": {"storage": "2Gi"}},
-            "storageClassName": "sim-local",
+            "storageClassName": sim::storage::HOSTPATH_CLASS,
         },
     }))
     .expect("PVC");

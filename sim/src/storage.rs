@@ -6,7 +6,8 @@
 //!
 //! The StorageProfile of each class is upstream CDI's (its storageprofile controller, from its
 //! known-provisioner table: RBD prefers Block, HPP is Filesystem only); the sim's provisioner
-//! serves every class (`sim::volumes`). Neither provisioner has a `CSIDriver` object here, so
+//! plays both provisioners and no other (`sim::volumes`), so a class of any other provisioner
+//! leaves its claims Pending, as on a cluster where nobody runs it. Neither provisioner has a `CSIDriver` object here, so
 //! CDI fills DataVolumes without volume populators (`shouldUseCDIPopulator`) and clones
 //! host-assisted.
 
@@ -37,6 +38,14 @@ pub fn classes(flavour: Flavour) -> Vec<(&'static str, &'static str, bool)> {
         ],
         Flavour::Kubernetes => vec![(HOSTPATH_CLASS, HOSTPATH_PROVISIONER, true)],
     }
+}
+
+/// Whether the sim plays the external provisioner `name` (one of the flavours' classes).
+pub fn provisions(name: &str) -> bool {
+    [Flavour::OpenShift, Flavour::Kubernetes]
+        .into_iter()
+        .flat_map(classes)
+        .any(|(_, provisioner, _)| provisioner == name)
 }
 
 /// Creates the flavour's classes; before any controller runs, so every claim is created with
@@ -75,5 +84,11 @@ mod tests {
         let default = |f| classes(f).into_iter().find(|c| c.2).map(|c| c.0);
         assert_eq!(default(Flavour::OpenShift), Some(RBD_CLASS));
         assert_eq!(default(Flavour::Kubernetes), Some(HOSTPATH_CLASS));
+    }
+
+    #[test]
+    fn only_the_classes_provisioners_are_played() {
+        assert!(provisions(RBD_PROVISIONER) && provisions(HOSTPATH_PROVISIONER));
+        assert!(!provisions("example.com/not-deployed"));
     }
 }

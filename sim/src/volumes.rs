@@ -254,12 +254,31 @@ pub fn pv_name(pvc_uid: &str) -> String {
     format!("pvc-{pvc_uid}")
 }
 
+/// `volume.kubernetes.io/storage-provisioner`, and its beta name: kube-controller-manager's
+/// PV controller sets both on a claim of a class with an external provisioner (kubernetes
+/// v1.37.2 `pkg/controller/volume/persistentvolume/pv_controller_base.go`
+/// `setClaimProvisioner`).
+const STORAGE_PROVISIONER: [&str; 2] = [
+    "volume.kubernetes.io/storage-provisioner",
+    "volume.beta.kubernetes.io/storage-provisioner",
+];
+
 /// Whether the sim still has to provision a PV for this claim: a live claim that nobody bound
-/// to a volume yet and whose PV is not in the store.
+/// to a volume yet, whose PV is not in the store, and that the PV controller handed to a
+/// provisioner the sim plays. An external provisioner serves only claims annotated with its
+/// own name (sig-storage-lib-external-provisioner `controller.go` `shouldProvision`).
 fn needs_volume(pvc: &PersistentVolumeClaim, pv_uids: &HashSet<String>) -> bool {
     let Some(uid) = pvc.metadata.uid.as_deref() else {
         return false;
     };
+    let annotations = pvc.metadata.annotations.as_ref();
+    let ours = STORAGE_PROVISIONER
+        .iter()
+        .find_map(|key| annotations?.get(*key))
+        .is_some_and(|name| crate::storage::provisions(name));
+    if !ours {
+        return false;
+    }
     let being_deleted = pvc.metadata.deletion_timestamp.is_some();
     // A claim with `volumeName` is statically bound (or already bound to ours): not ours to serve.
     let has_volume = pvc
@@ -522,7 +541,10 @@ mod tests {
 
     fn plain_claim() -> PersistentVolumeClaim {
         claim(serde_json::json!({
-            "metadata": {"name": "data", "namespace": "ns", "uid": "u1"},
+            "metadata": {
+                "name": "data", "namespace": "ns", "uid": "u1",
+                "annotations": {STORAGE_PROVISIONER[0]: "kubevirt.io.hostpath-provisioner"},
+            },
             "spec": {
                 "accessModes": ["ReadWriteMany"],
                 "resources": {"requests": {"storage": "10Gi"}},
@@ -555,6 +577,22 @@ mod tests {
         let pvc = plain_claim();
         assert!(needs_volume(&pvc, &set(&[])));
         assert!(!needs_volume(&pvc, &set(&["u1"])), "PV already provisioned");
+    }
+
+    #[test]
+    fn a_claim_of_a_provisioner_nobody_plays_needs_no_volume() {
+        let mut other = plain_claim();
+        other.metadata.annotations = Some(BTreeMap::from([(
+            STORAGE_PROVISIONER[0].to_owned(),
+            "example.com/not-deployed".to_owned(),
+        )]));
+        assert!(!needs_volume(&other, &set(&[])));
+        let mut unhanded = plain_claim();
+        unhanded.metadata.annotations = None;
+        assert!(
+            !needs_volume(&unhanded, &set(&[])),
+            "the PV controller has not handed it to a provisioner yet"
+        );
     }
 
     #[test]
