@@ -99,7 +99,7 @@ impl Events {
                     last_observed_time: MicroTime(now),
                 };
                 let patch = serde_json::json!({ "series": series });
-                match crate::write::merge_patch(&events, &name, &patch).await {
+                match crate::write::api::merge_patch(&events, &name, &patch).await {
                     Ok(_) => Some((name, count)),
                     // The Event is gone (its TTL in the API server, or someone deleted it): a
                     // new series starts.
@@ -118,7 +118,7 @@ impl Events {
             Some(sent) => sent,
             None => {
                 let event = self.event(regarding, kind, reason, note, now);
-                if let Err(err) = crate::write::create(&events, &event).await {
+                if let Err(err) = crate::write::api::create(&events, &event).await {
                     self.lock().forget(&key);
                     return Err(err);
                 }

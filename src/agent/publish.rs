@@ -9,7 +9,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource as _;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 
 use crate::api::instance::ClusterInstance;
 use crate::api::labels;
@@ -210,8 +210,7 @@ pub async fn publish(
         Decision::Update => {
             let mut updated = existing;
             updated.data = secret.data;
-            secrets
-                .replace(&name, &PostParams::default(), &updated)
+            crate::write::replace(&secrets, &updated)
                 .await
                 .map_err(api_error)?;
             Ok(name)

@@ -1,4 +1,5 @@
 use super::*;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::json;
 
 #[test]

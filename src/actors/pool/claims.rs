@@ -17,7 +17,7 @@
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ListParams, PostParams};
+use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 use ractor::RpcReplyPort;
 
@@ -237,8 +237,7 @@ async fn copy_kubeconfig(
                 return Ok(());
             }
             CopyAction::Replace(secret) => {
-                secrets
-                    .replace(&target, &PostParams::default(), &secret)
+                write::replace(&secrets, &secret)
                     .await
                     .map_err(ApiError::on(KIND, &name, Doing::Update, what))?;
                 return Ok(());

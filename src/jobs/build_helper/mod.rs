@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use tracing::info;
 
 use crate::agent;
@@ -463,12 +463,8 @@ async fn patch_credentials<const N: usize>(
         .map(|(k, v)| (k.to_owned(), ByteString(v)))
         .collect();
     let patch = serde_json::json!({"data": data});
-    Api::<Secret>::namespaced(client.clone(), &config.namespace)
-        .patch(
-            &config.credentials_secret,
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
+    let secrets = Api::<Secret>::namespaced(client.clone(), &config.namespace);
+    crate::write::merge_patch(&secrets, &config.credentials_secret, &patch)
         .await
         .map_err(|e| {
             Error::Credentials(format!(

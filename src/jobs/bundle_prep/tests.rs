@@ -1,3 +1,4 @@
+use super::config::parse_bytes;
 use super::*;
 use crate::contract::bundle_prep::REASONS;
 use std::collections::HashMap;
