@@ -4,6 +4,10 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
+#[path = "support/cli.rs"]
+mod cli;
+use cli::subcommands;
+
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// The fenced block under `## Layout` of the README.
@@ -62,37 +66,6 @@ fn every_path_the_layout_names_exists_and_every_top_level_module_is_named() {
             "src/{name} is not in the README's Layout section (one of {candidates:?})"
         );
     }
-}
-
-/// `enum Command`'s variants of `src/main.rs`, as clap names them (kebab-case).
-fn subcommands() -> BTreeSet<String> {
-    let main = std::fs::read_to_string(Path::new(ROOT).join("src/main.rs")).expect("main.rs");
-    let body = main
-        .split("enum Command {")
-        .nth(1)
-        .and_then(|rest| rest.split("\n}\n").next())
-        .expect("enum Command in main.rs");
-    body.lines()
-        .filter_map(|line| {
-            let line = line.strip_prefix("    ")?;
-            let first = line.chars().next()?;
-            if !first.is_ascii_uppercase() {
-                return None;
-            }
-            let name: String = line
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric())
-                .collect();
-            let mut kebab = String::new();
-            for (i, c) in name.chars().enumerate() {
-                if c.is_ascii_uppercase() && i > 0 {
-                    kebab.push('-');
-                }
-                kebab.push(c.to_ascii_lowercase());
-            }
-            Some(kebab)
-        })
-        .collect()
 }
 
 #[test]

@@ -9,6 +9,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+#[path = "support/cli.rs"]
+mod cli;
+
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// A production source file over this many lines (its inline `mod tests` not counted) is two.
@@ -657,5 +660,29 @@ fn the_docs_name_only_what_exists() {
         "{}\nName what the code has now (or, for an upstream name, qualify it with its crate or \
          file).",
         missing.join("\n")
+    );
+}
+
+#[test]
+fn the_architectures_subcommand_table_is_the_binarys() {
+    let doc = read(&Path::new(ROOT).join("docs/architecture.md"));
+    let table = doc
+        .split("`guestcluster` has these subcommands today:")
+        .nth(1)
+        .and_then(|rest| {
+            rest.split("\n\n")
+                .find(|block| block.contains("| subcommand |"))
+        })
+        .expect("docs/architecture.md has the subcommand table");
+    let listed: BTreeSet<String> = table
+        .lines()
+        .filter_map(|row| row.strip_prefix("| `"))
+        .filter_map(|row| row.split('`').next())
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        listed,
+        cli::subcommands(),
+        "docs/architecture.md's subcommand table vs enum Command in src/main.rs: add or remove rows"
     );
 }
