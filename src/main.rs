@@ -74,13 +74,13 @@ struct OperatorArgs {
     leader_elect: bool,
     /// How long the leader Lease holds without renewal: how soon a standby takes over after the
     /// leader died without releasing it (whole seconds, e.g. `15s`).
-    #[arg(long, default_value = "15s", value_parser = guestcluster::operator::leader::parse_duration)]
+    #[arg(long, default_value = "15s", value_parser = guestcluster::api::duration::parse_flag)]
     leader_elect_lease_duration: std::time::Duration,
     /// How long the leader keeps trying to renew before it steps down (ends the process).
-    #[arg(long, default_value = "10s", value_parser = guestcluster::operator::leader::parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = guestcluster::api::duration::parse_flag)]
     leader_elect_renew_deadline: std::time::Duration,
     /// The pause between attempts to acquire or renew the Lease.
-    #[arg(long, default_value = "2s", value_parser = guestcluster::operator::leader::parse_duration)]
+    #[arg(long, default_value = "2s", value_parser = guestcluster::api::duration::parse_flag)]
     leader_elect_retry_period: std::time::Duration,
     /// Address of `/healthz` and `/readyz`; `0` disables them.
     #[arg(long, default_value = "0.0.0.0:8081")]
@@ -92,7 +92,7 @@ struct OperatorArgs {
     /// The pause between the three reads of a build guest's ClusterOperators that must all find
     /// them settled before a build step goes on (SNC's and `crc start`'s 30 s; shorter only
     /// for simulated guests). Unset: upstream's.
-    #[arg(long, value_parser = guestcluster::operator::leader::parse_duration)]
+    #[arg(long, value_parser = guestcluster::api::duration::parse_flag)]
     build_settle_interval: Option<std::time::Duration>,
     /// Service account of the bundle prep Jobs (needs Secrets and ConfigMaps in the operator
     /// namespace).
@@ -139,7 +139,7 @@ struct OperatorArgs {
     kube_api_burst: u32,
     /// How often every object is looked at again without an event, covering any missed one. A
     /// look at an object whose inputs did not change sends no request.
-    #[arg(long, default_value = "5m", value_parser = guestcluster::operator::leader::parse_duration)]
+    #[arg(long, default_value = "5m", value_parser = guestcluster::api::duration::parse_flag)]
     resync_period: std::time::Duration,
     /// Reconciles running at once across all kinds; the others queue in arrival order.
     #[arg(long, default_value_t = guestcluster::actors::root::DEFAULT_MAX_CONCURRENT_RECONCILES)]

@@ -2,8 +2,8 @@
 //! writes its timeout into the bundle as `spec.build.deadline`, so a default shorter than the
 //! product's own would fail a build that is merely slow.
 
-use guestcluster::actors::lease::decide::parse_duration;
 use guestcluster::api::bundle::DEFAULT_BUILD_DEADLINE;
+use guestcluster::api::duration::parse_duration;
 use std::time::Duration;
 
 /// The default of `TIMEOUT_MINUTES=${TIMEOUT_MINUTES:-N}` in a script.

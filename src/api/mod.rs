@@ -10,6 +10,7 @@
 pub mod bundle;
 pub mod common;
 pub mod conditions;
+pub mod duration;
 pub mod instance;
 pub mod labels;
 pub mod lease;

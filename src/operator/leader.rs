@@ -91,35 +91,6 @@ impl Timing {
     }
 }
 
-/// A duration as Kubernetes components take it on their command line: a number and a unit
-/// (`15s`, `500ms`, `1m`, `1h`), or several (`1m30s`).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("{text:?} is not a duration like 15s, 500ms or 1m30s");
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    let mut total = Duration::ZERO;
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-        let number: u64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let part = match &rest[..unit_len] {
-            "ms" => Duration::from_millis(number),
-            "s" => Duration::from_secs(number),
-            "m" => Duration::from_secs(number.saturating_mul(60)),
-            "h" => Duration::from_secs(number.saturating_mul(3600)),
-            _ => return Err(bad()),
-        };
-        total = total.saturating_add(part);
-        rest = &rest[unit_len..];
-    }
-    Ok(total)
-}
-
 /// Timing and identity of a candidate.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -394,26 +365,6 @@ mod tests {
             decide(Some(&LeaseSpec::default()), "me", t(100)),
             Step::Take
         );
-    }
-
-    #[test]
-    fn durations_as_kubernetes_components_write_them() {
-        let ok = |text, ms| {
-            assert_eq!(
-                parse_duration(text),
-                Ok(Duration::from_millis(ms)),
-                "{text}"
-            )
-        };
-        ok("15s", 15_000);
-        ok("500ms", 500);
-        ok("1m30s", 90_000);
-        ok("1h", 3_600_000);
-        ok(" 2s ", 2_000);
-        for bad in ["", "15", "s", "1.5s", "15 s", "-1s", "10d"] {
-            let err = parse_duration(bad).unwrap_err();
-            assert!(err.contains("15s, 500ms or 1m30s"), "{bad}: {err}");
-        }
     }
 
     #[test]

@@ -208,7 +208,7 @@ async fn start(
         pod_users,
         // Upstream's three reads, 100 ms apart: the fast timings settle operators in 300 ms.
         settle: guestcluster::contract::build_helper::Settle::every(
-            guestcluster::operator::leader::parse_duration(SETTLE_INTERVAL)?,
+            guestcluster::api::duration::parse_flag(SETTLE_INTERVAL)?,
         ),
         release_repositories: guestcluster::tools::release::ReleaseRepositories::parse(
             RELEASE_REPOSITORIES,

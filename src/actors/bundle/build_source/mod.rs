@@ -66,8 +66,7 @@ pub async fn pass(
         return Ok(Next::Done);
     }
     let spec = bundle.spec.build.clone().unwrap_or_else(empty_build);
-    let deadline =
-        crate::actors::lease::decide::parse_duration(&spec.deadline).unwrap_or(DEFAULT_DEADLINE);
+    let deadline = crate::api::duration::parse_duration(&spec.deadline).unwrap_or(DEFAULT_DEADLINE);
     let retry = decide::retry_of(bundle);
     let mut admitted = None;
     let mut observed = Observed {
