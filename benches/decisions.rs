@@ -324,7 +324,7 @@ fn download_decision(c: &mut Criterion) {
     let observed = download::Observed {
         golden_pvc: true,
         scratch_pvc: Some("scratch-uid".into()),
-        job: download::JobState::Seen(Observation::Done(String::new())),
+        job: guestcluster::actors::runtime::stage::JobState::Seen(Observation::Done(String::new())),
         ssh_secret: true,
         metadata: Some(metadata),
     };

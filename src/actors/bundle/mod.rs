@@ -26,12 +26,13 @@ use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, 
 use kube::api::{PartialObjectMeta, PropagationPolicy};
 
 use crate::actors::bundle::build_source::stages;
+use crate::actors::bundle::download::Action;
 use crate::actors::bundle::download::prep_job::PrepJob;
-use crate::actors::bundle::download::{Action, JobState};
 use crate::actors::pool::bundles::{self as pool_bundles, Collect};
 use crate::actors::runtime::api_error::{ApiError, Doing};
 use crate::actors::runtime::context::Context;
 use crate::actors::runtime::object_actor::{Next, ObjectActor, ReconcileError, phase_name};
+use crate::actors::runtime::stage::JobState;
 use crate::actors::runtime::stage::Stage;
 use crate::actors::runtime::stage::children::Children;
 use crate::actors::runtime::triggers::{

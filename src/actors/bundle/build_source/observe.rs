@@ -16,9 +16,9 @@ use super::error::{Error, KIND};
 use super::stages;
 use super::step::{Observed, Owned, VmSeen, VmiSeen};
 use super::temps::{Temp, of_kind};
-use crate::actors::bundle::download::JobState;
 use crate::actors::runtime::api_error::{ApiError, Doing};
 use crate::actors::runtime::context::Context;
+use crate::actors::runtime::stage::JobState;
 use crate::actors::runtime::stage::children::Children;
 use crate::actors::runtime::stage::{Observation, judge, judge_meta, meta_controlled_by};
 use crate::api::bundle::{

@@ -12,9 +12,9 @@ use k8s_openapi::api::batch::v1::Job;
 
 use super::step::{Action, BuildInput, Observed, Step, VmRole, VmSeen};
 use super::temps::{Built, Temp};
-use crate::actors::bundle::download::JobState;
 use crate::actors::bundle::jobs::{self, observe_job};
 use crate::actors::runtime::context::Context;
+use crate::actors::runtime::stage::JobState;
 use crate::actors::runtime::stage::{Observation, Stage, WhenLost, attempt_failure, build_slot};
 use crate::api::bundle::{BuildStage, CRCBundleStatus};
 use crate::api::common::ObjectIdentity;

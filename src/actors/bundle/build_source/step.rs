@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 
 use super::admit;
 use super::temps::{Kind, Temp};
-use crate::actors::bundle::download::JobState;
 use crate::actors::runtime::api_error::Doing;
+use crate::actors::runtime::stage::JobState;
 use crate::actors::runtime::stage::{Observation, WhenLost, attempt_failure};
 use crate::api::bundle::{
     BuildInputs, BuildResources, BuildSpec, BuildStage, BuildStatus, BundlePhase, CRCBundle,

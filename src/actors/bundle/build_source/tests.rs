@@ -13,7 +13,7 @@ pub use super::stages::install::RELEASED_BY_COLD_RESTART;
 pub use super::stages::{helper_step, up_front};
 pub use super::step::*;
 pub use super::temps::*;
-pub use crate::actors::bundle::download::JobState;
+pub use crate::actors::runtime::stage::JobState;
 pub use crate::actors::runtime::stage::Observation;
 pub use crate::api::bundle::{
     BuildInputs, BuildStage, BundlePhase, CRCBundle, CRCBundleSpec, CRCBundleStatus, InstallStep,

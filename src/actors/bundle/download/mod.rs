@@ -22,7 +22,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::actors::bundle::download::prep_job::PrepJob;
 use crate::actors::runtime::api_error::Doing;
-use crate::actors::runtime::stage::{Observation, Stage, attempt_failure};
+use crate::actors::runtime::stage::{JobState, Observation, Stage, attempt_failure};
 use crate::api::bundle::{BundlePhase, BundleSource, CRCBundle, CRCBundleStatus};
 use crate::api::common::{LocalRef, ObjectIdentity};
 use crate::api::conditions::{self, reasons, types};
@@ -42,20 +42,6 @@ pub struct Observed {
     pub job: JobState,
     pub ssh_secret: bool,
     pub metadata: Option<ConfigMap>,
-}
-
-/// The prep Job as the bundle's status and the Job's child actor know it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum JobState {
-    /// No Job recorded.
-    #[default]
-    None,
-    /// Its name is recorded, not yet its UID: it is to be created (or was, just before a crash).
-    Named,
-    /// Recorded; its child has not reported yet (it just started): wait.
-    Unreported,
-    /// Recorded, and its child saw this.
-    Seen(Observation),
 }
 
 /// Something to do against the API.

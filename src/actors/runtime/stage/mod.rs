@@ -65,6 +65,21 @@ pub struct Report {
     pub observation: Observation,
 }
 
+/// A stage's Job as the bundle's status and the Job's child actor know it (any source's: the
+/// download's prep Job, the build's installer, helper and disk Jobs).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum JobState {
+    /// No Job recorded.
+    #[default]
+    None,
+    /// Its name is recorded, not yet its UID: it is to be created (or was, just before a crash).
+    Named,
+    /// Recorded; its child has not reported yet (it just started): wait.
+    Unreported,
+    /// Recorded, and its child saw this.
+    Seen(Observation),
+}
+
 /// What a lost object means for its stage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WhenLost {

@@ -10,9 +10,9 @@ use crate::actors::bundle::build_source::step::{
     Action, BuildInput, Observed, Owned, Step, VmRole, ensure_temps,
 };
 use crate::actors::bundle::build_source::temps::{Built, Temp};
-use crate::actors::bundle::download::JobState;
 use crate::actors::bundle::jobs::{self, observe_job};
 use crate::actors::runtime::context::Context;
+use crate::actors::runtime::stage::JobState;
 use crate::actors::runtime::stage::{Observation, Stage, WhenLost, build_slot};
 use crate::api::bundle::{BuildStage, CRCBundleStatus};
 use crate::api::common::ObjectIdentity;
