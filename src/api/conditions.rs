@@ -53,6 +53,9 @@ pub mod reasons {
     pub const REPROVISIONING: &str = "Reprovisioning";
     // ClusterInstance (`docs/operations.md`, "Provisioning, in order") and topology.
     pub const TOPOLOGY_UNSUPPORTED: &str = "TopologyUnsupported";
+    /// Message of [`TOPOLOGY_UNSUPPORTED`], for an instance or a pool of type `hcp`.
+    pub const TOPOLOGY_UNSUPPORTED_MESSAGE: &str =
+        "hosted control planes are not supported by guestcluster; use type crc";
     pub const INVALID_PULL_SECRET: &str = "InvalidPullSecret";
     pub const MISSING_BUNDLE_SSH_KEY: &str = "MissingBundleSSHKey";
     pub const BOOT_KEY_UNAVAILABLE: &str = "BootKeyUnavailable";

@@ -29,8 +29,7 @@ pub struct Decision {
 }
 
 /// Message of `Ready=False reason=TopologyUnsupported`.
-pub const HCP_MESSAGE: &str =
-    "hosted control planes are not supported by guestcluster; use type crc";
+pub const HCP_MESSAGE: &str = reasons::TOPOLOGY_UNSUPPORTED_MESSAGE;
 
 /// Whether the platform gate `gate` would change what `instance` recorded: its
 /// `HyperConvergedReady` condition differs. An instance without that condition has not reached

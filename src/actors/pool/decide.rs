@@ -11,7 +11,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use crate::actors::instance::gates::HCP_MESSAGE;
 use crate::actors::lease::decide::{claimed, is_pending};
 use crate::actors::pool::bundles::{PoolBundles, bundle_for};
 use crate::actors::runtime::platform::NamespaceState;
@@ -268,7 +267,7 @@ pub fn decide(pool: &ClusterPool, observed: Observed<'_>) -> Decision {
                 types::CAPACITY_AVAILABLE,
                 false,
                 reasons::TOPOLOGY_UNSUPPORTED,
-                HCP_MESSAGE,
+                reasons::TOPOLOGY_UNSUPPORTED_MESSAGE,
             ),
         );
         decision.status = status;
