@@ -10,6 +10,7 @@
 //! (the disk Job) and the validation clone.
 
 pub mod build_source;
+pub mod collect;
 pub mod download;
 pub mod jobs;
 
@@ -28,7 +29,6 @@ use kube::api::{PartialObjectMeta, PropagationPolicy};
 use crate::actors::bundle::build_source::stages;
 use crate::actors::bundle::download::Action;
 use crate::actors::bundle::download::prep_job::PrepJob;
-use crate::actors::pool::bundles::{self as pool_bundles, Collect};
 use crate::actors::runtime::api_error::{ApiError, Doing};
 use crate::actors::runtime::context::Context;
 use crate::actors::runtime::object_actor::{Next, ObjectActor, ReconcileError, phase_name};
@@ -48,6 +48,7 @@ use crate::resources;
 use crate::resources::bundle::Names;
 use crate::resources::common::is_controlled_by;
 use crate::write;
+use collect::Collect;
 
 /// Errors of a bundle reconcile.
 #[derive(Debug, thiserror::Error)]
@@ -209,7 +210,7 @@ async fn download_pass(
     }
     let collect = if created_for_pools(bundle) {
         let referenced = referenced(ctx, bundle).await?;
-        let collect = pool_bundles::collect(
+        let collect = collect::collect(
             status.unreferenced_since.as_ref(),
             referenced,
             Timestamp::now(),
@@ -264,7 +265,7 @@ async fn referenced(ctx: &Context, bundle: &CRCBundle) -> Result<bool, Error> {
         .list(&Default::default())
         .await
         .map_err(err("the ClusterInstances referring to it"))?;
-    Ok(pool_bundles::referenced(
+    Ok(collect::referenced(
         &bundle.name_any(),
         &bundle.uid().unwrap_or_default(),
         &pools.items,
