@@ -20,7 +20,7 @@ use guestcluster::actors::instance::crc::agent;
 use guestcluster::actors::instance::crc::boot_key::{self, KEY};
 use guestcluster::actors::instance::crc::teardown_plan::{self, Obj, Remaining, Vm};
 use guestcluster::actors::instance::gates as instance_gates;
-use guestcluster::actors::lease::decide as lease_decide;
+use guestcluster::actors::pool::bind as pool_bind;
 use guestcluster::actors::pool::decide as pool_decide;
 use guestcluster::actors::runtime::platform::{NamespaceState, Platform, platform_gate};
 use guestcluster::actors::runtime::stage::Observation;
@@ -223,7 +223,7 @@ fn lease_decisions(c: &mut Criterion) {
     for n in SIZES {
         let (instances, mut leases) = fleet(n);
         leases.push(pending.clone());
-        let check = lease_decide::decide_bind(
+        let check = pool_bind::decide_bind(
             &pending,
             NamespaceState::Enabled,
             &instances,
@@ -231,7 +231,7 @@ fn lease_decisions(c: &mut Criterion) {
             now.clone(),
         );
         assert!(
-            matches!(check, lease_decide::BindDecision::Bind { .. }),
+            matches!(check, pool_bind::BindDecision::Bind { .. }),
             "binds at {n}"
         );
         group.bench_with_input(
@@ -239,7 +239,7 @@ fn lease_decisions(c: &mut Criterion) {
             &(instances, leases),
             |b, (instances, leases)| {
                 b.iter(|| {
-                    lease_decide::decide_bind(
+                    pool_bind::decide_bind(
                         black_box(&pending),
                         NamespaceState::Enabled,
                         instances,

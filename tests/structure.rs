@@ -358,6 +358,45 @@ fn the_products_modules_import_each_other_in_one_direction() {
     );
 }
 
+/// The actor kinds: each folder of `src/actors/` but the runtime they share.
+const KINDS: [&str; 4] = ["bundle", "instance", "lease", "pool"];
+
+/// The kind a product file belongs to, if any.
+fn kind_of(path: &Path) -> Option<&'static str> {
+    let rest = path.strip_prefix("src/actors").ok()?;
+    let first = rest.components().next()?.as_os_str().to_string_lossy();
+    KINDS.iter().copied().find(|k| *k == first)
+}
+
+#[test]
+fn kinds_use_only_each_others_messages() {
+    let graph = import_graph();
+    let mut reaches = Vec::new();
+    for (from, edges) in &graph {
+        let Some(kind) = kind_of(from) else { continue };
+        for (to, names) in edges {
+            let Some(other) = kind_of(to) else { continue };
+            let front = Path::new("src/actors").join(other).join("mod.rs");
+            if other != kind && *to != front {
+                let names: Vec<_> = names.iter().map(String::as_str).collect();
+                reaches.push(format!(
+                    "{} -> {}: {}",
+                    from.display(),
+                    to.display(),
+                    names.join(", ")
+                ));
+            }
+        }
+    }
+    assert!(
+        reaches.is_empty(),
+        "{}\nA kind talks to another through the messages and types its mod.rs offers (or the \
+         views in actors::runtime); a rule both need belongs to the API (src/api), the builders \
+         (src/resources) or the kind that decides it.",
+        reaches.join("\n")
+    );
+}
+
 #[test]
 fn the_import_reader_sees_use_trees_and_inline_paths() {
     let text = "use crate::a::{b, c::{self, D}};\npub use status::X;\nfn f() { super::g(); }";

@@ -85,6 +85,24 @@ pub struct ClusterInstanceStatus {
     pub conditions: Vec<Condition>,
 }
 
+impl ClusterInstance {
+    /// The kubeconfig Secret a lease binding this instance copies, when it can be bound: not
+    /// deleting, phase Ready, a kubeconfig Secret published.
+    pub fn bindable(&self) -> Option<&str> {
+        if self.metadata.deletion_timestamp.is_some() {
+            return None;
+        }
+        let status = self.status.as_ref()?;
+        if status.phase != Some(InstancePhase::Ready) {
+            return None;
+        }
+        status
+            .kubeconfig_secret_ref
+            .as_ref()
+            .and_then(LocalRef::name)
+    }
+}
+
 impl ClusterInstanceStatus {
     /// The status as guestcluster applies it: without the fields only the Go operator wrote
     /// (`hyperShift`, `provisioning.legacy`). A server-side apply then never takes them over, so

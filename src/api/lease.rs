@@ -91,7 +91,25 @@ pub enum LeasePhase {
     Failed,
 }
 
+/// Names of the instances claimed by any of `leases`, deleting ones included (a deleting lease
+/// still holds its instance until the release has deleted it).
+pub fn claimed(leases: &[ClusterLease]) -> std::collections::BTreeSet<String> {
+    leases
+        .iter()
+        .filter_map(ClusterLease::instance)
+        .map(str::to_owned)
+        .collect()
+}
+
 impl ClusterLease {
+    /// Whether the lease waits for an instance: phase unset or `Pending`.
+    pub fn is_pending(&self) -> bool {
+        matches!(
+            self.status.as_ref().and_then(|s| s.phase),
+            None | Some(LeasePhase::Pending)
+        )
+    }
+
     /// The instance the lease's status names.
     pub fn instance(&self) -> Option<&str> {
         self.status

@@ -9,8 +9,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::ResourceExt;
 
 use super::instance::KUBECONFIG_KEY;
+use crate::api::conditions::{self, types};
 use crate::api::labels::{MANAGED_BY, MANAGED_BY_OPERATOR};
-use crate::api::lease::ClusterLease;
+use crate::api::lease::{ClusterLease, ClusterLeaseStatus, LeasePhase};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// Name of the lease's copy of the kubeconfig: `<lease>-kubeconfig`.
 pub fn kubeconfig_secret_name(lease: &str) -> String {
@@ -77,6 +79,29 @@ pub fn kubeconfig_data(kubeconfig: &str) -> BTreeMap<String, ByteString> {
         KUBECONFIG_KEY.to_owned(),
         ByteString(kubeconfig.as_bytes().to_vec()),
     )])
+}
+
+/// The status of a lease that stays Pending with `Bound=False reason`.
+pub fn unbound_status(
+    lease: &ClusterLease,
+    reason: &str,
+    message: &str,
+    now: Time,
+) -> ClusterLeaseStatus {
+    let mut status = lease.status.clone().unwrap_or_default();
+    status.phase = Some(LeasePhase::Pending);
+    conditions::set(
+        &mut status.conditions,
+        conditions::new(
+            types::BOUND,
+            false,
+            reason,
+            message,
+            lease.metadata.generation,
+            now,
+        ),
+    );
+    status
 }
 
 #[cfg(test)]

@@ -23,20 +23,21 @@ pub mod decide;
 
 use std::sync::Arc;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::PropagationPolicy;
 use kube::{Api, ResourceExt};
 
 use crate::actors::lease::decide::Step;
-use crate::actors::pool;
-use crate::actors::pool::claims::{self, BindOutcome};
+use crate::actors::pool::{self, BindOutcome, ClaimError};
 use crate::actors::runtime::api_error::{ApiError, Doing};
 use crate::actors::runtime::context::Context;
 use crate::actors::runtime::object_actor::{Next, ObjectActor, ReconcileError, phase_name};
 use crate::actors::runtime::triggers::{Related, RelatedEvents, related_changes};
 use crate::api::labels::{FINALIZER_RELEASE, MANAGED_BY, MANAGED_BY_OPERATOR, POOL};
 use crate::api::{ClusterInstance, ClusterLease, ClusterPool};
-use crate::write;
+use crate::resources::lease::unbound_status;
+use crate::write::{self, Guard};
 
 /// Errors of a lease reconcile.
 #[derive(Debug, thiserror::Error)]
@@ -44,7 +45,7 @@ pub enum Error {
     #[error(transparent)]
     Api(#[from] ApiError),
     #[error(transparent)]
-    Bind(#[from] claims::Error),
+    Bind(#[from] ClaimError),
 }
 
 impl ReconcileError for Error {
@@ -87,7 +88,7 @@ impl ObjectActor for LeaseActor {
                 Api::<ClusterInstance>::all(ctx.client.clone()),
                 |instance: &ClusterInstance| {
                     (
-                        decide::bindable(instance).map(str::to_owned),
+                        instance.bindable().map(str::to_owned),
                         instance.labels().get(POOL).cloned(),
                         instance.labels().get(MANAGED_BY).cloned(),
                     )
@@ -121,7 +122,7 @@ impl ObjectActor for LeaseActor {
 /// The Pending leases of the pool `pool` in `namespace`.
 fn pending_of(namespace: String, pool: String) -> Option<Related<ClusterLease>> {
     Some(Related::new(namespace, move |lease: &ClusterLease| {
-        lease.spec.pool_ref.name == pool && decide::is_pending(lease)
+        lease.spec.pool_ref.name == pool && lease.is_pending()
     }))
 }
 
@@ -207,15 +208,34 @@ async fn bind(lease: &ClusterLease, ctx: &Context) -> Result<Next, Error> {
         Ok(BindOutcome::Waiting) => Ok(Next::Done),
         // A new binding's status event brings us back for the TTL.
         Ok(BindOutcome::Bound { .. } | BindOutcome::Skipped) => Ok(Next::Done),
-        Err(err @ claims::Error::PoolNotFound { .. }) => {
-            claims::record_wait(ctx, lease, &err).await?;
+        Err(err @ ClaimError::PoolNotFound { .. }) => {
+            record_wait(ctx, lease, &err).await?;
             Ok(Next::Done)
         }
-        Err(err @ claims::Error::PoolUnavailable { .. }) => {
-            claims::record_wait(ctx, lease, &err).await?;
+        Err(err @ ClaimError::PoolUnavailable { .. }) => {
+            record_wait(ctx, lease, &err).await?;
             Err(err.into())
         }
         Err(err) => Err(err.into()),
+    }
+}
+
+/// Records on `lease` (as its actor's cache has it) why it waits, for an error it waits out
+/// ([`ClaimError::waiting_message`]); other errors record nothing. A lease changed since it was
+/// cached is left alone: its change triggers its actor again.
+async fn record_wait(ctx: &Context, lease: &ClusterLease, error: &ClaimError) -> Result<(), Error> {
+    let Some(message) = error.waiting_message() else {
+        return Ok(());
+    };
+    let status = unbound_status(lease, error.reason(), &message, Time(Timestamp::now()));
+    let leases: Api<ClusterLease> =
+        Api::namespaced(ctx.client.clone(), &lease.namespace().unwrap_or_default());
+    let written =
+        write::record_status(&leases, lease, &status, Guard::ReadVersion, &ctx.events).await;
+    match written {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(err) => Err(ApiError::on(KIND, &lease.name_any(), Doing::WriteStatus, "")(err).into()),
     }
 }
 

@@ -21,12 +21,13 @@ use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 use ractor::RpcReplyPort;
 
-use crate::actors::lease::decide::{self as lease_decide, BindDecision, CopyAction};
+use super::bind::{self, BindDecision, CopyAction};
 use crate::actors::runtime::api_error::{ApiError, Doing};
 use crate::actors::runtime::context::Context;
 use crate::api::conditions::reasons;
 use crate::api::{ClusterInstance, ClusterLease, ClusterLeaseStatus, ClusterPool};
 use crate::resources::lease::kubeconfig_secret_name;
+use crate::resources::lease::unbound_status;
 use crate::resources::pool::member_selector;
 use crate::write::{self, Guard};
 
@@ -184,7 +185,7 @@ async fn bind(pool: &ClusterPool, ctx: &Context, key: &LeaseKey) -> Result<BindO
         .await
         .map_err(err("leases"))?;
     let now = Time(Timestamp::now());
-    match lease_decide::decide_bind(&live, namespace, &members, &all_leases, now.clone()) {
+    match bind::decide_bind(&live, namespace, &members, &all_leases, now.clone()) {
         BindDecision::NotPending => Ok(BindOutcome::Skipped),
         BindDecision::Wait(status) => {
             write_status(ctx, &leases, &live, &status).await?;
@@ -227,8 +228,7 @@ async fn copy_kubeconfig(
         .map_err(err("the lease kubeconfig Secret"))?;
     let what = format!("Secret {target}");
     let (reason, message) =
-        match lease_decide::copy_kubeconfig(lease, source_name, source.as_ref(), existing.as_ref())
-        {
+        match bind::copy_kubeconfig(lease, source_name, source.as_ref(), existing.as_ref()) {
             CopyAction::Unchanged => return Ok(()),
             CopyAction::Create(secret) => {
                 write::create(&secrets, &secret)
@@ -245,34 +245,13 @@ async fn copy_kubeconfig(
             CopyAction::Unavailable(message) => (reasons::KUBECONFIG_UNAVAILABLE, message),
             CopyAction::Conflict(message) => (reasons::RESOURCE_OWNERSHIP_CONFLICT, message),
         };
-    let status = lease_decide::unbound_status(lease, reason, &message, now);
+    let status = unbound_status(lease, reason, &message, now);
     write_status(ctx, leases, lease, &status).await?;
     Err(Error::Kubeconfig {
         name,
         reason,
         message,
     })
-}
-
-/// Records on `lease` (as its actor's cache has it) why it waits, for an error it waits out
-/// ([`Error::waiting_message`]); other errors record nothing. A lease changed since it was
-/// cached is left alone: its change triggers its actor again.
-pub async fn record_wait(ctx: &Context, lease: &ClusterLease, error: &Error) -> Result<(), Error> {
-    let Some(message) = error.waiting_message() else {
-        return Ok(());
-    };
-    let status =
-        lease_decide::unbound_status(lease, error.reason(), &message, Time(Timestamp::now()));
-    let leases: Api<ClusterLease> =
-        Api::namespaced(ctx.client.clone(), &lease.namespace().unwrap_or_default());
-    match write_status(ctx, &leases, lease, &status).await {
-        Err(Error::Api(ApiError {
-            doing: Doing::WriteStatus,
-            source,
-            ..
-        })) if matches!(*source, kube::Error::Api(ref status) if status.code == 409) => Ok(()),
-        other => other,
-    }
 }
 
 /// Records the status (when it changed), with the resourceVersion `lease` was read at as a

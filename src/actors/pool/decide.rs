@@ -11,7 +11,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use crate::actors::lease::decide::{claimed, is_pending};
 use crate::actors::pool::bundles::{PoolBundles, bundle_for};
 use crate::actors::runtime::platform::NamespaceState;
 use crate::api::CRCBundle;
@@ -19,6 +18,7 @@ use crate::api::common::ClusterType;
 use crate::api::conditions::{self, reasons, types};
 use crate::api::instance::{ClusterInstance, InstancePhase};
 use crate::api::lease::ClusterLease;
+use crate::api::lease::claimed;
 use crate::api::pool::{ClusterPool, ClusterPoolSpec, ClusterPoolStatus};
 use crate::resources::pool::{instance_name, is_member, new_instance};
 
@@ -81,7 +81,7 @@ pub fn lease_demand(pool: &str, leases: &[ClusterLease]) -> LeaseDemand {
         .iter()
         .filter(|l| l.metadata.deletion_timestamp.is_none())
         .filter(|l| l.spec.pool_ref.name == pool)
-        .filter(|l| is_pending(l))
+        .filter(|l| l.is_pending())
         .count();
     LeaseDemand {
         claimed: claimed(leases),

@@ -11,6 +11,7 @@
 //! ([`request_bind`], [`crate::actors::pool::claims`]). It handles one message at a time, so a binding and a
 //! scale decision never interleave and it never trims an instance a lease is being bound to.
 
+pub mod bind;
 pub mod bundles;
 pub mod claims;
 pub mod decide;
@@ -23,7 +24,6 @@ use kube::api::{ListParams, PartialObjectMeta, PropagationPolicy};
 use kube::{Api, ResourceExt};
 use ractor::rpc::CallResult;
 
-use crate::actors::pool::claims::{BindOutcome, ClaimRequest, LeaseKey};
 use crate::actors::runtime::api_error::{ApiError, Doing};
 use crate::actors::runtime::context::Context;
 use crate::actors::runtime::object_actor::{
@@ -38,6 +38,7 @@ use crate::api::conditions::reasons;
 use crate::api::{CRCBundle, ClusterInstance, ClusterLease, ClusterPool};
 use crate::resources::pool::member_selector;
 use crate::write::{self, Guard};
+pub use claims::{BindOutcome, ClaimRequest, Error as ClaimError, LeaseKey};
 
 /// Errors of a pool reconcile.
 #[derive(Debug, thiserror::Error)]
