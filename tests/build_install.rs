@@ -21,8 +21,7 @@ use guestcluster::api::conditions::{self, reasons, types};
 use guestcluster::cdi::{DataSource, DataVolume};
 use guestcluster::kubevirt::{VirtualMachine, VirtualMachineInstance};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
 use kube::api::{ListParams, PostParams};
@@ -608,38 +607,6 @@ async fn a_built_bundle_goes_through_every_stage_to_ready_and_serves_a_pool_besi
         support::crc::volume_modes(&client, &ns).await,
         std::collections::BTreeSet::from(["Block".to_owned()])
     );
-}
-
-/// The objects of an attempt still there, by the name part they share (`<bundle>-b<n>-`).
-async fn attempt_objects(client: &kube::Client, part: &str) -> Vec<String> {
-    async fn left<K>(client: &kube::Client, part: &str) -> Vec<String>
-    where
-        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
-    {
-        Api::<K>::namespaced(client.clone(), OPERATOR_NS)
-            .list_metadata(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter_map(|o| o.metadata.name)
-            .filter(|n| n.contains(part))
-            .collect()
-    }
-    let mut remaining = Vec::new();
-    remaining.extend(left::<Job>(client, part).await);
-    remaining.extend(left::<VirtualMachine>(client, part).await);
-    remaining.extend(left::<DataVolume>(client, part).await);
-    remaining.extend(left::<PersistentVolumeClaim>(client, part).await);
-    remaining.extend(left::<Secret>(client, part).await);
-    remaining.extend(left::<ServiceAccount>(client, part).await);
-    remaining.extend(left::<Role>(client, part).await);
-    remaining.extend(left::<RoleBinding>(client, part).await);
-    remaining.extend(left::<k8s_openapi::api::networking::v1::NetworkPolicy>(client, part).await);
-    remaining
 }
 
 fn sha256_file(path: &std::path::Path) -> String {

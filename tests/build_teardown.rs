@@ -11,12 +11,10 @@
 mod support;
 
 use guestcluster::api::CRCBundle;
-use guestcluster::cdi::DataVolume;
 use guestcluster::kubevirt::{RunStrategy, VirtualMachine};
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, ResourceQuota};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use support::build::{create_build, good_inputs};
+use k8s_openapi::api::core::v1::ResourceQuota;
+use kube::api::{Api, DeleteParams, PostParams};
+use support::build::{attempt_objects, create_build, good_inputs};
 use support::world::{OPERATOR_NS, world};
 use support::{wait_for, wait_long};
 
@@ -73,33 +71,10 @@ async fn a_bundle_deleted_while_its_build_vm_was_refused_its_first_vmi_leaves_no
         api.get_opt(&name).await.ok()?.is_none().then_some(())
     })
     .await;
-    let mut left = names_of::<VirtualMachine>(&client, &name).await;
-    left.extend(names_of::<DataVolume>(&client, &name).await);
-    left.extend(names_of::<PersistentVolumeClaim>(&client, &name).await);
-    left.extend(names_of::<Job>(&client, &name).await);
+    let left = attempt_objects(&client, &format!("{name}-b1")).await;
     assert!(left.is_empty(), "left behind: {left:?}");
     quotas
         .delete("no-vmis", &DeleteParams::default())
         .await
         .unwrap();
-}
-
-/// The names of the objects of kind `K` in the operator namespace that begin with `prefix`.
-async fn names_of<K>(client: &kube::Client, prefix: &str) -> Vec<String>
-where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
-    Api::<K>::namespaced(client.clone(), OPERATOR_NS)
-        .list_metadata(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|o| o.metadata.name)
-        .filter(|n| n.starts_with(prefix))
-        .map(|n| format!("{} {n}", K::kind(&())))
-        .collect()
 }

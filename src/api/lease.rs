@@ -128,3 +128,30 @@ impl ClusterLease {
             .flatten()
     }
 }
+
+/// A lease of pool `p` in namespace `ns` for unit tests, with our finalizer, in `phase`,
+/// naming `instance`.
+#[cfg(test)]
+pub mod fixtures {
+    use super::*;
+
+    pub fn lease(name: &str, phase: Option<LeasePhase>, instance: Option<&str>) -> ClusterLease {
+        let mut l: ClusterLease = serde_json::from_value(serde_json::json!({
+            "apiVersion": "guestcluster.opdev.io/v1alpha1",
+            "kind": "ClusterLease",
+            "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"),
+                         "generation": 1,
+                         "finalizers": [crate::api::labels::FINALIZER_RELEASE]},
+            "spec": {"poolRef": {"name": "p"}},
+        }))
+        .unwrap();
+        if phase.is_some() || instance.is_some() {
+            l.status = Some(ClusterLeaseStatus {
+                phase,
+                instance_ref: instance.map(LocalRef::new),
+                ..ClusterLeaseStatus::default()
+            });
+        }
+        l
+    }
+}

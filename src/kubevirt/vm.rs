@@ -265,7 +265,9 @@ impl VirtualMachine {
     /// VMI. KubeVirt records `status.runStrategy` only once a VMI was created ("so that we can
     /// tell if the VM got started at least once", kubevirt v1.9.0
     /// `pkg/virt-controller/watch/vm/vm.go` `updateStatus`), so a VM halted before its first
-    /// start (still waiting for its DataVolumes) never shows `Halted` there.
+    /// VMI never shows `Halted` there: one whose `dataVolumeTemplates` are not ready yet, or
+    /// whose VMI create was refused (a quota; `tests/build_teardown.rs`). Volumes that are not
+    /// templates do not hold the VMI back (`handleDataVolumes`).
     pub fn halt_acted_on(&self) -> bool {
         match &self.status {
             Some(status) => match status.run_strategy {

@@ -147,3 +147,35 @@ pub async fn volume_dir(client: &kube::Client, name: &str) -> std::path::PathBuf
         .join("sim/volumes")
         .join(pvc.metadata.uid.expect("uid"))
 }
+
+/// The objects of an attempt still there, by the name part they share (`<bundle>-b<n>-`).
+pub async fn attempt_objects(client: &kube::Client, part: &str) -> Vec<String> {
+    async fn left<K>(client: &kube::Client, part: &str) -> Vec<String>
+    where
+        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        kube::Api::<K>::namespaced(client.clone(), OPERATOR_NS)
+            .list_metadata(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|o| o.metadata.name)
+            .filter(|n| n.contains(part))
+            .collect()
+    }
+    let mut remaining = Vec::new();
+    remaining.extend(left::<k8s_openapi::api::batch::v1::Job>(client, part).await);
+    remaining.extend(left::<guestcluster::kubevirt::VirtualMachine>(client, part).await);
+    remaining.extend(left::<guestcluster::cdi::DataVolume>(client, part).await);
+    remaining.extend(left::<PersistentVolumeClaim>(client, part).await);
+    remaining.extend(left::<Secret>(client, part).await);
+    remaining.extend(left::<k8s_openapi::api::core::v1::ServiceAccount>(client, part).await);
+    remaining.extend(left::<k8s_openapi::api::rbac::v1::Role>(client, part).await);
+    remaining.extend(left::<k8s_openapi::api::rbac::v1::RoleBinding>(client, part).await);
+    remaining.extend(left::<k8s_openapi::api::networking::v1::NetworkPolicy>(client, part).await);
+    remaining
+}

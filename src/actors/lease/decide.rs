@@ -77,13 +77,11 @@ pub fn step(lease: &ClusterLease, now: Timestamp) -> Step {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
 
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use super::*;
-    use crate::api::common::LocalRef;
-    use crate::api::lease::ClusterLeaseStatus;
+    use crate::api::lease::fixtures::lease;
 
     fn at(secs: i64) -> Timestamp {
         Timestamp::from_second(secs).unwrap()
@@ -91,25 +89,6 @@ mod tests {
 
     fn now() -> Time {
         Time(at(1_700_000_000))
-    }
-
-    fn lease(name: &str, phase: Option<LeasePhase>, instance: Option<&str>) -> ClusterLease {
-        let mut l: ClusterLease = serde_json::from_value(json!({
-            "apiVersion": "guestcluster.opdev.io/v1alpha1",
-            "kind": "ClusterLease",
-            "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"),
-                         "generation": 1, "finalizers": [FINALIZER_RELEASE]},
-            "spec": {"poolRef": {"name": "p"}},
-        }))
-        .unwrap();
-        if phase.is_some() || instance.is_some() {
-            l.status = Some(ClusterLeaseStatus {
-                phase,
-                instance_ref: instance.map(LocalRef::new),
-                ..ClusterLeaseStatus::default()
-            });
-        }
-        l
     }
 
     fn bound(ttl: Option<&str>, bound_at: Option<i64>) -> ClusterLease {

@@ -188,8 +188,8 @@ mod tests {
     use crate::api::common::LocalRef;
     use crate::api::instance::ClusterInstanceStatus;
     use crate::api::instance::InstancePhase;
-    use crate::api::labels::FINALIZER_RELEASE;
     use crate::api::labels::{MANAGED_BY, MANAGED_BY_OPERATOR, POOL};
+    use crate::api::lease::fixtures::lease;
     use crate::resources::lease::kubeconfig_data;
     use k8s_openapi::jiff::Timestamp;
 
@@ -199,25 +199,6 @@ mod tests {
 
     fn now() -> Time {
         Time(at(1_700_000_000))
-    }
-
-    fn lease(name: &str, phase: Option<LeasePhase>, instance: Option<&str>) -> ClusterLease {
-        let mut l: ClusterLease = serde_json::from_value(json!({
-            "apiVersion": "guestcluster.opdev.io/v1alpha1",
-            "kind": "ClusterLease",
-            "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"),
-                         "generation": 1, "finalizers": [FINALIZER_RELEASE]},
-            "spec": {"poolRef": {"name": "p"}},
-        }))
-        .unwrap();
-        if phase.is_some() || instance.is_some() {
-            l.status = Some(ClusterLeaseStatus {
-                phase,
-                instance_ref: instance.map(LocalRef::new),
-                ..ClusterLeaseStatus::default()
-            });
-        }
-        l
     }
 
     fn instance(name: &str, pool: &str, ready: bool) -> ClusterInstance {
