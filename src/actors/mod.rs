@@ -24,7 +24,9 @@
 
 pub mod bundle;
 pub mod instance;
+pub mod job_pods;
 pub mod lease;
+pub mod platform;
 pub mod pool;
 pub mod resolve;
 pub mod root;

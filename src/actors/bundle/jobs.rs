@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 
+use crate::actors::job_pods;
 use crate::actors::runtime::context::Context;
-use crate::actors::runtime::job_pods;
 use crate::actors::runtime::stage::Observation;
 
 /// How often a Job's pod that has not started is looked at again for what keeps it from

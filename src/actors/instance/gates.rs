@@ -4,7 +4,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::actors::runtime::platform::{NamespaceState, PlatformGate};
+use crate::actors::platform::{NamespaceState, PlatformGate};
 use crate::api::common::ClusterType;
 use crate::api::conditions::{self, reasons, types};
 use crate::api::instance::{
@@ -145,8 +145,8 @@ pub fn decide(instance: &ClusterInstance, observed: &Observed, now: Time) -> Dec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::actors::runtime::platform::fixtures::*;
-    use crate::actors::runtime::platform::{Platform, platform_gate};
+    use crate::actors::platform::fixtures::*;
+    use crate::actors::platform::{Platform, platform_gate};
     use k8s_openapi::jiff::Timestamp;
     use serde_json::json;
 

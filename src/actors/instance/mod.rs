@@ -22,10 +22,10 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
 
 use crate::actors::instance::gates::Observed;
+use crate::actors::platform::NamespaceState;
 use crate::actors::runtime::api_error::{ApiError, Doing};
 use crate::actors::runtime::context::Context;
 use crate::actors::runtime::object_actor::{Next, ObjectActor, ReconcileError, phase_name};
-use crate::actors::runtime::platform::NamespaceState;
 use crate::actors::runtime::triggers::{
     OwnerEvents, Related, RelatedEvents, labelled_owner_events, owner_events, related_events,
     view_owner_events,

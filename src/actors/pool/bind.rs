@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{Resource, ResourceExt};
 
-use crate::actors::runtime::platform::NamespaceState;
+use crate::actors::platform::NamespaceState;
 use crate::api::common::LocalRef;
 use crate::api::conditions::{self, reasons, types};
 use crate::api::instance::ClusterInstance;

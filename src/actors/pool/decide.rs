@@ -11,8 +11,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
+use crate::actors::platform::NamespaceState;
 use crate::actors::pool::bundles::{PoolBundles, bundle_for};
-use crate::actors::runtime::platform::NamespaceState;
 use crate::api::CRCBundle;
 use crate::api::common::ClusterType;
 use crate::api::conditions::{self, reasons, types};

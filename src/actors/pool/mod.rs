@@ -24,12 +24,12 @@ use kube::api::{ListParams, PartialObjectMeta, PropagationPolicy};
 use kube::{Api, ResourceExt};
 use ractor::rpc::CallResult;
 
+use crate::actors::platform::NamespaceState;
 use crate::actors::runtime::api_error::{ApiError, Doing};
 use crate::actors::runtime::context::Context;
 use crate::actors::runtime::object_actor::{
     Next, ObjectActor, ObjectMsg, ReconcileError, object_actor,
 };
-use crate::actors::runtime::platform::NamespaceState;
 use crate::actors::runtime::triggers::{
     OwnerEvents, Related, RelatedEvents, owner_events, related_changes,
 };

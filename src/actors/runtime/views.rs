@@ -31,7 +31,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
-use crate::actors::runtime::platform::{NamespaceState, Platform, PlatformGate, platform_gate};
+use crate::actors::platform::{NamespaceState, Platform, PlatformGate, platform_gate};
 use crate::api::bundle::CRCBundle;
 use crate::api::common::Arch;
 use crate::api::lease::ClusterLease;

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Event, Pod, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use crate::actors::runtime::job_pods::BLOCKED_WAITING;
+use crate::actors::job_pods::BLOCKED_WAITING;
 use crate::api::conditions::reasons;
 
 /// How long after the Job completed a missing handoff is blamed on watch-cache lag.

@@ -322,7 +322,7 @@ impl<'a> Reader<'a> {
     }
 
     async fn agent_pods(&self, job: &Job) -> Result<Vec<Pod>, Error> {
-        crate::actors::runtime::job_pods::of(&self.scope.ctx.client, &self.scope.namespace, job)
+        crate::actors::job_pods::of(&self.scope.ctx.client, &self.scope.namespace, job)
             .await
             .map_err(self.err(format!("pods of Job {}", job.name_any())))
     }
