@@ -129,7 +129,8 @@ pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
 /// A duration flag (`--lease-duration=15s`): Go's grammar, as Kubernetes components parse their
 /// duration flags; a negative one is refused.
 pub fn parse_flag(text: &str) -> Result<Duration, String> {
-    let nanos = go_duration_nanos(text.trim()).map_err(|e| e.to_string())?;
+    let nanos = go_duration_nanos(text.trim())
+        .map_err(|e| format!("{text:?} is not a duration like 15s, 500ms or 1m30s ({e})"))?;
     u64::try_from(nanos)
         .map(Duration::from_nanos)
         .map_err(|_| format!("duration {text:?} is negative"))
@@ -284,7 +285,7 @@ mod tests {
         ok(" 2s ", 2_000);
         for bad in ["", "15", "s", "15 s", "10d"] {
             let err = parse_flag(bad).unwrap_err();
-            assert!(err.contains("duration"), "{bad}: {err}");
+            assert!(err.contains("15s, 500ms or 1m30s"), "{bad}: {err}");
         }
         assert!(parse_flag("-1s").unwrap_err().contains("negative"));
     }
