@@ -126,6 +126,7 @@ const CONFIG_NAMESPACE: &str = "openshift-config";
 type SniCerts = Vec<(String, String, Vec<String>)>;
 
 /// How to run one guest cluster.
+#[derive(Clone)]
 pub struct ClusterSpec {
     /// Directory for the API server's PKI files and log.
     pub dir: PathBuf,

@@ -291,7 +291,26 @@ fn start_cluster(
             ctx: ctx.clone(),
             uid: uid.clone(),
         });
-        match GuestCluster::start(&launcher, spec, view).await {
+        // The guest's kube-apiserver is a static pod: the kubelet starts it again when it
+        // exits, with a back-off (10 s doubling to 5 min upstream; shorter here). It can fail
+        // to bind while the previous boot's server on the same address is still going down.
+        let mut delay = Duration::from_secs(1);
+        let started = loop {
+            match GuestCluster::start(&launcher, spec.clone(), view.clone()).await {
+                Ok(cluster) => break Ok(cluster),
+                Err(err) => {
+                    let wanted = matches!(lock(&clusters).get(&uid), Some(Entry::Starting(n)) if *n == start)
+                        && kubelet_running(&ctx, &uid);
+                    if !wanted {
+                        break Err(err);
+                    }
+                    tracing::warn!(vmi = %uid, "guest API server did not start, again in {delay:?}: {err}");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(10));
+                }
+            }
+        };
+        match started {
             Ok(cluster) => {
                 let mut entries = lock(&clusters);
                 // Still wanted: not stopped meanwhile (the entry gone), kubelet still running.
